@@ -1,0 +1,167 @@
+//! The outbox seams the relay works through: lanes with leases, pending rows, maintenance.
+//!
+//! Rows are spread over [`LANES`] lanes by a stable hash of `agregado_id`. A relay instance
+//! publishes a lane only while it holds the lane's lease, in insertion order, so the events of
+//! one aggregate keep their order however many relays run. Pending rows are found by
+//! `publicado_en IS NULL`, never by a high-water mark, so a row whose transaction commits late
+//! is published too.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::{Envelope, StoreError};
+
+/// Number of relay lanes. Fixed by the schema (the Postgres lane is a generated column).
+pub const LANES: u32 = 64;
+
+/// The lane of an aggregate on backends that compute it in Rust.
+pub fn lane_of(aggregate_id: &str) -> u32 {
+    (crate::partition::murmur2(aggregate_id.as_bytes()) as u32) % LANES
+}
+
+/// An event waiting in the outbox (the seed's columns plus bookkeeping).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRow {
+    /// Row id; becomes the envelope's `id_evento`.
+    pub id: Uuid,
+    /// Aggregate type (`agregado`), e.g. `pedido`; selects the topic.
+    pub aggregate: String,
+    /// Aggregate id (`agregado_id`); the partition key.
+    pub aggregate_id: String,
+    /// Event type (`tipo`).
+    pub kind: String,
+    /// Schema version (`version`).
+    pub version: u32,
+    /// Payload (`carga`), the envelope's `datos`.
+    pub payload: Value,
+    /// Creation time (`creado_en`) in epoch ms; the envelope's `fecha_ms`.
+    pub created_at_ms: i64,
+    /// Insertion sequence; publishing order within a lane.
+    pub seq: i64,
+}
+
+impl OutboxRow {
+    /// The envelope this row is published as.
+    pub fn envelope(&self, source: &str) -> Envelope {
+        Envelope {
+            id: self.id,
+            kind: self.kind.clone(),
+            version: self.version,
+            timestamp_ms: self.created_at_ms,
+            source: source.to_owned(),
+            data: self.payload.clone(),
+        }
+    }
+}
+
+/// A new event to enqueue in the caller's transaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    /// Event id; `id_evento`. Generate once and reuse on retries.
+    pub id: Uuid,
+    /// Aggregate type (`agregado`).
+    pub aggregate: String,
+    /// Aggregate id (`agregado_id`).
+    pub aggregate_id: String,
+    /// Event type (`tipo`).
+    pub kind: String,
+    /// Schema version, at least 1.
+    pub version: u32,
+    /// Payload (`carga`).
+    pub payload: Value,
+}
+
+impl NewEvent {
+    /// A version-1 event with a fresh id.
+    pub fn new(
+        aggregate: impl Into<String>,
+        aggregate_id: impl Into<String>,
+        kind: impl Into<String>,
+        payload: Value,
+    ) -> Self {
+        Self {
+            id: Uuid::new_v4(),
+            aggregate: aggregate.into(),
+            aggregate_id: aggregate_id.into(),
+            kind: kind.into(),
+            version: 1,
+            payload,
+        }
+    }
+}
+
+/// A lane held by one relay instance until `expires_at_ms`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneLease {
+    /// The lane.
+    pub lane: u32,
+    /// The holder.
+    pub owner: String,
+    /// Fencing token: grows every time the lane changes hands.
+    pub token: i64,
+    /// Expiry in epoch ms.
+    pub expires_at_ms: i64,
+}
+
+/// Lane ownership among relay instances.
+#[async_trait]
+pub trait LaneLeases: Send + Sync {
+    /// Heartbeats `owner`, renews its leases, takes free or expired lanes up to its fair share
+    /// (lanes / live instances, rounded up) and gives back any surplus. Returns the lanes held.
+    async fn balance(
+        &self,
+        owner: &str,
+        now_ms: i64,
+        ttl: Duration,
+    ) -> Result<Vec<LaneLease>, StoreError>;
+
+    /// Gives back every lane of `owner` and forgets the instance (clean shutdown).
+    async fn release_all(&self, owner: &str) -> Result<(), StoreError>;
+}
+
+/// Reading and marking pending rows.
+#[async_trait]
+pub trait OutboxReader: Send + Sync {
+    /// Up to `limit` unpublished rows of `lane`, oldest first.
+    async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError>;
+
+    /// Marks rows published at `now_ms`, but only while `lease` is still held: otherwise
+    /// nothing changes and [`StoreError::LeaseLost`] is returned.
+    async fn mark_published(
+        &self,
+        lease: &LaneLease,
+        ids: &[Uuid],
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+}
+
+/// Backlog figures for operators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OutboxStatus {
+    /// Rows not yet published.
+    pub pending: u64,
+    /// Age of the oldest pending row, in ms (0 when none).
+    pub oldest_pending_age_ms: i64,
+    /// Published rows still kept (awaiting purge).
+    pub published: u64,
+}
+
+/// Purging and reporting.
+#[async_trait]
+pub trait OutboxMaintenance: Send + Sync {
+    /// Deletes rows published before `before_ms`; returns how many.
+    async fn purge_published(&self, before_ms: i64) -> Result<u64, StoreError>;
+
+    /// Current backlog.
+    async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError>;
+}
+
+/// Wakes the relay when new rows may have been committed.
+#[async_trait]
+pub trait OutboxWakeup: Send + Sync {
+    /// Returns when a commit was signalled or `timeout` passed, whichever is first.
+    async fn wait(&self, timeout: Duration);
+}

@@ -1,0 +1,1 @@
+//! entrega on postgres.
