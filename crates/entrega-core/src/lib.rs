@@ -3,6 +3,7 @@
 
 mod clock;
 mod envelope;
+mod lease;
 mod error;
 pub mod headers;
 mod outbox;
@@ -14,6 +15,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
 pub use headers::Headers;
+pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
     lane_of, LaneLease, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow,
     OutboxStatus, OutboxWakeup, LANES,
