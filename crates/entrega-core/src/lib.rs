@@ -32,3 +32,25 @@ pub enum Processed<T> {
     /// The key was already recorded: nothing ran.
     Duplicate,
 }
+
+/// Independent groups of entrega's own tables; a database gets only the sets it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MigrationSet {
+    /// `outbox` and the relay's lane leases: for services that publish events.
+    Outbox,
+    /// `mensajes_procesados`: for services that consume idempotently.
+    Inbox,
+    /// The database-backed log transport's topics, partitions, offsets and leases.
+    Log,
+}
+
+impl MigrationSet {
+    /// The name recorded in `entrega_migrations.set_name`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Outbox => "outbox",
+            Self::Inbox => "inbox",
+            Self::Log => "log",
+        }
+    }
+}
