@@ -1,1 +1,30 @@
-//! entrega on postgres.
+//! entrega on PostgreSQL: the transactional outbox with relay lane leases, the idempotent
+//! inbox, a database-backed log transport, and the migrations that create their tables.
+//!
+//! ```ignore
+//! let pool = entrega_postgres::connect("postgres://postgres@127.0.0.1:5432/km0_pedidos").await?;
+//! entrega_postgres::migrate(&pool, &[MigrationSet::Outbox]).await?;
+//! let mut tx = pool.begin().await?;
+//! // ... the business write, then in the same transaction:
+//! PgOutbox::enqueue(&mut *tx, &NewEvent::new("pedido", "P-1", "pedido.creado", datos)).await?;
+//! tx.commit().await?;
+//! ```
+
+mod connect;
+mod errors;
+mod inbox;
+mod lanes;
+mod listen;
+mod log;
+mod migrations;
+mod outbox;
+
+pub use connect::{connect, ensure_database};
+pub use errors::classify;
+pub use inbox::PgInbox;
+pub use log::{LogConfig, PgLog, PgSubscription};
+pub use migrations::{latest_version, migrate};
+pub use outbox::PgOutbox;
+
+/// The driver types callers need to hold pools and pass transactions.
+pub use sqlx::postgres::{PgConnection, PgPool};

@@ -1,0 +1,110 @@
+//! Opening pools and creating databases.
+
+use std::time::Duration;
+
+use entrega_core::StoreError;
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::Connection;
+
+use crate::errors::{classify, invalid, sqlstate};
+
+/// Connections per pool: enough for a relay, a few consumers and the listeners that each
+/// outbox or log handle keeps open, without crowding a default server (100 connections).
+const MAX_CONNECTIONS: u32 = 20;
+
+/// Opens a pool on a full database URL (`postgres://user@host:port/db`), checking that the
+/// server answers.
+pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
+    PgPoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .map_err(classify)
+}
+
+/// Creates database `name` on the server at `server_url` unless it exists, and returns the
+/// URL of that database (the server URL with its path replaced by `name`).
+///
+/// Safe to race: a concurrent creation of the same name counts as success. `name` is limited
+/// to ASCII letters, digits, `_` and `-` so it needs no escaping in the URL.
+pub async fn ensure_database(server_url: &str, name: &str) -> Result<String, StoreError> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        return Err(invalid(format!("invalid database name `{name}`")));
+    }
+    let db_url = database_url(server_url, name)?;
+    let mut conn = PgConnection::connect(server_url).await.map_err(classify)?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(classify)?;
+    if !exists {
+        let created = sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+            .execute(&mut conn)
+            .await;
+        if let Err(e) = created {
+            // 42P04: created meanwhile; 23505: two CREATEs raced on pg_database's unique index.
+            let raced = matches!(sqlstate(&e).as_deref(), Some("42P04") | Some("23505"));
+            if !raced {
+                return Err(classify(e));
+            }
+        }
+    }
+    // Closing is a courtesy to the server; the database exists either way.
+    let _ = conn.close().await;
+    Ok(db_url)
+}
+
+/// `server_url` with its database path replaced by `name`, keeping any query string.
+fn database_url(server_url: &str, name: &str) -> Result<String, StoreError> {
+    let (base, query) = match server_url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (server_url, None),
+    };
+    let Some(scheme_end) = base.find("://") else {
+        return Err(invalid(format!("not a postgres URL: `{server_url}`")));
+    };
+    let authority_start = scheme_end + 3;
+    let authority_end = base[authority_start..]
+        .find('/')
+        .map_or(base.len(), |i| authority_start + i);
+    let mut url = format!("{}/{name}", &base[..authority_end]);
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::database_url;
+
+    #[test]
+    fn replaces_or_adds_the_database_path() {
+        let cases = [
+            ("postgres://u@h:5432", "postgres://u@h:5432/x"),
+            ("postgres://u@h:5432/", "postgres://u@h:5432/x"),
+            ("postgres://u@h:5432/old", "postgres://u@h:5432/x"),
+            (
+                "postgres://u:p@h/old?sslmode=disable",
+                "postgres://u:p@h/x?sslmode=disable",
+            ),
+        ];
+        for (server, want) in cases {
+            assert_eq!(
+                database_url(server, "x").ok().as_deref(),
+                Some(want),
+                "{server}"
+            );
+        }
+        assert!(database_url("nonsense", "x").is_err());
+    }
+}

@@ -1,0 +1,77 @@
+//! Classifying driver errors as transient (retry later) or permanent (give up).
+
+use entrega_core::{StoreError, TransportError};
+
+/// SQLSTATE codes after which repeating the operation may succeed.
+///
+/// `40001` serialization failure and `40P01` deadlock: the transaction lost a race;
+/// `53300` too many connections; `57P01`-`57P03` the server is shutting down or starting.
+const TRANSIENT_CODES: [&str; 6] = ["40001", "40P01", "53300", "57P01", "57P02", "57P03"];
+
+/// Classifies a driver error: connection-level failures (I/O, pool timeout or closed,
+/// SQLSTATE class `08`) and lost races (`40001`, `40P01`), overload (`53300`) and
+/// shutdown (`57P01`-`57P03`) are [`StoreError::Unavailable`]; everything else is
+/// [`StoreError::Rejected`].
+pub fn classify(e: sqlx::Error) -> StoreError {
+    if is_transient(&e) {
+        StoreError::unavailable(e)
+    } else {
+        StoreError::rejected(e)
+    }
+}
+
+fn is_transient(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // Class 08 covers every "connection exception".
+            code.starts_with("08") || TRANSIENT_CODES.contains(&code.as_ref())
+        }),
+        _ => false,
+    }
+}
+
+/// The SQLSTATE of a database error, if it is one.
+pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
+    match e {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+/// A driver error seen by the log transport.
+pub(crate) fn transport(e: sqlx::Error) -> TransportError {
+    TransportError::Store(classify(e))
+}
+
+/// A caller's input the database cannot take (bad name, out-of-range number).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct Invalid(pub(crate) String);
+
+/// A permanent error for invalid input.
+pub(crate) fn invalid(reason: impl Into<String>) -> StoreError {
+    StoreError::rejected(Invalid(reason.into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_and_pool_errors_are_transient() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(classify(sqlx::Error::Io(io)).is_transient());
+        assert!(classify(sqlx::Error::PoolTimedOut).is_transient());
+        assert!(classify(sqlx::Error::PoolClosed).is_transient());
+    }
+
+    #[test]
+    fn decoding_errors_are_permanent() {
+        assert!(!classify(sqlx::Error::RowNotFound).is_transient());
+        assert!(!classify(sqlx::Error::Protocol("bad".into())).is_transient());
+    }
+}

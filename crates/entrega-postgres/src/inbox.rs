@@ -1,0 +1,69 @@
+//! The idempotent consumer: the message key is recorded in the effect's own transaction.
+
+use std::time::Duration;
+
+use entrega_core::StoreError;
+use sqlx::postgres::{PgConnection, PgPool};
+
+use crate::errors::classify;
+
+/// Idempotency keys in `mensajes_procesados` (the seed's table).
+///
+/// ```ignore
+/// let mut tx = pool.begin().await?;
+/// if PgInbox::claim(&mut *tx, "inventario.descuento_stock", &id).await? {
+///     // apply the effect with `&mut *tx`
+/// }
+/// tx.commit().await?;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PgInbox;
+
+impl PgInbox {
+    /// Records `(message_id, consumer)` in the caller's transaction. `Ok(true)`: the key is
+    /// new, apply the effect in the same transaction; `Ok(false)`: a duplicate, do nothing.
+    ///
+    /// While another open transaction holds the same key this waits for it: if that one
+    /// commits this returns `false`, if it rolls back this one claims the key.
+    pub async fn claim(
+        conn: &mut PgConnection,
+        consumer: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError> {
+        let inserted: Option<i32> = sqlx::query_scalar(
+            "INSERT INTO mensajes_procesados (id_mensaje, consumidor) VALUES ($1, $2)
+             ON CONFLICT DO NOTHING RETURNING 1",
+        )
+        .bind(message_id)
+        .bind(consumer)
+        .fetch_optional(conn)
+        .await
+        .map_err(classify)?;
+        Ok(inserted.is_some())
+    }
+
+    /// Deletes keys recorded more than `age` ago (by `procesado_en`, on the database's
+    /// clock); returns how many. Redeliveries older than `age` are then no longer detected.
+    pub async fn purge_older_than(pool: &PgPool, age: Duration) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM mensajes_procesados
+             WHERE procesado_en < now() - make_interval(secs => $1)",
+        )
+        .bind(age.as_secs_f64())
+        .execute(pool)
+        .await
+        .map_err(classify)?;
+        Ok(done.rows_affected())
+    }
+
+    /// Number of keys recorded for `consumer`.
+    pub async fn count(pool: &PgPool, consumer: &str) -> Result<u64, StoreError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM mensajes_procesados WHERE consumidor = $1")
+                .bind(consumer)
+                .fetch_one(pool)
+                .await
+                .map_err(classify)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
