@@ -1,0 +1,78 @@
+//! Opening a database the way every entrega component expects it, and write transactions
+//! that cannot deadlock.
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use entrega_core::StoreError;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool, Transaction};
+
+use crate::errors::classify;
+use crate::signal;
+
+/// How long a statement waits for another connection's lock before failing as busy.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections per pool; SQLite has one writer anyway, the rest serve concurrent readers.
+const MAX_CONNECTIONS: u32 = 8;
+
+/// Opens (creating if needed) a SQLite database and returns a pool configured for entrega.
+///
+/// Accepts `sqlite://path/to/file.db` (relative or, with a third slash, absolute; parent
+/// directories and the file are created) and `sqlite::memory:`. Files use the WAL journal,
+/// `busy_timeout` 5 s, `synchronous=NORMAL` and foreign keys, so several processes can share
+/// one file. Connections carry the hooks that wake in-process relays and log subscribers right
+/// after a commit.
+pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
+    let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+    let options = SqliteConnectOptions::from_str(url)
+        .map_err(classify)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(BUSY_TIMEOUT)
+        .synchronous(SqliteSynchronous::Normal)
+        .foreign_keys(true);
+    if !in_memory {
+        if let Some(dir) = options.get_filename().parent() {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(StoreError::rejected)?;
+            }
+        }
+    }
+    let signals = signal::signals_for(&options);
+    let mut pool = SqlitePoolOptions::new()
+        .max_connections(MAX_CONNECTIONS)
+        // Returning a connection past its lifetime skips `after_release`, and with it the
+        // commit wake-up; SQLite connections do not need recycling.
+        .max_lifetime(None)
+        .after_connect({
+            let signals = Arc::clone(&signals);
+            move |conn, _meta| {
+                let signals = Arc::clone(&signals);
+                Box::pin(async move { signal::install_hooks(conn, signals).await })
+            }
+        })
+        .after_release(move |conn, _meta| {
+            let signals = Arc::clone(&signals);
+            Box::pin(async move { signal::after_release(conn, &signals).await })
+        });
+    if in_memory {
+        // A shared in-memory database lives only while a connection is open.
+        pool = pool.min_connections(1).idle_timeout(None);
+    }
+    pool.connect_with(options).await.map_err(classify)
+}
+
+/// Begins a write transaction with `BEGIN IMMEDIATE`.
+///
+/// A plain `BEGIN` starts as a reader and upgrades on its first write; when another process
+/// committed in between, the upgrade fails at once with `SQLITE_BUSY_SNAPSHOT` instead of
+/// waiting. Taking the write lock up front makes writers queue on `busy_timeout` instead.
+/// Use it for any transaction that writes, e.g. one that claims an inbox key and applies the
+/// effect. Dropping the transaction without committing rolls it back.
+pub async fn begin_immediate(
+    pool: &SqlitePool,
+) -> Result<Transaction<'static, Sqlite>, StoreError> {
+    pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)
+}

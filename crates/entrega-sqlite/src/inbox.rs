@@ -1,0 +1,70 @@
+//! The idempotent consumer's key table (`mensajes_procesados`) on SQLite.
+
+use std::time::Duration;
+
+use entrega_core::{now_ms, StoreError};
+use sqlx::{SqliteConnection, SqlitePool};
+
+use crate::errors::classify;
+use crate::timefmt::format_ms;
+
+/// Idempotent consumption: the message key is recorded in the same transaction as the effect,
+/// so both commit together or neither does.
+///
+/// ```ignore
+/// let mut tx = entrega_sqlite::begin_immediate(&pool).await?;
+/// if SqliteInbox::claim(&mut *tx, "inventario.descuento_stock", &id).await? {
+///     apply_effect(&mut *tx).await?;
+/// }
+/// tx.commit().await?;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SqliteInbox;
+
+impl SqliteInbox {
+    /// Records `(message_id, consumer)` in the caller's transaction. `Ok(true)`: the key is
+    /// new, apply the effect in the same transaction. `Ok(false)`: a duplicate, do nothing.
+    pub async fn claim(
+        conn: &mut SqliteConnection,
+        consumer: &str,
+        message_id: &str,
+    ) -> Result<bool, StoreError> {
+        let inserted: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO mensajes_procesados (id_mensaje, consumidor) VALUES (?, ?)
+             ON CONFLICT DO NOTHING
+             RETURNING 1",
+        )
+        .bind(message_id)
+        .bind(consumer)
+        .fetch_optional(conn)
+        .await
+        .map_err(classify)?;
+        Ok(inserted.is_some())
+    }
+
+    /// Deletes keys recorded more than `age` ago (by `procesado_en`); returns how many.
+    /// A message redelivered after its key was purged would be applied again, so `age` must
+    /// exceed the longest redelivery window of the transport.
+    pub async fn purge_older_than(pool: &SqlitePool, age: Duration) -> Result<u64, StoreError> {
+        let age_ms = i64::try_from(age.as_millis()).unwrap_or(i64::MAX);
+        // Same text format as the column default, so the comparison (and its index) is exact.
+        let cutoff = format_ms(now_ms().saturating_sub(age_ms));
+        let done = sqlx::query("DELETE FROM mensajes_procesados WHERE procesado_en < ?")
+            .bind(cutoff)
+            .execute(pool)
+            .await
+            .map_err(classify)?;
+        Ok(done.rows_affected())
+    }
+
+    /// Number of keys recorded for `consumer`.
+    pub async fn count(pool: &SqlitePool, consumer: &str) -> Result<u64, StoreError> {
+        let n: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM mensajes_procesados WHERE consumidor = ?")
+                .bind(consumer)
+                .fetch_one(pool)
+                .await
+                .map_err(classify)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}

@@ -1,0 +1,217 @@
+//! In-process wake-ups after commits.
+//!
+//! SQLite has no LISTEN/NOTIFY, so a relay or a log subscriber in the same process is woken
+//! from the connection hooks instead. Every connection of a pool built by [`crate::connect`]
+//! carries three hooks: the update hook notes which watched tables a transaction touched, the
+//! rollback hook forgets it, and the commit hook records the touched tables against the
+//! connection. The pool's `after_release` callback then fires the matching signals. Firing on
+//! release rather than inside the commit hook matters: the commit hook runs *before* SQLite
+//! writes the commit, so a reader woken from it could look before the rows are visible and then
+//! sleep through them. Writes from other processes are found by each waiter's polling fallback.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::SqliteConnection;
+use tokio::sync::Notify;
+
+/// Bit of a transaction that changed `outbox`.
+const OUTBOX: u8 = 1;
+/// Bit of a transaction that changed `entrega_log`.
+const LOG: u8 = 2;
+
+/// A wake-up that waiters cannot miss: every firing bumps a generation, and a waiter returns
+/// as soon as the generation differs from the one it last saw.
+#[derive(Debug, Default)]
+pub(crate) struct Signal {
+    generation: AtomicU64,
+    notify: Notify,
+}
+
+impl Signal {
+    /// Wakes every waiter, and any later waiter that has not seen this generation yet.
+    pub(crate) fn fire(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// The current generation.
+    pub(crate) fn current(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the generation moves past `seen` or `timeout` passes; returns the
+    /// generation at return.
+    pub(crate) async fn wait_past(&self, seen: u64, timeout: Duration) -> u64 {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        // Registered before reading the generation, so a firing between the read and the
+        // await still wakes us.
+        notified.as_mut().enable();
+        let now = self.current();
+        if now != seen {
+            return now;
+        }
+        let _ = tokio::time::timeout(timeout, notified).await;
+        self.current()
+    }
+}
+
+/// The signals of one database file, shared by every pool and handle on it in this process.
+#[derive(Debug, Default)]
+pub(crate) struct DbSignals {
+    /// Rows were committed to `outbox`.
+    pub(crate) outbox: Signal,
+    /// Records were appended to `entrega_log`.
+    pub(crate) log: Signal,
+    /// Committed-but-not-yet-signalled table bits, by connection handle address.
+    dirty: Mutex<HashMap<usize, u8>>,
+}
+
+impl DbSignals {
+    fn dirty(&self) -> MutexGuard<'_, HashMap<usize, u8>> {
+        // A poisoned map only holds wake-up hints; keep using it.
+        self.dirty.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn mark_committed(&self, connection: usize, bits: u8) {
+        *self.dirty().entry(connection).or_default() |= bits;
+    }
+
+    fn has_pending(&self) -> bool {
+        !self.dirty().is_empty()
+    }
+
+    fn fire_committed(&self, connection: usize) {
+        let bits = self.dirty().remove(&connection).unwrap_or(0);
+        if bits & OUTBOX != 0 {
+            self.outbox.fire();
+        }
+        if bits & LOG != 0 {
+            self.log.fire();
+        }
+    }
+}
+
+fn registry() -> MutexGuard<'static, HashMap<PathBuf, Weak<DbSignals>>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<PathBuf, Weak<DbSignals>>>> = OnceLock::new();
+    REGISTRY
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The registry key of a database: its canonical path, so `./a.db` and `/abs/a.db` meet.
+/// In-memory databases have a unique synthetic name already.
+fn key_of(filename: &Path) -> PathBuf {
+    if let Ok(path) = std::fs::canonicalize(filename) {
+        return path;
+    }
+    // The file may not exist yet: canonicalize the directory and keep the name.
+    match (filename.parent(), filename.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            std::fs::canonicalize(dir)
+                .map(|d| d.join(name))
+                .unwrap_or_else(|_| filename.to_path_buf())
+        }
+        _ => filename.to_path_buf(),
+    }
+}
+
+/// The signals of the database `options` points at.
+pub(crate) fn signals_for(options: &SqliteConnectOptions) -> Arc<DbSignals> {
+    let key = key_of(options.get_filename());
+    let mut map = registry();
+    if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
+        return existing;
+    }
+    map.retain(|_, weak| weak.strong_count() > 0);
+    let signals = Arc::new(DbSignals::default());
+    map.insert(key, Arc::downgrade(&signals));
+    signals
+}
+
+/// Installs the update, rollback and commit hooks on a fresh connection.
+pub(crate) async fn install_hooks(
+    conn: &mut SqliteConnection,
+    signals: Arc<DbSignals>,
+) -> Result<(), sqlx::Error> {
+    let mut handle = conn.lock_handle().await?;
+    // The handle's address identifies the connection in `after_release`, which only gets
+    // the connection back.
+    let key = handle.as_raw_handle().as_ptr() as usize;
+    let touched = Arc::new(AtomicU8::new(0));
+
+    let on_update = Arc::clone(&touched);
+    handle.set_update_hook(move |change| {
+        let bit = match change.table {
+            "outbox" => OUTBOX,
+            "entrega_log" => LOG,
+            _ => 0,
+        };
+        if bit != 0 {
+            on_update.fetch_or(bit, Ordering::SeqCst);
+        }
+    });
+
+    let on_rollback = Arc::clone(&touched);
+    handle.set_rollback_hook(move || on_rollback.store(0, Ordering::SeqCst));
+
+    handle.set_commit_hook(move || {
+        let bits = touched.swap(0, Ordering::SeqCst);
+        if bits != 0 {
+            signals.mark_committed(key, bits);
+        }
+        // Never veto the commit.
+        true
+    });
+    Ok(())
+}
+
+/// Fires the signals of commits made on `conn` since it was acquired; the commit is complete
+/// by now, so waiters will see the rows.
+pub(crate) async fn after_release(
+    conn: &mut SqliteConnection,
+    signals: &DbSignals,
+) -> Result<bool, sqlx::Error> {
+    if signals.has_pending() {
+        let key = conn.lock_handle().await?.as_raw_handle().as_ptr() as usize;
+        signals.fire_committed(key);
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_firing_before_the_wait_is_not_missed() {
+        let signal = Signal::default();
+        let seen = signal.current();
+        signal.fire();
+        let started = std::time::Instant::now();
+        let now = signal.wait_past(seen, Duration::from_secs(5)).await;
+        assert_eq!(now, seen + 1);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn without_a_firing_the_wait_times_out() {
+        let signal = Signal::default();
+        let seen = signal.current();
+        assert_eq!(
+            signal.wait_past(seen, Duration::from_millis(50)).await,
+            seen
+        );
+    }
+}
