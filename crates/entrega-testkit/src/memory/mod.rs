@@ -1,0 +1,14 @@
+//! In-memory implementations of the seams, following the same rules as the database backends.
+//!
+//! They run the engine's tests without a database, and the testkit checks them against its
+//! own conformance suites, which keeps the suites honest too.
+
+mod harness;
+mod inbox;
+mod log;
+mod outbox;
+
+pub use harness::MemoryHarness;
+pub use inbox::MemoryInbox;
+pub use log::MemoryLog;
+pub use outbox::{MemoryOutbox, MemoryTx};

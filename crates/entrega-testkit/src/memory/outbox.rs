@@ -1,0 +1,306 @@
+//! An outbox in memory, with the same lease and visibility rules as the database backends.
+//!
+//! Used by the engine's tests and as a reference the conformance suite is checked against.
+//! Sequence numbers are allocated when a row is inserted, rows become visible when their
+//! transaction commits: exactly the shape that makes a late commit possible on PostgreSQL.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use entrega_core::{
+    lane_of, plan_balance, Clock, LaneLease, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader,
+    OutboxRow, OutboxStatus, OutboxWakeup, SlotLease, StoreError, SystemClock, LANES,
+};
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+struct StoredRow {
+    row: OutboxRow,
+    lane: u32,
+    published_at_ms: Option<i64>,
+}
+
+#[derive(Debug)]
+struct State {
+    next_seq: i64,
+    rows: Vec<StoredRow>,
+    lanes: Vec<SlotLease>,
+    instances: HashMap<String, i64>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    commits: Notify,
+    clock: Arc<dyn Clock>,
+}
+
+/// An in-memory outbox implementing every outbox trait of `entrega-core`. Cheap to clone;
+/// clones share the same rows.
+#[derive(Debug, Clone)]
+pub struct MemoryOutbox {
+    shared: Arc<Shared>,
+}
+
+impl Default for MemoryOutbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryOutbox {
+    /// An empty outbox on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty outbox whose `creado_en` comes from `clock`.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        let lanes = (0..LANES)
+            .map(|slot| SlotLease {
+                slot,
+                owner: None,
+                token: 0,
+                expires_at_ms: 0,
+            })
+            .collect();
+        let state = State {
+            next_seq: 1,
+            rows: Vec::new(),
+            lanes,
+            instances: HashMap::new(),
+        };
+        Self {
+            shared: Arc::new(Shared {
+                state: Mutex::new(state),
+                commits: Notify::new(),
+                clock,
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means a test thread panicked; the data is still usable.
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Enqueues and commits at once.
+    pub fn enqueue(&self, events: &[NewEvent]) {
+        self.begin(events).commit();
+    }
+
+    /// Inserts `events` in a transaction left open: their sequence numbers are taken now, they
+    /// become visible on [`MemoryTx::commit`], and vanish if the handle is dropped.
+    pub fn begin(&self, events: &[NewEvent]) -> MemoryTx {
+        let now = self.shared.clock.now_ms();
+        let mut state = self.state();
+        let rows = events
+            .iter()
+            .map(|e| {
+                let seq = state.next_seq;
+                state.next_seq += 1;
+                StoredRow {
+                    lane: lane_of(&e.aggregate_id),
+                    published_at_ms: None,
+                    row: OutboxRow {
+                        id: e.id,
+                        aggregate: e.aggregate.clone(),
+                        aggregate_id: e.aggregate_id.clone(),
+                        kind: e.kind.clone(),
+                        version: e.version,
+                        payload: e.payload.clone(),
+                        created_at_ms: now,
+                        seq,
+                    },
+                }
+            })
+            .collect();
+        MemoryTx {
+            outbox: self.clone(),
+            rows,
+        }
+    }
+
+    /// Lane, sequence and published flag of a row.
+    pub fn row_state(&self, id: Uuid) -> Option<(u32, i64, bool)> {
+        let state = self.state();
+        state
+            .rows
+            .iter()
+            .find(|r| r.row.id == id)
+            .map(|r| (r.lane, r.row.seq, r.published_at_ms.is_some()))
+    }
+
+    /// Number of rows, published or not.
+    pub fn len(&self) -> usize {
+        self.state().rows.len()
+    }
+
+    /// Whether the outbox holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ids of rows not yet published.
+    pub fn pending_ids(&self) -> Vec<Uuid> {
+        let state = self.state();
+        state
+            .rows
+            .iter()
+            .filter(|r| r.published_at_ms.is_none())
+            .map(|r| r.row.id)
+            .collect()
+    }
+}
+
+/// A transaction of [`MemoryOutbox::begin`]; dropping it rolls back.
+#[derive(Debug)]
+#[must_use = "dropping the transaction rolls it back"]
+pub struct MemoryTx {
+    outbox: MemoryOutbox,
+    rows: Vec<StoredRow>,
+}
+
+impl MemoryTx {
+    /// Makes the rows visible and wakes waiting relays.
+    pub fn commit(self) {
+        let mut state = self.outbox.state();
+        state.rows.extend(self.rows);
+        // Keep storage in sequence order, as an index on `seq` would return it.
+        state.rows.sort_by_key(|r| r.row.seq);
+        drop(state);
+        self.outbox.shared.commits.notify_waiters();
+    }
+}
+
+#[async_trait]
+impl LaneLeases for MemoryOutbox {
+    async fn balance(
+        &self,
+        owner: &str,
+        now_ms: i64,
+        ttl: Duration,
+    ) -> Result<Vec<LaneLease>, StoreError> {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let mut state = self.state();
+        state.instances.insert(owner.to_owned(), now_ms);
+        let live = state
+            .instances
+            .values()
+            .filter(|seen| **seen > now_ms - ttl_ms)
+            .count();
+        let plan = plan_balance(owner, &state.lanes, live, now_ms);
+        let expires = now_ms.saturating_add(ttl_ms);
+        for lease in state.lanes.iter_mut() {
+            if plan.take.contains(&lease.slot) {
+                lease.owner = Some(owner.to_owned());
+                lease.token += 1;
+                lease.expires_at_ms = expires;
+            } else if plan.renew.contains(&lease.slot) {
+                lease.expires_at_ms = expires;
+            } else if plan.release.contains(&lease.slot) {
+                lease.owner = None;
+            }
+        }
+        let held = plan.held();
+        Ok(state
+            .lanes
+            .iter()
+            .filter(|l| held.contains(&l.slot))
+            .map(|l| LaneLease {
+                lane: l.slot,
+                owner: owner.to_owned(),
+                token: l.token,
+                expires_at_ms: l.expires_at_ms,
+            })
+            .collect())
+    }
+
+    async fn release_all(&self, owner: &str) -> Result<(), StoreError> {
+        let mut state = self.state();
+        for lease in state.lanes.iter_mut() {
+            if lease.owner.as_deref() == Some(owner) {
+                lease.owner = None;
+            }
+        }
+        state.instances.remove(owner);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OutboxReader for MemoryOutbox {
+    async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError> {
+        let state = self.state();
+        Ok(state
+            .rows
+            .iter()
+            .filter(|r| r.lane == lane && r.published_at_ms.is_none())
+            .take(limit)
+            .map(|r| r.row.clone())
+            .collect())
+    }
+
+    async fn mark_published(
+        &self,
+        lease: &LaneLease,
+        ids: &[Uuid],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut state = self.state();
+        let held = state.lanes.iter().any(|l| {
+            l.slot == lease.lane
+                && l.owner.as_deref() == Some(&lease.owner)
+                && l.token == lease.token
+        });
+        if !held {
+            return Err(StoreError::LeaseLost {
+                what: format!("outbox lane {}", lease.lane),
+            });
+        }
+        for row in state.rows.iter_mut() {
+            if row.lane == lease.lane && ids.contains(&row.row.id) && row.published_at_ms.is_none()
+            {
+                row.published_at_ms = Some(now_ms);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl OutboxMaintenance for MemoryOutbox {
+    async fn purge_published(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut state = self.state();
+        let before = state.rows.len();
+        state
+            .rows
+            .retain(|r| r.published_at_ms.is_none_or(|at| at >= before_ms));
+        Ok((before - state.rows.len()) as u64)
+    }
+
+    async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError> {
+        let state = self.state();
+        let pending = state.rows.iter().filter(|r| r.published_at_ms.is_none());
+        let oldest = pending.clone().map(|r| r.row.created_at_ms).min();
+        Ok(OutboxStatus {
+            pending: pending.count() as u64,
+            oldest_pending_age_ms: oldest.map_or(0, |at| (now_ms - at).max(0)),
+            published: state
+                .rows
+                .iter()
+                .filter(|r| r.published_at_ms.is_some())
+                .count() as u64,
+        })
+    }
+}
+
+#[async_trait]
+impl OutboxWakeup for MemoryOutbox {
+    async fn wait(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.shared.commits.notified()).await;
+    }
+}

@@ -1,0 +1,108 @@
+//! Shared steps of the log scenarios.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use entrega_core::{
+    now_ms, partition_for, Headers, ManualClock, OutgoingMessage, Record, Subscription,
+};
+
+use crate::harness::{BoxError, LogFixture, LogHarness, LogSettings, Scenario};
+
+/// How far the clock moves before each poll: past the heartbeat, so every poll rebalances.
+pub(crate) const STEP_MS: i64 = 200;
+/// How long one poll may wait for data.
+pub(crate) const POLL_WAIT: Duration = Duration::from_millis(50);
+
+pub(crate) type Body<'a> = Pin<Box<dyn Future<Output = Scenario> + Send + 'a>>;
+
+pub(crate) async fn run<F>(h: &dyn LogHarness, body: F) -> Scenario
+where
+    F: for<'a> FnOnce(&'a dyn LogFixture, ManualClock) -> Body<'a>,
+{
+    let clock = ManualClock::new(now_ms());
+    let fx = h
+        .log(LogSettings::default(), Arc::new(clock.clone()))
+        .await?;
+    let result = body(fx.as_ref(), clock).await;
+    let teardown = fx.teardown().await;
+    result.and(teardown)
+}
+
+/// A key that Kafka's placement puts on `partition` of `partitions`.
+pub(crate) fn key_for(partition: u32, partitions: u32, salt: &str) -> String {
+    (0u32..)
+        .map(|i| format!("{salt}-{i}"))
+        .find(|k| partition_for(k, partitions) == partition)
+        .unwrap_or_default()
+}
+
+/// A message with a text payload.
+pub(crate) fn message(topic: &str, key: Option<&str>, payload: &str) -> OutgoingMessage {
+    OutgoingMessage {
+        topic: topic.to_owned(),
+        key: key.map(str::to_owned),
+        headers: Headers::new().with("tipo", "prueba.enviada"),
+        payload: payload.as_bytes().to_vec(),
+    }
+}
+
+/// Moves the clock one step and polls once.
+pub(crate) async fn step(
+    sub: &mut Box<dyn Subscription>,
+    clock: &ManualClock,
+) -> Result<Vec<Record>, BoxError> {
+    clock.advance(STEP_MS);
+    Ok(sub.poll(100, POLL_WAIT).await?)
+}
+
+/// Polls (moving the clock) until `want` records arrived or `rounds` polls were made.
+pub(crate) async fn collect(
+    sub: &mut Box<dyn Subscription>,
+    clock: &ManualClock,
+    want: usize,
+    rounds: usize,
+) -> Result<Vec<Record>, BoxError> {
+    let mut got = Vec::new();
+    for _ in 0..rounds {
+        got.extend(step(sub, clock).await?);
+        if got.len() >= want {
+            break;
+        }
+    }
+    Ok(got)
+}
+
+/// The next offset to commit for each partition in `records`.
+pub(crate) fn next_offsets(records: &[Record]) -> Vec<(u32, i64)> {
+    let mut next: BTreeMap<u32, i64> = BTreeMap::new();
+    for r in records {
+        let e = next.entry(r.partition).or_insert(0);
+        *e = (*e).max(r.offset + 1);
+    }
+    next.into_iter().collect()
+}
+
+/// Every record of one partition, read directly.
+pub(crate) async fn read_all(
+    fx: &dyn LogFixture,
+    topic: &str,
+    partition: u32,
+) -> Result<Vec<Record>, BoxError> {
+    let mut out: Vec<Record> = Vec::new();
+    loop {
+        let batch = fx.read(topic, partition, out.len() as i64, 500).await?;
+        if batch.is_empty() {
+            return Ok(out);
+        }
+        out.extend(batch);
+    }
+}
+
+/// The payload as text.
+pub(crate) fn text(r: &Record) -> String {
+    String::from_utf8_lossy(&r.payload).into_owned()
+}
