@@ -1,0 +1,208 @@
+//! The `km0` command line: run the system whole or one component per process, migrate,
+//! inspect the outbox, and the end-to-end demo.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{DataPlace, Databases};
+use crate::demo::{self, DemoOptions};
+use crate::wiring::{self, System};
+
+/// Kilómetro Cero: orders and stock over entrega (outbox, relay, idempotent consumer).
+#[derive(Debug, Parser)]
+#[command(name = "km0", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Where the services' databases live: `sqlite://DIR` (one file per service) or a
+    /// PostgreSQL server URL `postgres://user@host:port` (databases created if missing).
+    #[arg(long, global = true, env = "KM0_DATABASE", default_value = "sqlite://km0-data")]
+    pub database: String,
+
+    /// The log broker's database: `sqlite://FILE` or `postgres://user@host:port/DB`.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_BROKER",
+        default_value = "sqlite://km0-data/broker.db"
+    )]
+    pub broker: String,
+
+    /// Prefix of the services' database names (`<prefix>pedidos`, `<prefix>inventario`);
+    /// default `km0_` on PostgreSQL and none on SQLite.
+    #[arg(long, global = true, env = "KM0_DB_PREFIX")]
+    pub db_prefix: Option<String>,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// pedidos HTTP + relay + inventario consumer in one process, until SIGINT/SIGTERM.
+    Up {
+        /// Address of the pedidos HTTP API.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        http: SocketAddr,
+    },
+    /// One component per process (scale out, crash tests).
+    Run(RunArgs),
+    /// Applies entrega's and the services' migrations to every database.
+    Migrate,
+    /// The outbox of pedidos.
+    Outbox {
+        /// What to show.
+        #[command(subcommand)]
+        command: OutboxCommand,
+    },
+    /// Places orders through the real HTTP API and checks every invariant at the end.
+    Demo(DemoArgs),
+}
+
+/// `km0 run <component>`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The component.
+    pub component: Component,
+    /// Address of the HTTP API (pedidos only).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// Name of this instance among its peers (relay lane owner, consumer group member);
+    /// default `<component>-<pid>`.
+    #[arg(long)]
+    pub instance: Option<String>,
+}
+
+/// A component that `km0 run` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Component {
+    /// The orders HTTP API.
+    Pedidos,
+    /// The stock consumer.
+    Inventario,
+    /// The outbox relay of pedidos.
+    Relay,
+}
+
+/// `km0 outbox ...`.
+#[derive(Debug, Subcommand)]
+pub enum OutboxCommand {
+    /// Pending events and the age of the oldest.
+    Status {
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `km0 demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Orders to place.
+    #[arg(long, default_value_t = 1000)]
+    pub orders: usize,
+    /// Requests in flight at once.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Use the configured databases as they are instead of fresh ones for this run.
+    #[arg(long)]
+    pub reuse: bool,
+    /// Keep the fresh databases after the run (they are removed otherwise).
+    #[arg(long)]
+    pub keep: bool,
+    /// Seconds to wait for every order to be consumed.
+    #[arg(long, default_value_t = 120)]
+    pub timeout: u64,
+    /// Seed of the generated orders.
+    #[arg(long, default_value_t = 2026)]
+    pub seed: u64,
+    /// No progress bars (logs, CI).
+    #[arg(long)]
+    pub no_progress: bool,
+    /// Print the report as JSON too.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Cli {
+    /// The per-service databases named by `--database` and `--db-prefix`.
+    pub fn databases(&self) -> anyhow::Result<Databases> {
+        let place = DataPlace::parse(&self.database)?;
+        Ok(Databases {
+            place,
+            prefix: self.db_prefix.clone(),
+        })
+    }
+}
+
+/// Runs the parsed command; the exit code says whether it succeeded.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let databases = cli.databases()?;
+    let system = System::new(databases, cli.broker.clone());
+    match cli.command {
+        Command::Up { http } => {
+            wiring::run_all(&system, http).await?;
+        }
+        Command::Run(args) => {
+            let instance = args
+                .instance
+                .unwrap_or_else(|| format!("{:?}-{}", args.component, std::process::id()).to_lowercase());
+            match args.component {
+                Component::Pedidos => wiring::run_pedidos(&system, args.http).await?,
+                Component::Inventario => wiring::run_inventario(&system, &instance).await?,
+                Component::Relay => wiring::run_relay(&system, &instance).await?,
+            }
+        }
+        Command::Migrate => {
+            system.migrate().await.context("migrating")?;
+            println!("migrated: pedidos, inventario, broker");
+        }
+        Command::Outbox {
+            command: OutboxCommand::Status { json },
+        } => {
+            let status = system.outbox_status().await.context("reading the outbox")?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "pending": status.pending,
+                        "oldest_pending_age_ms": status.oldest_pending_age_ms,
+                        "published": status.published,
+                    })
+                );
+            } else {
+                println!(
+                    "pending: {}\noldest pending age: {:.3}s\npublished (not yet purged): {}",
+                    status.pending,
+                    Duration::from_millis(u64::try_from(status.oldest_pending_age_ms).unwrap_or(0))
+                        .as_secs_f64(),
+                    status.published
+                );
+            }
+        }
+        Command::Demo(args) => {
+            let options = DemoOptions {
+                orders: args.orders,
+                concurrency: args.concurrency.max(1),
+                fresh: !args.reuse,
+                keep: args.keep,
+                timeout: Duration::from_secs(args.timeout),
+                seed: args.seed,
+                progress: !args.no_progress,
+            };
+            let report = demo::run(&system, &options).await?;
+            print!("{}", report.render());
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            }
+            if !report.passed() {
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

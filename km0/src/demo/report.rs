@@ -1,0 +1,235 @@
+//! The demo's closing report: what happened, and the invariants that must hold after it.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::plan::ProductPlan;
+
+/// Final units of one product against the plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StockCheck {
+    /// Product id.
+    pub product: String,
+    /// Units before the run.
+    pub start: i64,
+    /// Units ordered.
+    pub ordered: i64,
+    /// `start - ordered`.
+    pub expected: i64,
+    /// Units found after the run (`None`: the product is gone).
+    pub actual: Option<i64>,
+}
+
+impl StockCheck {
+    /// Pairs a planned product with the units found.
+    pub fn new(plan: &ProductPlan, actual: Option<i64>) -> Self {
+        Self {
+            product: plan.product.clone(),
+            start: plan.start,
+            ordered: plan.ordered,
+            expected: plan.expected(),
+            actual,
+        }
+    }
+
+    /// Whether the units found are the units expected.
+    pub fn holds(&self) -> bool {
+        self.actual == Some(self.expected)
+    }
+}
+
+/// One invariant and whether it held.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Invariant {
+    /// What must hold.
+    pub name: &'static str,
+    /// Whether it did.
+    pub holds: bool,
+    /// The figures behind the verdict.
+    pub detail: String,
+}
+
+/// Figures of a finished run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct DemoReport {
+    /// Orders the plan placed.
+    pub orders_planned: u64,
+    /// Orders the API accepted (201, or 409 for a retried request that had been stored).
+    pub orders_accepted: u64,
+    /// Orders the API refused for good.
+    pub orders_failed: u64,
+    /// Rows of the outbox marked published.
+    pub events_published: u64,
+    /// Messages appended to the topic (a relay that republishes adds duplicates here).
+    pub messages_on_topic: u64,
+    /// Keys recorded by the stock consumer: orders applied.
+    pub consumed: u64,
+    /// Deliveries the consumer recognised as already applied.
+    pub duplicates: u64,
+    /// Messages set aside on the dead-letter topic.
+    pub dead_letters: u64,
+    /// Outbox rows still unpublished at the end.
+    pub outbox_pending: u64,
+    /// Whether everything was consumed before the deadline.
+    pub drained: bool,
+    /// Per product, final against expected units.
+    pub stock: Vec<StockCheck>,
+    /// Time to place the orders, in ms.
+    pub placing_ms: u64,
+    /// Time from start until the last order was consumed, in ms.
+    pub total_ms: u64,
+}
+
+impl DemoReport {
+    /// Every invariant of the run, in report order.
+    pub fn invariants(&self) -> Vec<Invariant> {
+        let stock_ok = !self.stock.is_empty() && self.stock.iter().all(StockCheck::holds);
+        let wrong: Vec<String> = self
+            .stock
+            .iter()
+            .filter(|c| !c.holds())
+            .map(|c| format!("{}: {:?} != {}", c.product, c.actual, c.expected))
+            .collect();
+        vec![
+            Invariant {
+                name: "every order accepted",
+                holds: self.orders_accepted == self.orders_planned,
+                detail: format!("{} of {}", self.orders_accepted, self.orders_planned),
+            },
+            Invariant {
+                name: "every order applied exactly once",
+                holds: self.consumed == self.orders_accepted,
+                detail: format!(
+                    "mensajes_procesados {} == orders {}",
+                    self.consumed, self.orders_accepted
+                ),
+            },
+            Invariant {
+                name: "stock == start - ordered",
+                holds: stock_ok,
+                detail: if wrong.is_empty() {
+                    format!("{} products", self.stock.len())
+                } else {
+                    wrong.join(", ")
+                },
+            },
+            Invariant {
+                name: "outbox drained",
+                holds: self.outbox_pending == 0,
+                detail: format!("{} pending", self.outbox_pending),
+            },
+            Invariant {
+                name: "no dead letters",
+                holds: self.dead_letters == 0,
+                detail: format!("{} dead letters", self.dead_letters),
+            },
+        ]
+    }
+
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.invariants().iter().all(|i| i.holds)
+    }
+
+    /// The report for the terminal.
+    pub fn render(&self) -> String {
+        let mut out = String::from("\nkm0 demo report\n");
+        let secs = |ms: u64| Duration::from_millis(ms).as_secs_f64();
+        let rate = if self.total_ms > 0 {
+            self.consumed as f64 / secs(self.total_ms)
+        } else {
+            0.0
+        };
+        let rows: [(&str, String); 9] = [
+            ("orders accepted", format!("{} of {}", self.orders_accepted, self.orders_planned)),
+            ("orders failed", self.orders_failed.to_string()),
+            ("events published", self.events_published.to_string()),
+            ("messages on topic", self.messages_on_topic.to_string()),
+            ("consumed", self.consumed.to_string()),
+            ("duplicates absorbed", self.duplicates.to_string()),
+            ("dead letters", self.dead_letters.to_string()),
+            ("placing time", format!("{:.2}s", secs(self.placing_ms))),
+            (
+                "end to end",
+                format!("{:.2}s ({rate:.0} orders/s)", secs(self.total_ms)),
+            ),
+        ];
+        for (name, value) in rows {
+            let _ = writeln!(out, "  {name:<20} {value}");
+        }
+        let _ = writeln!(
+            out,
+            "\n  {:<14} {:>8} {:>8} {:>9} {:>8}",
+            "product", "start", "ordered", "expected", "final"
+        );
+        for c in &self.stock {
+            let actual = c.actual.map_or_else(|| "-".to_owned(), |a| a.to_string());
+            let mark = if c.holds() { "" } else { "  <- wrong" };
+            let _ = writeln!(
+                out,
+                "  {:<14} {:>8} {:>8} {:>9} {:>8}{mark}",
+                c.product, c.start, c.ordered, c.expected, actual
+            );
+        }
+        out.push_str("\ninvariants\n");
+        for i in self.invariants() {
+            let verdict = if i.holds { "ok  " } else { "FAIL" };
+            let _ = writeln!(out, "  [{verdict}] {:<34} {}", i.name, i.detail);
+        }
+        let _ = writeln!(
+            out,
+            "\n{}",
+            if self.passed() {
+                "all invariants hold"
+            } else {
+                "SOME INVARIANTS FAILED"
+            }
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn good() -> DemoReport {
+        DemoReport {
+            orders_planned: 2,
+            orders_accepted: 2,
+            consumed: 2,
+            drained: true,
+            stock: vec![StockCheck {
+                product: "calabacin".into(),
+                start: 80,
+                ordered: 3,
+                expected: 77,
+                actual: Some(77),
+            }],
+            ..DemoReport::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_run_passes() {
+        assert!(good().passed());
+        assert!(good().render().contains("all invariants hold"));
+    }
+
+    #[test]
+    fn each_broken_invariant_fails_the_run() {
+        let mut twice = good();
+        twice.consumed = 3;
+        let mut stock = good();
+        stock.stock[0].actual = Some(74);
+        let mut pending = good();
+        pending.outbox_pending = 1;
+        let mut dead = good();
+        dead.dead_letters = 1;
+        for report in [twice, stock, pending, dead] {
+            assert!(!report.passed(), "{report:?}");
+        }
+    }
+}

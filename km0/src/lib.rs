@@ -1,0 +1,13 @@
+//! Kilómetro Cero (km0): the reference order/inventory system built on entrega.
+//!
+//! `pedidos` stores orders and their events in one transaction (outbox); the relay publishes
+//! them to the log transport; `inventario` takes the stock once per event (idempotent
+//! consumer). Each runs in its own process (`km0 run ...`) or all together (`km0 up`,
+//! `km0 demo`).
+
+pub mod cli;
+pub mod config;
+pub mod demo;
+mod schema;
+pub mod services;
+pub mod wiring;

@@ -1,0 +1,331 @@
+//! The stock database: schema, and taking an order's stock exactly once per event.
+//!
+//! The idempotency key (`mensajes_procesados`) and the stock updates share one transaction:
+//! both commit or neither does (ARCHITECTURE rule 6). A batch shares one transaction among
+//! many events, with a savepoint per event so one refused order undoes only its own writes.
+
+use async_trait::async_trait;
+use entrega_core::{MigrationSet, Processed, StoreError};
+use sqlx::{PgConnection, SqliteConnection};
+
+use super::domain::{PlacedOrder, StockError, INITIAL_STOCK};
+use crate::config::Db;
+use crate::schema::{self, Migration};
+
+/// The seed's `stock` table and rows; `ON CONFLICT` adopts a database made from the seed's SQL.
+const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "stock with the seed's initial rows",
+    sqlite: "CREATE TABLE IF NOT EXISTS stock (
+        producto TEXT PRIMARY KEY,
+        unidades INTEGER NOT NULL CHECK (unidades >= 0));
+    INSERT INTO stock (producto, unidades) VALUES ('tomate-rosa', 120), ('calabacin', 80),
+        ('queso-curado', 5), ('queso-fresco', 30), ('vino-crianza', 200)
+        ON CONFLICT (producto) DO NOTHING;",
+    postgres: "CREATE TABLE IF NOT EXISTS stock (
+        producto TEXT PRIMARY KEY,
+        unidades INTEGER NOT NULL CHECK (unidades >= 0));
+    INSERT INTO stock (producto, unidades) VALUES ('tomate-rosa', 120), ('calabacin', 80),
+        ('queso-curado', 5), ('queso-fresco', 30), ('vino-crianza', 200)
+        ON CONFLICT (producto) DO NOTHING;",
+}];
+
+/// Why an event's effect was not applied.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// A business rule refused it (permanent); nothing was applied, the key is not recorded.
+    #[error(transparent)]
+    Stock(#[from] StockError),
+    /// The database failed; nothing was applied. Transient or not per [`StoreError::is_transient`].
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl ApplyError {
+    /// Whether trying again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Store(e) if e.is_transient())
+    }
+}
+
+/// One event of a batch: its idempotency key and what it asks for (or why it cannot be read).
+#[derive(Debug, Clone)]
+pub struct BatchItem {
+    /// The idempotency key (`id_evento`).
+    pub message_id: String,
+    /// The order to apply, or the permanent reason it cannot be.
+    pub order: Result<PlacedOrder, StockError>,
+}
+
+/// The stock database of the `inventario` service.
+#[derive(Debug, Clone)]
+pub struct StockStore {
+    db: Db,
+}
+
+impl StockStore {
+    /// Wraps a connected database.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// The underlying database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Creates entrega's processed-messages table and the stock table with its seed rows.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.db.migrate_entrega(&[MigrationSet::Inbox]).await?;
+        schema::apply(&self.db, "inventario", MIGRATIONS).await
+    }
+
+    /// Takes the order's stock once per `message_id` for `consumer`, in one transaction.
+    pub async fn apply(
+        &self,
+        consumer: &str,
+        message_id: &str,
+        order: &PlacedOrder,
+    ) -> Result<Processed<()>, ApplyError> {
+        match &self.db {
+            Db::Sqlite(pool) => {
+                let err = entrega_sqlite::classify;
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+                // On `Err` the transaction is dropped, which rolls back the claimed key too.
+                let done = apply_one(&mut *tx, consumer, message_id, order).await?;
+                tx.commit().await.map_err(err)?;
+                Ok(done)
+            }
+            Db::Postgres(pool) => {
+                let err = entrega_postgres::classify;
+                let mut tx = pool.begin().await.map_err(err)?;
+                let done = apply_one(&mut *tx, consumer, message_id, order).await?;
+                tx.commit().await.map_err(err)?;
+                Ok(done)
+            }
+        }
+    }
+
+    /// Applies many events in one transaction, each deduplicated by its own key, each under
+    /// its own savepoint. Returns one result per item attempted, in order: a permanent failure
+    /// undoes only its own item; a transient one stops the batch there (that item and the rest
+    /// are left out, to be delivered again). Nothing is visible until the returned `Ok`; an
+    /// `Err` means the transaction did not commit and no item took effect.
+    pub async fn apply_batch(
+        &self,
+        consumer: &str,
+        items: &[BatchItem],
+    ) -> Result<Vec<Result<Processed<()>, ApplyError>>, StoreError> {
+        match &self.db {
+            Db::Sqlite(pool) => {
+                let err = entrega_sqlite::classify;
+                // IMMEDIATE takes the write lock up front, so a concurrent writer waits on
+                // busy_timeout instead of failing a read-to-write upgrade.
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+                let results = apply_items(&mut *tx, consumer, items).await;
+                tx.commit().await.map_err(err)?;
+                Ok(results)
+            }
+            Db::Postgres(pool) => {
+                let err = entrega_postgres::classify;
+                let mut tx = pool.begin().await.map_err(err)?;
+                let results = apply_items(&mut *tx, consumer, items).await;
+                tx.commit().await.map_err(err)?;
+                Ok(results)
+            }
+        }
+    }
+
+    /// Units of every product, by product.
+    pub async fn all(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let sql = "SELECT producto, CAST(unidades AS BIGINT) FROM stock ORDER BY producto";
+        match &self.db {
+            Db::Sqlite(pool) => sqlx::query_as(sql)
+                .fetch_all(pool)
+                .await
+                .map_err(entrega_sqlite::classify),
+            Db::Postgres(pool) => sqlx::query_as(sql)
+                .fetch_all(pool)
+                .await
+                .map_err(entrega_postgres::classify),
+        }
+    }
+
+    /// Units of one product, if it exists.
+    pub async fn units(&self, product: &str) -> Result<Option<i64>, StoreError> {
+        let sql = "SELECT CAST(unidades AS BIGINT) FROM stock WHERE producto = $1";
+        match &self.db {
+            Db::Sqlite(pool) => sqlx::query_scalar(sql)
+                .bind(product)
+                .fetch_optional(pool)
+                .await
+                .map_err(entrega_sqlite::classify),
+            Db::Postgres(pool) => sqlx::query_scalar(sql)
+                .bind(product)
+                .fetch_optional(pool)
+                .await
+                .map_err(entrega_postgres::classify),
+        }
+    }
+
+    /// Sets a product's units, adding the product if missing (operators, demo resets).
+    pub async fn set_units(&self, product: &str, units: i32) -> Result<(), StoreError> {
+        let sql = "INSERT INTO stock (producto, unidades) VALUES ($1, $2) \
+                   ON CONFLICT (producto) DO UPDATE SET unidades = excluded.unidades";
+        match &self.db {
+            Db::Sqlite(pool) => sqlx::query(sql)
+                .bind(product)
+                .bind(units)
+                .execute(pool)
+                .await
+                .map(drop)
+                .map_err(entrega_sqlite::classify),
+            Db::Postgres(pool) => sqlx::query(sql)
+                .bind(product)
+                .bind(units)
+                .execute(pool)
+                .await
+                .map(drop)
+                .map_err(entrega_postgres::classify),
+        }
+    }
+
+    /// Puts the seed's initial units back.
+    pub async fn reset_initial(&self) -> Result<(), StoreError> {
+        for (product, units) in INITIAL_STOCK {
+            self.set_units(product, i32::try_from(*units).unwrap_or(i32::MAX))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Number of events recorded as processed by `consumer`.
+    pub async fn processed(&self, consumer: &str) -> Result<u64, StoreError> {
+        match &self.db {
+            Db::Sqlite(pool) => entrega_sqlite::SqliteInbox::count(pool, consumer).await,
+            Db::Postgres(pool) => entrega_postgres::PgInbox::count(pool, consumer).await,
+        }
+    }
+}
+
+async fn apply_items(
+    conn: &mut dyn StockWrites,
+    consumer: &str,
+    items: &[BatchItem],
+) -> Vec<Result<Processed<()>, ApplyError>> {
+    let mut results = Vec::with_capacity(items.len());
+    for item in items {
+        let order = match &item.order {
+            Ok(order) => order,
+            // Unreadable: nothing to undo, and the key stays unrecorded so an operator can
+            // replay the message once the cause is fixed.
+            Err(e) => {
+                results.push(Err(e.clone().into()));
+                continue;
+            }
+        };
+        if let Err(e) = conn.run("SAVEPOINT km0_item").await {
+            results.push(Err(e.into()));
+            break;
+        }
+        let outcome = apply_one(conn, consumer, &item.message_id, order).await;
+        let closed = match &outcome {
+            Ok(_) => conn.run("RELEASE SAVEPOINT km0_item").await,
+            Err(_) => match conn.run("ROLLBACK TO SAVEPOINT km0_item").await {
+                Ok(()) => conn.run("RELEASE SAVEPOINT km0_item").await,
+                Err(e) => Err(e),
+            },
+        };
+        let transient = outcome.as_ref().is_err_and(ApplyError::is_transient);
+        match closed {
+            Ok(()) if !transient => results.push(outcome),
+            // A transient failure (or a savepoint that cannot be closed) leaves this item
+            // and the rest unattempted: they will be delivered again.
+            _ => break,
+        }
+    }
+    results
+}
+
+/// Claims the key, then takes each line; the caller undoes everything on `Err`.
+async fn apply_one(
+    conn: &mut dyn StockWrites,
+    consumer: &str,
+    message_id: &str,
+    order: &PlacedOrder,
+) -> Result<Processed<()>, ApplyError> {
+    if !conn.claim(consumer, message_id).await? {
+        return Ok(Processed::Duplicate);
+    }
+    for line in &order.lines {
+        if !conn.take(&line.product, line.quantity).await? {
+            let product = line.product.clone();
+            return Err(if conn.exists(&line.product).await? {
+                StockError::OutOfStock { product }.into()
+            } else {
+                StockError::UnknownProduct { product }.into()
+            });
+        }
+    }
+    Ok(Processed::Applied(()))
+}
+
+/// The writes of one event, on either backend's connection inside a transaction.
+#[async_trait]
+trait StockWrites: Send {
+    /// Records the key; `false` for a duplicate.
+    async fn claim(&mut self, consumer: &str, message_id: &str) -> Result<bool, StoreError>;
+    /// Takes `quantity` units if that many are left; `false` otherwise.
+    async fn take(&mut self, product: &str, quantity: i32) -> Result<bool, StoreError>;
+    /// Whether the product is in the table.
+    async fn exists(&mut self, product: &str) -> Result<bool, StoreError>;
+    /// Runs a fixed statement (savepoints).
+    async fn run(&mut self, sql: &'static str) -> Result<(), StoreError>;
+}
+
+macro_rules! impl_stock_writes {
+    ($conn:ty, $inbox:path, $classify:path) => {
+        #[async_trait]
+        impl StockWrites for $conn {
+            async fn claim(&mut self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
+                <$inbox>::claim(self, consumer, message_id).await
+            }
+
+            async fn take(&mut self, product: &str, quantity: i32) -> Result<bool, StoreError> {
+                // The seed's conditional update: never below zero, even under concurrency.
+                let done = sqlx::query(
+                    "UPDATE stock SET unidades = unidades - $1 WHERE producto = $2 AND unidades >= $1",
+                )
+                .bind(quantity)
+                .bind(product)
+                .execute(&mut *self)
+                .await
+                .map_err($classify)?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn exists(&mut self, product: &str) -> Result<bool, StoreError> {
+                let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM stock WHERE producto = $1")
+                    .bind(product)
+                    .fetch_optional(&mut *self)
+                    .await
+                    .map_err($classify)?;
+                Ok(found.is_some())
+            }
+
+            async fn run(&mut self, sql: &'static str) -> Result<(), StoreError> {
+                // A prepared statement rather than `raw_sql`, whose future is not `Send`
+                // enough for an object-safe async trait.
+                sqlx::query(sql)
+                    .execute(&mut *self)
+                    .await
+                    .map(drop)
+                    .map_err($classify)
+            }
+        }
+    };
+}
+
+impl_stock_writes!(SqliteConnection, entrega_sqlite::SqliteInbox, entrega_sqlite::classify);
+impl_stock_writes!(PgConnection, entrega_postgres::PgInbox, entrega_postgres::classify);

@@ -1,0 +1,234 @@
+//! Orders as the API receives and returns them, and the validation of a new order.
+//!
+//! Wire names are the seed's (`cliente`, `mercado`, `lineas`, `producto`, `cantidad`,
+//! `precio_centimos`); the payload of `pedido.creado` is the order exactly as received, as the
+//! seed's `json.dumps(pedido)` publishes it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Longest accepted text field (ids, customers, markets, products), in characters.
+pub const MAX_TEXT_LEN: usize = 200;
+/// Most lines accepted in one order.
+pub const MAX_LINES: usize = 200;
+
+/// State of an order just created (`estado`), as in the seed.
+pub const CREATED: &str = "creado";
+
+/// One line of an order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderLine {
+    /// Product id (`producto`), e.g. `queso-curado`.
+    #[serde(rename = "producto")]
+    pub product: String,
+    /// Units ordered (`cantidad`), at least 1.
+    #[serde(rename = "cantidad")]
+    pub quantity: i32,
+    /// Unit price in cents (`precio_centimos`), at least 0.
+    #[serde(rename = "precio_centimos")]
+    pub price_cents: i32,
+}
+
+/// An order to create, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewOrder {
+    /// Order id chosen by the client, e.g. `P-2026-000123`; creating it twice is a conflict.
+    pub id: String,
+    /// Customer (`cliente`).
+    #[serde(rename = "cliente")]
+    pub customer: String,
+    /// Market the order is for (`mercado`).
+    #[serde(rename = "mercado")]
+    pub market: String,
+    /// Lines (`lineas`), at least one.
+    #[serde(rename = "lineas")]
+    pub lines: Vec<OrderLine>,
+}
+
+/// A stored order with its lines.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Order {
+    /// Order id.
+    pub id: String,
+    /// Customer (`cliente`).
+    #[serde(rename = "cliente")]
+    pub customer: String,
+    /// Market (`mercado`).
+    #[serde(rename = "mercado")]
+    pub market: String,
+    /// State (`estado`), `creado` for a new order.
+    #[serde(rename = "estado")]
+    pub state: String,
+    /// Creation time (`creado_en`), RFC 3339 in UTC.
+    #[serde(rename = "creado_en")]
+    pub created_at: String,
+    /// Lines (`lineas`), in insertion order.
+    #[serde(rename = "lineas")]
+    pub lines: Vec<OrderLine>,
+}
+
+/// Why a request body is not a valid order; names the offending field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidOrder {
+    /// The field, as a path in the body: `cliente`, `lineas`, `lineas[1].cantidad`.
+    pub field: String,
+    /// What is wrong with it, for the client.
+    pub message: String,
+}
+
+impl InvalidOrder {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl NewOrder {
+    /// Validates a JSON body field by field, so the client learns exactly which field is wrong
+    /// (serde's derived errors name neither nested paths nor business rules).
+    pub fn from_json(body: &Value) -> Result<Self, InvalidOrder> {
+        let Value::Object(map) = body else {
+            return Err(InvalidOrder::new("cuerpo", "el cuerpo debe ser un objeto JSON"));
+        };
+        let id = text(map, "id", "id")?;
+        let customer = text(map, "cliente", "cliente")?;
+        let market = text(map, "mercado", "mercado")?;
+        let lines = match map.get("lineas") {
+            None | Some(Value::Null) => return Err(InvalidOrder::new("lineas", "falta el campo")),
+            Some(Value::Array(items)) => items,
+            Some(_) => return Err(InvalidOrder::new("lineas", "debe ser una lista")),
+        };
+        if lines.is_empty() {
+            return Err(InvalidOrder::new("lineas", "el pedido necesita al menos una línea"));
+        }
+        if lines.len() > MAX_LINES {
+            return Err(InvalidOrder::new(
+                "lineas",
+                format!("como mucho {MAX_LINES} líneas por pedido"),
+            ));
+        }
+        let lines = lines
+            .iter()
+            .enumerate()
+            .map(|(i, line)| parse_line(i, line))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            id,
+            customer,
+            market,
+            lines,
+        })
+    }
+
+    /// The payload (`carga`) of `pedido.creado`: the order as the client sent it.
+    pub fn to_payload(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// Total units of all lines.
+    pub fn units(&self) -> i64 {
+        self.lines.iter().map(|l| i64::from(l.quantity)).sum()
+    }
+}
+
+fn parse_line(index: usize, line: &Value) -> Result<OrderLine, InvalidOrder> {
+    let Value::Object(map) = line else {
+        return Err(InvalidOrder::new(format!("lineas[{index}]"), "debe ser un objeto"));
+    };
+    let path = |name: &str| format!("lineas[{index}].{name}");
+    Ok(OrderLine {
+        product: text(map, "producto", &path("producto"))?,
+        quantity: integer(map, "cantidad", &path("cantidad"), 1)?,
+        price_cents: integer(map, "precio_centimos", &path("precio_centimos"), 0)?,
+    })
+}
+
+fn text(map: &Map<String, Value>, name: &str, path: &str) -> Result<String, InvalidOrder> {
+    match map.get(name) {
+        None | Some(Value::Null) => Err(InvalidOrder::new(path, "falta el campo")),
+        Some(Value::String(s)) if s.trim().is_empty() => {
+            Err(InvalidOrder::new(path, "no puede estar vacío"))
+        }
+        Some(Value::String(s)) if s.chars().count() > MAX_TEXT_LEN => Err(InvalidOrder::new(
+            path,
+            format!("como mucho {MAX_TEXT_LEN} caracteres"),
+        )),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(InvalidOrder::new(path, "debe ser un texto")),
+    }
+}
+
+fn integer(map: &Map<String, Value>, name: &str, path: &str, min: i32) -> Result<i32, InvalidOrder> {
+    let value = match map.get(name) {
+        None | Some(Value::Null) => return Err(InvalidOrder::new(path, "falta el campo")),
+        Some(v) => v,
+    };
+    // `as_i64` is None for fractions and for numbers beyond i64, both invalid here.
+    let Some(number) = value.as_i64() else {
+        return Err(InvalidOrder::new(path, "debe ser un número entero"));
+    };
+    if number < i64::from(min) {
+        return Err(InvalidOrder::new(path, format!("debe ser mayor o igual que {min}")));
+    }
+    i32::try_from(number)
+        .map_err(|_| InvalidOrder::new(path, format!("debe ser menor que {}", i32::MAX)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid() -> Value {
+        json!({"id": "P-1", "cliente": "ana", "mercado": "girona",
+               "lineas": [{"producto": "queso-curado", "cantidad": 2, "precio_centimos": 1450}]})
+    }
+
+    #[test]
+    fn a_valid_order_round_trips_to_the_seed_payload() {
+        let order = NewOrder::from_json(&valid()).unwrap();
+        assert_eq!(order.lines[0].quantity, 2);
+        assert_eq!(order.to_payload(), valid());
+    }
+
+    #[test]
+    fn each_problem_names_its_field() {
+        let cases: Vec<(Value, &str)> = vec![
+            (json!([]), "cuerpo"),
+            (json!({"cliente": "a", "mercado": "m", "lineas": []}), "id"),
+            (json!({"id": " ", "cliente": "a", "mercado": "m", "lineas": []}), "id"),
+            (json!({"id": "P", "cliente": 3, "mercado": "m", "lineas": []}), "cliente"),
+            (json!({"id": "P", "cliente": "a", "lineas": []}), "mercado"),
+            (json!({"id": "P", "cliente": "a", "mercado": "m", "lineas": []}), "lineas"),
+            (json!({"id": "P", "cliente": "a", "mercado": "m"}), "lineas"),
+            (
+                json!({"id": "P", "cliente": "a", "mercado": "m",
+                       "lineas": [{"producto": "x", "cantidad": 1, "precio_centimos": 1},
+                                  {"producto": "y", "cantidad": 0, "precio_centimos": 1}]}),
+                "lineas[1].cantidad",
+            ),
+            (
+                json!({"id": "P", "cliente": "a", "mercado": "m",
+                       "lineas": [{"producto": "x", "cantidad": 1.5, "precio_centimos": 1}]}),
+                "lineas[0].cantidad",
+            ),
+            (
+                json!({"id": "P", "cliente": "a", "mercado": "m",
+                       "lineas": [{"producto": "x", "cantidad": 1, "precio_centimos": -1}]}),
+                "lineas[0].precio_centimos",
+            ),
+            (
+                json!({"id": "P", "cliente": "a", "mercado": "m",
+                       "lineas": [{"cantidad": 1, "precio_centimos": 1}]}),
+                "lineas[0].producto",
+            ),
+        ];
+        for (body, field) in cases {
+            let err = NewOrder::from_json(&body).unwrap_err();
+            assert_eq!(err.field, field, "{body}");
+        }
+    }
+}

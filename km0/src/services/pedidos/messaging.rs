@@ -1,0 +1,35 @@
+//! The events `pedidos` publishes, with the seed's names.
+
+use entrega_core::NewEvent;
+
+use super::domain::NewOrder;
+
+/// Topic of every order event (`pedidos.eventos`), keyed by order id.
+pub const TOPIC: &str = "pedidos.eventos";
+/// Partitions of [`TOPIC`] when km0 creates it (six, as in the seed's diagram).
+pub const PARTITIONS: u32 = 6;
+/// Aggregate type of order events in the outbox (`agregado`).
+pub const AGGREGATE: &str = "pedido";
+/// The producing service (`origen` of the envelope).
+pub const SOURCE: &str = "pedidos";
+/// An order was created (`pedido.creado`).
+pub const ORDER_CREATED: &str = "pedido.creado";
+/// An order was paid (`pedido.pagado`).
+pub const ORDER_PAID: &str = "pedido.pagado";
+/// An order was cancelled (`pedido.cancelado`).
+pub const ORDER_CANCELLED: &str = "pedido.cancelado";
+
+/// The `pedido.creado` event of a new order: aggregate `pedido`, aggregate id the order id,
+/// payload the order as received (the seed's `json.dumps(pedido)`).
+pub fn order_created(order: &NewOrder) -> NewEvent {
+    NewEvent::new(AGGREGATE, order.id.clone(), ORDER_CREATED, order.to_payload())
+}
+
+/// The topic an outbox row of aggregate type `aggregate` is published to.
+pub fn topic_for(aggregate: &str) -> String {
+    match aggregate {
+        AGGREGATE => TOPIC.to_owned(),
+        // Other aggregates follow the same naming: `<aggregate>s.eventos`.
+        other => format!("{other}s.eventos"),
+    }
+}

@@ -1,0 +1,71 @@
+//! Fresh databases for tests: an SQLite file in its own temporary directory, or a PostgreSQL
+//! database with a random name on the server of `ENTREGA_TEST_PG`.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use km0::config::Db;
+
+/// Server used by PostgreSQL tests.
+pub fn pg_server() -> String {
+    std::env::var("ENTREGA_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// A database that exists for one test.
+pub struct TestDb {
+    /// The connected database.
+    pub db: Db,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    Dir(PathBuf),
+    PgDatabase(String),
+}
+
+impl TestDb {
+    /// A new SQLite database file.
+    pub async fn sqlite() -> Self {
+        let dir = std::env::temp_dir().join(format!("km0-test-{}", uuid::Uuid::new_v4().simple()));
+        let url = format!("sqlite://{}", dir.join("test.db").display());
+        let db = Db::connect(&url).await.expect("sqlite connect");
+        Self { db, cleanup: Cleanup::Dir(dir) }
+    }
+
+    /// A new PostgreSQL database on [`pg_server`].
+    pub async fn postgres() -> Self {
+        let name = format!("entrega_t_{}", uuid::Uuid::new_v4().simple());
+        let url = entrega_postgres::ensure_database(&pg_server(), &name)
+            .await
+            .expect("create test database");
+        let db = Db::connect(&url).await.expect("postgres connect");
+        Self { db, cleanup: Cleanup::PgDatabase(name) }
+    }
+
+    /// A fresh database of the named backend (`sqlite` or `postgres`).
+    pub async fn of(backend: &str) -> Self {
+        match backend {
+            "postgres" => Self::postgres().await,
+            _ => Self::sqlite().await,
+        }
+    }
+
+    /// Closes the database and removes it.
+    pub async fn remove(self) {
+        self.db.close().await;
+        match self.cleanup {
+            Cleanup::Dir(dir) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            Cleanup::PgDatabase(name) => {
+                if let Ok(admin) = sqlx::PgPool::connect(&format!("{}/postgres", pg_server())).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                        .execute(&admin)
+                        .await;
+                    admin.close().await;
+                }
+            }
+        }
+    }
+}
