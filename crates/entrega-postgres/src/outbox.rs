@@ -136,6 +136,13 @@ impl PgOutbox {
     }
 }
 
+/// Epoch ms kept within what `timestamptz` can hold (about year 33658 either way), so
+/// "everything" sentinels such as `i64::MAX` work as bounds.
+fn timestamp_ms(ms: i64) -> i64 {
+    const LIMIT: i64 = 1_000_000_000_000_000;
+    ms.clamp(-LIMIT, LIMIT)
+}
+
 fn version_of(event: &NewEvent) -> Result<i32, StoreError> {
     i32::try_from(event.version)
         .map_err(|_| invalid(format!("event version {} is out of range", event.version)))
@@ -196,7 +203,7 @@ impl OutboxReader for PgOutbox {
                AND EXISTS (SELECT 1 FROM entrega_relay_lanes
                            WHERE lane = $3 AND owner = $4 AND token = $5)",
         )
-        .bind(now_ms)
+        .bind(timestamp_ms(now_ms))
         .bind(ids)
         .bind(lane)
         .bind(&lease.owner)
@@ -235,7 +242,7 @@ impl OutboxMaintenance for PgOutbox {
             "DELETE FROM outbox
              WHERE publicado_en IS NOT NULL AND publicado_en < to_timestamp($1::float8 / 1000.0)",
         )
-        .bind(before_ms)
+        .bind(timestamp_ms(before_ms))
         .execute(&self.pool)
         .await
         .map_err(classify)?;

@@ -1,0 +1,149 @@
+//! Migrations are idempotent, safe to run concurrently and refuse a newer schema; databases
+//! are created race-free; errors are classified.
+
+mod common;
+
+use common::{server_url, TestDb, TestResult};
+use entrega_core::{MigrationSet, StoreError};
+use entrega_postgres::{classify, connect, ensure_database, latest_version, migrate};
+use sqlx::Connection;
+
+const ALL: [MigrationSet; 3] = [MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Log];
+
+async fn recorded(pool: &sqlx::PgPool) -> Result<Vec<(String, i64)>, common::Error> {
+    Ok(sqlx::query_as(
+        "SELECT set_name, version FROM entrega_migrations ORDER BY set_name, version",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+#[tokio::test]
+async fn migrating_twice_changes_nothing() -> TestResult {
+    let db = TestDb::with(&ALL).await?;
+    let first = recorded(&db.pool).await?;
+    migrate(&db.pool, &ALL).await?;
+    migrate(&db.pool, &[MigrationSet::Log, MigrationSet::Log]).await?;
+    assert_eq!(recorded(&db.pool).await?, first);
+    assert_eq!(
+        first,
+        vec![
+            ("inbox".to_owned(), latest_version(MigrationSet::Inbox)),
+            ("log".to_owned(), latest_version(MigrationSet::Log)),
+            ("outbox".to_owned(), latest_version(MigrationSet::Outbox)),
+        ]
+    );
+    let lanes: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_relay_lanes")
+        .fetch_one(&db.pool)
+        .await?;
+    assert_eq!(lanes, 64, "lane rows are created once");
+    db.drop().await
+}
+
+#[tokio::test]
+async fn only_the_requested_sets_are_created() -> TestResult {
+    let db = TestDb::with(&[MigrationSet::Inbox]).await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+    )
+    .fetch_all(&db.pool)
+    .await?;
+    assert_eq!(tables, vec!["entrega_migrations", "mensajes_procesados"]);
+    db.drop().await
+}
+
+#[tokio::test]
+async fn concurrent_migrations_apply_each_step_once() -> TestResult {
+    let db = TestDb::empty().await?;
+    let (a, b, c) = tokio::join!(
+        migrate(&db.pool, &ALL),
+        migrate(&db.pool, &ALL),
+        migrate(&db.pool, &[MigrationSet::Outbox]),
+    );
+    a?;
+    b?;
+    c?;
+    assert_eq!(recorded(&db.pool).await?.len(), 3);
+    let lanes: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_relay_lanes")
+        .fetch_one(&db.pool)
+        .await?;
+    assert_eq!(lanes, 64);
+    db.drop().await
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused() -> TestResult {
+    let db = TestDb::with(&[MigrationSet::Outbox]).await?;
+    sqlx::query(
+        "INSERT INTO entrega_migrations (set_name, version, description, applied_at_ms)
+         VALUES ('outbox', 999, 'from the future', 0)",
+    )
+    .execute(&db.pool)
+    .await?;
+    let err = migrate(&db.pool, &[MigrationSet::Outbox]).await;
+    assert!(
+        matches!(err, Err(StoreError::SchemaTooNew { found: 999, .. })),
+        "{err:?}"
+    );
+    // Other sets are unaffected by the refusal of one only when asked alone.
+    migrate(&db.pool, &[MigrationSet::Inbox]).await?;
+    db.drop().await
+}
+
+#[tokio::test]
+async fn ensure_database_is_race_safe_and_returns_a_usable_url() -> TestResult {
+    let name = format!("entrega_t_{}", uuid::Uuid::new_v4().simple());
+    let server = server_url();
+    let (a, b) = tokio::join!(
+        ensure_database(&server, &name),
+        ensure_database(&server, &name)
+    );
+    let (a, b) = (a?, b?);
+    assert_eq!(a, b);
+    assert!(a.ends_with(&format!("/{name}")));
+    let pool = connect(&a).await?;
+    let current: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(current, name);
+    pool.close().await;
+    let mut admin = sqlx::PgConnection::connect(&server).await?;
+    sqlx::query(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .execute(&mut admin)
+        .await?;
+    assert!(ensure_database(&server, "bad\"name").await.is_err());
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_are_classified() -> TestResult {
+    // Nothing listens on port 1: a connection failure is worth retrying.
+    let refused = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:1/none").await;
+    let Err(refused) = refused else {
+        return Err("connected to port 1".into());
+    };
+    assert!(classify(refused).is_transient());
+
+    let db = TestDb::with(&[MigrationSet::Inbox]).await?;
+    let insert = "INSERT INTO mensajes_procesados (id_mensaje, consumidor) VALUES ('a', 'b')";
+    sqlx::query(insert).execute(&db.pool).await?;
+    let duplicate = sqlx::query(insert).execute(&db.pool).await;
+    let Err(duplicate) = duplicate else {
+        return Err("duplicate key accepted".into());
+    };
+    let classified = classify(duplicate);
+    assert!(matches!(classified, StoreError::Rejected { .. }));
+    assert!(!classified.is_transient());
+
+    // A serialization failure (40001) is transient.
+    let raised = sqlx::query(
+        "DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = 'serialization_failure'; END $$",
+    )
+    .execute(&db.pool)
+    .await;
+    let Err(raised) = raised else {
+        return Err("no error raised".into());
+    };
+    assert!(classify(raised).is_transient());
+    db.drop().await
+}
