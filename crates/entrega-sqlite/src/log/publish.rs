@@ -74,8 +74,7 @@ async fn append(
             format!("partition {partition} of `{topic}` has no row"),
         )
     })?;
-    let mut offset = end - count;
-    for message in messages {
+    for (offset, message) in (end - count..).zip(messages) {
         sqlx::query(
             "INSERT INTO entrega_log
                  (topic, partition_no, log_offset, msg_key, headers, payload, appended_at_ms)
@@ -91,7 +90,6 @@ async fn append(
         .execute(&mut *conn)
         .await
         .map_err(transport)?;
-        offset += 1;
     }
     Ok(())
 }
