@@ -6,6 +6,7 @@
 mod harness;
 mod inbox;
 mod log;
+mod log_subscription;
 mod outbox;
 
 pub use harness::MemoryHarness;

@@ -8,7 +8,25 @@ pub mod inbox;
 mod log_groups;
 mod log_support;
 mod log_topics;
-pub mod outbox;
+mod outbox_leases;
+mod outbox_rows;
+mod outbox_support;
+
+/// Outbox scenarios: [`LaneLeases`](entrega_core::LaneLeases),
+/// [`OutboxReader`](entrega_core::OutboxReader), [`OutboxMaintenance`](entrega_core::OutboxMaintenance)
+/// and [`OutboxWakeup`](entrega_core::OutboxWakeup), plus the backend's `enqueue`.
+pub mod outbox {
+    pub use super::outbox_leases::{
+        expired_owner_is_taken_over_and_fenced, mark_requires_valid_lease,
+        owners_converge_to_disjoint_lanes,
+    };
+    pub use super::outbox_rows::{
+        late_commit_is_still_pending, pending_follows_insertion_order,
+        purge_removes_published_by_age, rolled_back_enqueue_leaves_nothing, status_reports_backlog,
+        wakeup_returns_after_commit,
+    };
+    pub use super::outbox_support::event;
+}
 
 /// Log transport scenarios: [`crate::Publisher`](entrega_core::Publisher),
 /// [`TopicAdmin`](entrega_core::TopicAdmin) and [`Subscriber`](entrega_core::Subscriber).

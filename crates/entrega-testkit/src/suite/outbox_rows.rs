@@ -1,56 +1,16 @@
-//! Outbox conformance: visibility, order within a lane, fenced lane leases, late commits,
-//! purge, status and wake-up. Every function is one scenario, run on a fresh outbox.
+//! Outbox conformance, rows: visibility of committed and rolled-back enqueues, order within a
+//! lane, late commits, purge, status and wake-up. Every function is one scenario, run on a
+//! fresh outbox.
 
-use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
-use entrega_core::{now_ms, Clock, LaneLease, ManualClock, NewEvent, StoreError, LANES};
-use serde_json::json;
+use entrega_core::{now_ms, Clock, NewEvent};
 use tokio::time::Instant;
 
+use super::outbox_support::{event, lane_of_row, lease_for, run, TTL};
 use crate::ensure;
-use crate::harness::{BoxError, OutboxFixture, OutboxHarness, Scenario, TxEnd};
+use crate::harness::{OutboxHarness, Scenario, TxEnd};
 use crate::wait::wait_until;
-
-const TTL: Duration = Duration::from_secs(10);
-const TTL_MS: i64 = 10_000;
-
-/// A version-1 `pedido` event for `aggregate_id` carrying `n`.
-pub fn event(aggregate_id: &str, n: u32) -> NewEvent {
-    NewEvent::new("pedido", aggregate_id, "pedido.creado", json!({ "n": n }))
-}
-
-async fn run<F>(h: &dyn OutboxHarness, body: F) -> Scenario
-where
-    F: for<'a> FnOnce(
-        &'a dyn OutboxFixture,
-        ManualClock,
-    )
-        -> std::pin::Pin<Box<dyn std::future::Future<Output = Scenario> + Send + 'a>>,
-{
-    let clock = ManualClock::new(now_ms());
-    let fx = h.outbox(Arc::new(clock.clone())).await?;
-    let result = body(fx.as_ref(), clock).await;
-    let teardown = fx.teardown().await;
-    result.and(teardown)
-}
-
-async fn lease_for(
-    fx: &dyn OutboxFixture,
-    owner: &str,
-    lane: u32,
-    now: i64,
-) -> Result<LaneLease, BoxError> {
-    let held = fx.leases().balance(owner, now, TTL).await?;
-    held.into_iter()
-        .find(|l| l.lane == lane)
-        .ok_or_else(|| format!("{owner} does not hold lane {lane} after balancing alone").into())
-}
-
-async fn lane_of_row(fx: &dyn OutboxFixture, e: &NewEvent) -> Result<u32, BoxError> {
-    Ok(fx.row(e.id).await?.ok_or("committed row not found")?.lane)
-}
 
 /// A rolled-back enqueue leaves no row, nothing pending and no status.
 pub async fn rolled_back_enqueue_leaves_nothing(h: &dyn OutboxHarness) -> Scenario {
@@ -130,165 +90,6 @@ pub async fn pending_follows_insertion_order(h: &dyn OutboxHarness) -> Scenario 
             ensure!(
                 first_two.len() == 2 && first_two[..] == pending[..2],
                 "limit does not return the oldest rows"
-            );
-            Ok(())
-        })
-    })
-    .await
-}
-
-/// Marking needs the current lease: a stale token, another owner or a released lane is
-/// refused with `LeaseLost` and changes nothing.
-pub async fn mark_requires_valid_lease(h: &dyn OutboxHarness) -> Scenario {
-    run(h, |fx, clock| {
-        Box::pin(async move {
-            let first = event("lease-1", 1);
-            fx.enqueue(std::slice::from_ref(&first), TxEnd::Commit)
-                .await?;
-            let lane = lane_of_row(fx, &first).await?;
-            let lease = lease_for(fx, "r1", lane, clock.now_ms()).await?;
-            let stale = LaneLease {
-                token: lease.token - 1,
-                ..lease.clone()
-            };
-            let intruder = LaneLease {
-                owner: "intruder".into(),
-                ..lease.clone()
-            };
-            for bad in [&stale, &intruder] {
-                let res = fx
-                    .reader()
-                    .mark_published(bad, &[first.id], clock.now_ms())
-                    .await;
-                ensure!(
-                    matches!(res, Err(StoreError::LeaseLost { .. })),
-                    "mark with {bad:?} gave {res:?}"
-                );
-                ensure!(
-                    !fx.row(first.id).await?.ok_or("row vanished")?.published,
-                    "a refused mark changed the row"
-                );
-            }
-            fx.reader()
-                .mark_published(&lease, &[first.id], clock.now_ms())
-                .await?;
-            ensure!(
-                fx.row(first.id).await?.ok_or("row vanished")?.published,
-                "a valid mark did not publish"
-            );
-            ensure!(
-                fx.reader()
-                    .pending(lane, 10)
-                    .await?
-                    .iter()
-                    .all(|r| r.id != first.id),
-                "marked row still pending"
-            );
-
-            let second = event("lease-1", 2);
-            fx.enqueue(std::slice::from_ref(&second), TxEnd::Commit)
-                .await?;
-            fx.leases().release_all("r1").await?;
-            let res = fx
-                .reader()
-                .mark_published(&lease, &[second.id], clock.now_ms())
-                .await;
-            ensure!(
-                matches!(res, Err(StoreError::LeaseLost { .. })),
-                "mark after release gave {res:?}"
-            );
-            ensure!(
-                !fx.row(second.id).await?.ok_or("row vanished")?.published,
-                "released lease marked a row"
-            );
-            Ok(())
-        })
-    })
-    .await
-}
-
-/// Three owners balancing converge to disjoint fair shares that cover every lane.
-pub async fn owners_converge_to_disjoint_lanes(h: &dyn OutboxHarness) -> Scenario {
-    run(h, |fx, clock| {
-        Box::pin(async move {
-            let owners = ["a", "b", "c"];
-            let mut now = clock.now_ms();
-            for round in 0..10 {
-                let mut held: Vec<Vec<u32>> = Vec::new();
-                for owner in owners {
-                    let leases = fx.leases().balance(owner, now, TTL).await?;
-                    ensure!(
-                        leases.iter().all(|l| l.owner == owner),
-                        "balance returned another owner's lease"
-                    );
-                    held.push(leases.iter().map(|l| l.lane).collect());
-                }
-                let mut seen = HashSet::new();
-                for lanes in &held {
-                    for lane in lanes {
-                        ensure!(
-                            seen.insert(*lane),
-                            "round {round}: lane {lane} held twice: {held:?}"
-                        );
-                    }
-                }
-                let share = LANES.div_ceil(owners.len() as u32) as usize;
-                ensure!(
-                    held.iter().all(|l| l.len() <= share || round == 0),
-                    "round {round}: above fair share"
-                );
-                if seen.len() == LANES as usize && held.iter().all(|l| l.len() <= share) {
-                    return Ok(());
-                }
-                now += 1_000;
-            }
-            Err("three owners did not converge to cover every lane within 10 rounds".into())
-        })
-    })
-    .await
-}
-
-/// An owner that stops heartbeating loses its lanes after the ttl; the taker's token grows
-/// and the old owner's marks are refused.
-pub async fn expired_owner_is_taken_over_and_fenced(h: &dyn OutboxHarness) -> Scenario {
-    run(h, |fx, clock| {
-        Box::pin(async move {
-            let e = event("takeover-1", 1);
-            fx.enqueue(std::slice::from_ref(&e), TxEnd::Commit).await?;
-            let lane = lane_of_row(fx, &e).await?;
-            let t0 = clock.now_ms();
-            let old = lease_for(fx, "a", lane, t0).await?;
-            let early = fx.leases().balance("b", t0 + 1_000, TTL).await?;
-            ensure!(early.is_empty(), "b took {} live lanes of a", early.len());
-            let late = fx.leases().balance("b", t0 + TTL_MS + 1_000, TTL).await?;
-            ensure!(
-                late.len() == LANES as usize,
-                "b took {} of a's expired lanes, not all",
-                late.len()
-            );
-            let new = late
-                .iter()
-                .find(|l| l.lane == lane)
-                .ok_or("lane not taken")?;
-            ensure!(new.token > old.token, "takeover did not increase the token");
-            let res = fx
-                .reader()
-                .mark_published(&old, &[e.id], t0 + TTL_MS + 2_000)
-                .await;
-            ensure!(
-                matches!(res, Err(StoreError::LeaseLost { .. })),
-                "expired owner's mark gave {res:?}"
-            );
-            ensure!(
-                !fx.row(e.id).await?.ok_or("row vanished")?.published,
-                "fenced mark changed the row"
-            );
-            fx.reader()
-                .mark_published(new, &[e.id], t0 + TTL_MS + 2_000)
-                .await?;
-            ensure!(
-                fx.row(e.id).await?.ok_or("row vanished")?.published,
-                "new owner could not mark"
             );
             Ok(())
         })
