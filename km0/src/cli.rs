@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{DataPlace, Databases};
 use crate::demo::{self, DemoOptions};
-use crate::wiring::{self, System};
+use crate::wiring::{self, Components, System};
 
 /// Kilómetro Cero: orders and stock over entrega (outbox, relay, idempotent consumer).
 #[derive(Debug, Parser)]
@@ -18,7 +18,12 @@ use crate::wiring::{self, System};
 pub struct Cli {
     /// Where the services' databases live: `sqlite://DIR` (one file per service) or a
     /// PostgreSQL server URL `postgres://user@host:port` (databases created if missing).
-    #[arg(long, global = true, env = "KM0_DATABASE", default_value = "sqlite://km0-data")]
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_DATABASE",
+        default_value = "sqlite://km0-data"
+    )]
     pub database: String,
 
     /// The log broker's database: `sqlite://FILE` or `postgres://user@host:port/DB`.
@@ -88,6 +93,17 @@ pub enum Component {
     Relay,
 }
 
+impl Component {
+    /// The component's name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Pedidos => "pedidos",
+            Self::Inventario => "inventario",
+            Self::Relay => "relay",
+        }
+    }
+}
+
 /// `km0 outbox ...`.
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
@@ -145,17 +161,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let system = System::new(databases, cli.broker.clone());
     match cli.command {
         Command::Up { http } => {
-            wiring::run_all(&system, http).await?;
+            let instance = format!("km0-{}", std::process::id());
+            wiring::run_until_signal(&system, Components::all(&instance), http).await?;
         }
         Command::Run(args) => {
             let instance = args
                 .instance
-                .unwrap_or_else(|| format!("{:?}-{}", args.component, std::process::id()).to_lowercase());
+                .unwrap_or_else(|| format!("{}-{}", args.component.name(), std::process::id()));
+            let mut components = Components::none(&instance);
             match args.component {
-                Component::Pedidos => wiring::run_pedidos(&system, args.http).await?,
-                Component::Inventario => wiring::run_inventario(&system, &instance).await?,
-                Component::Relay => wiring::run_relay(&system, &instance).await?,
+                Component::Pedidos => components.pedidos = true,
+                Component::Inventario => components.inventario = true,
+                Component::Relay => components.relay = true,
             }
+            wiring::run_until_signal(&system, components, args.http).await?;
         }
         Command::Migrate => {
             system.migrate().await.context("migrating")?;

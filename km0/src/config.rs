@@ -230,7 +230,10 @@ mod tests {
     fn postgres_urls_split_into_server_and_database() {
         assert_eq!(
             split_database("postgres://u@h:5432/km0_broker"),
-            ("postgres://u@h:5432".to_owned(), Some("km0_broker".to_owned()))
+            (
+                "postgres://u@h:5432".to_owned(),
+                Some("km0_broker".to_owned())
+            )
         );
         assert_eq!(
             split_database("postgres://u@h:5432?sslmode=disable"),

@@ -8,6 +8,8 @@
 pub mod cli;
 pub mod config;
 pub mod demo;
+mod engine;
 mod schema;
 pub mod services;
+mod system;
 pub mod wiring;

@@ -1,100 +1,189 @@
-//! Putting km0 together for a pair of URLs: databases, relay, worker, HTTP server.
+//! Starting km0's components for a deployment: the pedidos HTTP API, the outbox relay and the
+//! inventario consumer, in any combination, in this process.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use anyhow::Context as _;
-use entrega_core::{OutboxStatus, StoreError};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-use crate::config::{connect_broker, Databases, Db, Service};
-use crate::services::inventario::StockStore;
-use crate::services::pedidos::{app, OrderStore, PedidosState};
+pub use crate::system::{BrokerLog, OutboxSeams, System};
 
-/// The databases of one km0 deployment.
-#[derive(Debug, Clone)]
-pub struct System {
-    databases: Databases,
-    broker_url: String,
+use crate::services::inventario::ConsumerStats;
+use crate::services::pedidos::{app, PedidosState};
+
+/// The dead-letter topic of the stock consumer (`<topic>.dlq`).
+pub fn dead_letter_topic() -> String {
+    format!("{}.dlq", crate::services::pedidos::TOPIC)
 }
 
-impl System {
-    /// A deployment with its services' databases at `databases` and the broker at `broker_url`.
-    pub fn new(databases: Databases, broker_url: String) -> Self {
+/// Which components to start, and the instance name they use among their peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Components {
+    /// The pedidos HTTP API.
+    pub pedidos: bool,
+    /// The outbox relay.
+    pub relay: bool,
+    /// The inventario consumer.
+    pub inventario: bool,
+    /// Relay lane owner and consumer group member name.
+    pub instance: String,
+}
+
+impl Components {
+    /// Everything, as `km0 up` and `km0 demo` run it.
+    pub fn all(instance: &str) -> Self {
         Self {
-            databases,
-            broker_url,
+            pedidos: true,
+            relay: true,
+            inventario: true,
+            instance: instance.to_owned(),
         }
     }
 
-    /// The services' databases.
-    pub fn databases(&self) -> &Databases {
-        &self.databases
-    }
-
-    /// The broker's URL.
-    pub fn broker_url(&self) -> &str {
-        &self.broker_url
-    }
-
-    /// The orders store, migrated.
-    pub async fn pedidos(&self) -> Result<OrderStore, StoreError> {
-        let store = OrderStore::new(self.databases.connect(Service::Pedidos).await?);
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// The stock store, migrated.
-    pub async fn inventario(&self) -> Result<StockStore, StoreError> {
-        let store = StockStore::new(self.databases.connect(Service::Inventario).await?);
-        store.migrate().await?;
-        Ok(store)
-    }
-
-    /// The broker's database, migrated.
-    pub async fn broker(&self) -> Result<Db, StoreError> {
-        let db = connect_broker(&self.broker_url).await?;
-        db.migrate_entrega(&[entrega_core::MigrationSet::Log]).await?;
-        Ok(db)
-    }
-
-    /// Migrates every database of the deployment.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.pedidos().await?.db().close().await;
-        self.inventario().await?.db().close().await;
-        self.broker().await?.close().await;
-        Ok(())
-    }
-
-    /// Backlog of the pedidos outbox.
-    pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
-        let _store = self.pedidos().await?;
-        Ok(OutboxStatus::default())
+    /// Nothing yet; switch components on field by field.
+    pub fn none(instance: &str) -> Self {
+        Self {
+            pedidos: false,
+            relay: false,
+            inventario: false,
+            instance: instance.to_owned(),
+        }
     }
 }
 
-/// Serves the pedidos API on `addr` until SIGINT/SIGTERM.
-pub async fn run_pedidos(system: &System, addr: SocketAddr) -> anyhow::Result<()> {
-    let store = system.pedidos().await.context("opening the pedidos database")?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
-    tracing::info!(%addr, "pedidos listening");
-    axum::serve(listener, app(PedidosState::new(store)))
-        .await
-        .context("serving HTTP")?;
-    Ok(())
+/// Components running in this process.
+pub struct Running {
+    stop: CancellationToken,
+    tasks: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
+    http_addr: Option<SocketAddr>,
+    consumer_stats: Option<Arc<ConsumerStats>>,
 }
 
-/// Runs the stock consumer until SIGINT/SIGTERM.
-pub async fn run_inventario(_system: &System, _instance: &str) -> anyhow::Result<()> {
-    anyhow::bail!("engine not wired yet")
+impl Running {
+    /// Where the HTTP API listens, if it runs.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// The consumer's counters, if it runs.
+    pub fn consumer_stats(&self) -> Option<Arc<ConsumerStats>> {
+        self.consumer_stats.clone()
+    }
+
+    /// A token that stops every component when cancelled.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Waits until a component ends by itself (an error) or the stop token is cancelled, then
+    /// stops the rest and waits for them.
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        let first = {
+            let stop = self.stop.clone();
+            let any_task = futures::future::select_all(self.tasks.iter_mut().map(|(_, t)| t));
+            tokio::select! {
+                () = stop.cancelled() => None,
+                (result, index, _) = any_task => Some((index, result)),
+            }
+        };
+        let mut outcome = Ok(());
+        if let Some((index, result)) = first {
+            let (name, _) = self.tasks.remove(index);
+            outcome = flatten(name, result);
+            if outcome.is_ok() {
+                outcome = Err(anyhow::anyhow!("{name} stopped unexpectedly"));
+            }
+        }
+        let rest = self.shutdown().await;
+        outcome.and(rest)
+    }
+
+    /// Stops every component and waits for each to finish cleanly.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown().await
+    }
+
+    async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        let mut outcome = Ok(());
+        for (name, task) in self.tasks {
+            let result = flatten(name, task.await);
+            if outcome.is_ok() {
+                outcome = result;
+            }
+        }
+        outcome
+    }
 }
 
-/// Runs the outbox relay until SIGINT/SIGTERM.
-pub async fn run_relay(_system: &System, _instance: &str) -> anyhow::Result<()> {
-    anyhow::bail!("engine not wired yet")
+fn flatten(
+    name: &str,
+    joined: Result<anyhow::Result<()>, tokio::task::JoinError>,
+) -> anyhow::Result<()> {
+    match joined {
+        Ok(result) => result.with_context(|| format!("{name} failed")),
+        Err(e) => Err(anyhow::anyhow!("{name} crashed: {e}")),
+    }
 }
 
-/// Runs pedidos, the relay and the stock consumer in one process until SIGINT/SIGTERM.
-pub async fn run_all(_system: &System, _addr: SocketAddr) -> anyhow::Result<()> {
-    anyhow::bail!("engine not wired yet")
+impl System {
+    /// Starts `components`; the HTTP API binds `http` (port 0 picks a free one).
+    pub async fn start(&self, components: Components, http: SocketAddr) -> anyhow::Result<Running> {
+        let stop = CancellationToken::new();
+        let mut running = Running {
+            stop: stop.clone(),
+            tasks: Vec::new(),
+            http_addr: None,
+            consumer_stats: None,
+        };
+        if components.pedidos {
+            let store = self
+                .pedidos()
+                .await
+                .context("opening the pedidos database")?;
+            let listener = tokio::net::TcpListener::bind(http)
+                .await
+                .with_context(|| format!("binding {http}"))?;
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "pedidos listening");
+            running.http_addr = Some(addr);
+            let stop = stop.clone();
+            let task = tokio::spawn(async move {
+                axum::serve(listener, app(PedidosState::new(store)))
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+                    .context("serving HTTP")
+            });
+            running.tasks.push(("pedidos", task));
+        }
+        if components.relay {
+            let task = crate::engine::spawn_relay(self, &components.instance, stop.clone()).await?;
+            running.tasks.push(("relay", task));
+        }
+        if components.inventario {
+            let (task, stats) =
+                crate::engine::spawn_consumer(self, &components.instance, stop.clone()).await?;
+            running.consumer_stats = Some(stats);
+            running.tasks.push(("inventario", task));
+        }
+        Ok(running)
+    }
+}
+
+/// Runs `components` until SIGINT/SIGTERM (or until one of them fails).
+pub async fn run_until_signal(
+    system: &System,
+    components: Components,
+    http: SocketAddr,
+) -> anyhow::Result<()> {
+    let running = system.start(components, http).await?;
+    let stop = running.stop_token();
+    tokio::spawn(async move {
+        crate::engine::shutdown_signal().await;
+        tracing::info!("signal received, stopping");
+        stop.cancel();
+    });
+    running.wait().await
 }

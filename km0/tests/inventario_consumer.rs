@@ -31,7 +31,11 @@ fn order_created(order_id: &str, lines: &[(&str, i64)]) -> Envelope {
 }
 
 async fn units(c: &StockConsumer, product: &str) -> i64 {
-    c.store().units(product).await.unwrap().expect("product exists")
+    c.store()
+        .units(product)
+        .await
+        .unwrap()
+        .expect("product exists")
 }
 
 async fn key_stored(db: &Db, id: Uuid) -> bool {
@@ -63,7 +67,11 @@ async fn new_event_takes_stock_once_and_a_redelivery_is_a_duplicate(backend: &st
     assert!(key_stored(&t.db, event.id).await);
 
     assert_eq!(c.handle(&event).await.unwrap(), Processed::Duplicate);
-    assert_eq!(units(&c, "queso-curado").await, 3, "a duplicate changes nothing");
+    assert_eq!(
+        units(&c, "queso-curado").await,
+        3,
+        "a duplicate changes nothing"
+    );
     assert_eq!(units(&c, "tomate-rosa").await, 110);
     assert_eq!(c.store().processed(CONSUMER).await.unwrap(), 1);
     let stats = c.stats().snapshot();
@@ -77,7 +85,10 @@ async fn out_of_stock_is_permanent_applies_nothing_and_records_no_key(backend: &
     let event = order_created("P-2", &[("tomate-rosa", 1), ("queso-curado", 6)]);
     let err = c.handle(&event).await.unwrap_err();
     assert!(!err.is_transient(), "{err}");
-    assert!(err.to_string().contains("sin stock de queso-curado"), "{err}");
+    assert!(
+        err.to_string().contains("sin stock de queso-curado"),
+        "{err}"
+    );
     assert_eq!(units(&c, "tomate-rosa").await, 120);
     assert_eq!(units(&c, "queso-curado").await, 5);
     assert!(!key_stored(&t.db, event.id).await);
@@ -120,7 +131,11 @@ async fn a_bad_message_in_a_batch_undoes_only_itself(backend: &str) {
         "a redelivery inside the same batch is still a duplicate"
     );
 
-    assert_eq!(units(&c, "calabacin").await, 80 - 5 - 7, "the bad order's 3 are not taken");
+    assert_eq!(
+        units(&c, "calabacin").await,
+        80 - 5 - 7,
+        "the bad order's 3 are not taken"
+    );
     assert_eq!(units(&c, "queso-curado").await, 4);
     assert!(key_stored(&t.db, first.id).await);
     assert!(!key_stored(&t.db, bad.id).await);
@@ -133,7 +148,11 @@ async fn migrating_again_keeps_the_stock(backend: &str) {
     let (c, t) = consumer(backend).await;
     c.store().set_units("queso-curado", 1).await.unwrap();
     c.store().migrate().await.unwrap();
-    assert_eq!(units(&c, "queso-curado").await, 1, "seed rows are inserted once");
+    assert_eq!(
+        units(&c, "queso-curado").await,
+        1,
+        "seed rows are inserted once"
+    );
     assert_eq!(c.store().all().await.unwrap().len(), 5);
     t.remove().await;
 }

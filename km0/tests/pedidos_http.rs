@@ -43,7 +43,11 @@ impl Api {
         (status, body)
     }
 
-    async fn post_raw(&self, content_type: Option<&str>, body: impl Into<Body>) -> (StatusCode, Value) {
+    async fn post_raw(
+        &self,
+        content_type: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, Value) {
         let mut request = Request::post("/pedidos");
         if let Some(ct) = content_type {
             request = request.header(header::CONTENT_TYPE, ct);
@@ -52,11 +56,13 @@ impl Api {
     }
 
     async fn post(&self, body: &Value) -> (StatusCode, Value) {
-        self.post_raw(Some("application/json"), body.to_string()).await
+        self.post_raw(Some("application/json"), body.to_string())
+            .await
     }
 
     async fn get(&self, uri: &str) -> (StatusCode, Value) {
-        self.send(Request::get(uri).body(Body::empty()).unwrap()).await
+        self.send(Request::get(uri).body(Body::empty()).unwrap())
+            .await
     }
 
     fn pool(&self) -> &sqlx::SqlitePool {
@@ -106,10 +112,17 @@ async fn a_valid_order_is_stored_with_its_event_in_the_same_database() {
     assert_eq!(rows.len(), 1);
     let (id, aggregate, aggregate_id, kind, payload) = &rows[0];
     assert_eq!(id, &event_id);
-    assert_eq!((aggregate.as_str(), aggregate_id.as_str()), ("pedido", "P-2026-000123"));
+    assert_eq!(
+        (aggregate.as_str(), aggregate_id.as_str()),
+        ("pedido", "P-2026-000123")
+    );
     assert_eq!(kind, "pedido.creado");
     let payload: Value = serde_json::from_str(payload).unwrap();
-    assert_eq!(payload, order("P-2026-000123"), "carga is the order as received");
+    assert_eq!(
+        payload,
+        order("P-2026-000123"),
+        "carga is the order as received"
+    );
 
     let state: String = sqlx::query_scalar("SELECT estado FROM pedidos WHERE id = 'P-2026-000123'")
         .fetch_one(api.pool())
@@ -149,13 +162,48 @@ async fn every_kind_of_invalid_body_is_a_400_naming_the_field_and_stores_nothing
     })
     .to_string();
     let cases: Vec<(&str, Option<&str>, String, &str)> = vec![
-        ("malformed json", Some("application/json"), "{\"id\": \"P-1\",".into(), "cuerpo"),
-        ("not an object", Some("application/json"), "[1, 2]".into(), "cuerpo"),
-        ("missing id", Some("application/json"), with(&["id"], Value::Null), "id"),
-        ("empty cliente", Some("application/json"), with(&["cliente"], json!("")), "cliente"),
-        ("missing mercado", Some("application/json"), with(&["mercado"], Value::Null), "mercado"),
-        ("no lines", Some("application/json"), with(&["lineas"], json!([])), "lineas"),
-        ("lines missing", Some("application/json"), with(&["lineas"], Value::Null), "lineas"),
+        (
+            "malformed json",
+            Some("application/json"),
+            "{\"id\": \"P-1\",".into(),
+            "cuerpo",
+        ),
+        (
+            "not an object",
+            Some("application/json"),
+            "[1, 2]".into(),
+            "cuerpo",
+        ),
+        (
+            "missing id",
+            Some("application/json"),
+            with(&["id"], Value::Null),
+            "id",
+        ),
+        (
+            "empty cliente",
+            Some("application/json"),
+            with(&["cliente"], json!("")),
+            "cliente",
+        ),
+        (
+            "missing mercado",
+            Some("application/json"),
+            with(&["mercado"], Value::Null),
+            "mercado",
+        ),
+        (
+            "no lines",
+            Some("application/json"),
+            with(&["lineas"], json!([])),
+            "lineas",
+        ),
+        (
+            "lines missing",
+            Some("application/json"),
+            with(&["lineas"], Value::Null),
+            "lineas",
+        ),
         (
             "zero quantity",
             Some("application/json"),
@@ -180,7 +228,12 @@ async fn every_kind_of_invalid_body_is_a_400_naming_the_field_and_stores_nothing
             with(&["lineas", "0", "precio_centimos"], json!(-1)),
             "lineas[0].precio_centimos",
         ),
-        ("wrong content type", Some("text/plain"), valid.to_string(), "content-type"),
+        (
+            "wrong content type",
+            Some("text/plain"),
+            valid.to_string(),
+            "content-type",
+        ),
         ("no content type", None, valid.to_string(), "content-type"),
         ("oversized", Some("application/json"), oversized, "cuerpo"),
     ];
@@ -207,7 +260,11 @@ async fn a_second_order_with_the_same_id_is_a_409_and_changes_nothing() {
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert_eq!(body["campo"], "id");
     assert_eq!(api.count("pedidos").await, 1);
-    assert_eq!(api.count("lineas_pedido").await, 2, "no lines of the refused order");
+    assert_eq!(
+        api.count("lineas_pedido").await,
+        2,
+        "no lines of the refused order"
+    );
     assert_eq!(api.count("outbox").await, 1, "no second event");
     let (_, stored) = api.get("/pedidos/P-7").await;
     assert_eq!(stored["cliente"], "ana");
@@ -224,12 +281,18 @@ async fn an_order_reads_back_with_its_lines_and_a_missing_one_is_a_json_404() {
     assert_eq!(body["cliente"], "ana");
     assert_eq!(body["mercado"], "girona");
     assert_eq!(body["estado"], "creado");
-    assert!(body["creado_en"].as_str().is_some_and(|t| t.ends_with('Z')), "{body}");
+    assert!(
+        body["creado_en"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{body}"
+    );
     assert_eq!(body["lineas"], order("P-9")["lineas"]);
 
     let (status, body) = api.get("/pedidos/P-404").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert!(body["error"].as_str().is_some_and(|e| e.contains("P-404")), "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("P-404")),
+        "{body}"
+    );
     api.test_db.remove().await;
 }
 

@@ -1,14 +1,20 @@
-//! `km0 demo`: the whole system in one process, real HTTP, and a report of invariants.
+//! `km0 demo`: the whole system in one process, orders placed through the real HTTP API with
+//! concurrency, then a report whose invariants decide the exit code.
 
+mod client;
 mod plan;
 mod report;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
 
 pub use plan::{DemoPlan, ProductPlan};
 pub use report::{DemoReport, Invariant, StockCheck};
 
-use crate::wiring::System;
+use crate::services::inventario::{StockStore, CONSUMER};
+use crate::wiring::{Components, System};
 
 /// How a demo run goes.
 #[derive(Debug, Clone)]
@@ -29,7 +35,136 @@ pub struct DemoOptions {
     pub progress: bool,
 }
 
-/// Runs the demo and returns its report.
-pub async fn run(_system: &System, _options: &DemoOptions) -> anyhow::Result<DemoReport> {
-    anyhow::bail!("not yet")
+/// Figures that may already be non-zero in reused databases; the run reports differences.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counters {
+    consumed: u64,
+    published: u64,
+    on_topic: u64,
+    dead_letters: u64,
+}
+
+impl Counters {
+    async fn read(system: &System, stock: &StockStore) -> anyhow::Result<Self> {
+        let status = system.outbox_status().await?;
+        let broker = system.broker_log().await?;
+        Ok(Self {
+            consumed: stock.processed(CONSUMER).await?,
+            published: status.published,
+            on_topic: broker.topic_total(crate::services::pedidos::TOPIC).await?,
+            dead_letters: broker
+                .topic_total(&crate::wiring::dead_letter_topic())
+                .await?,
+        })
+    }
+}
+
+/// Runs the demo and returns its report (whether the invariants hold is the report's to say).
+pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoReport> {
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let system = if options.fresh {
+        system.fresh(&run_id)?
+    } else {
+        system.clone()
+    };
+    println!("km0 demo {run_id}: {}", system.describe());
+
+    let stock = system.inventario().await.context("opening inventario")?;
+    let plan = DemoPlan::generate(options.orders, &run_id, options.seed);
+    for product in &plan.stock {
+        let units = i32::try_from(product.start).context("stock beyond i32")?;
+        stock.set_units(&product.product, units).await?;
+    }
+    print!("{}", plan.render());
+    let before = Counters::read(&system, &stock).await?;
+
+    let started = Instant::now();
+    let running = system
+        .start(
+            Components::all(&format!("demo-{run_id}")),
+            "127.0.0.1:0".parse()?,
+        )
+        .await
+        .context("starting pedidos, relay and inventario")?;
+    let addr = running.http_addr().context("the demo needs the HTTP API")?;
+
+    let placing = bar(options.progress, plan.orders.len() as u64, "placing ");
+    let placed = client::place_all(addr, &plan.orders, options.concurrency, &placing).await;
+    placing.finish();
+    let placing_ms = elapsed_ms(started);
+
+    let consuming = bar(options.progress, placed.accepted, "consumed");
+    let deadline = Instant::now() + options.timeout;
+    let drained = loop {
+        let consumed = stock
+            .processed(CONSUMER)
+            .await?
+            .saturating_sub(before.consumed);
+        consuming.set_position(consumed);
+        let pending = system.outbox_status().await?.pending;
+        if consumed >= placed.accepted && pending == 0 {
+            break true;
+        }
+        if Instant::now() >= deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    consuming.finish();
+    let total_ms = elapsed_ms(started);
+    let consumer_stats = running.consumer_stats();
+    running.stop().await.context("stopping the services")?;
+
+    let after = Counters::read(&system, &stock).await?;
+    let mut checks = Vec::with_capacity(plan.stock.len());
+    for product in &plan.stock {
+        checks.push(StockCheck::new(
+            product,
+            stock.units(&product.product).await?,
+        ));
+    }
+    let report = DemoReport {
+        orders_planned: plan.orders.len() as u64,
+        orders_accepted: placed.accepted,
+        orders_failed: placed.failed,
+        events_published: after.published.saturating_sub(before.published),
+        messages_on_topic: after.on_topic.saturating_sub(before.on_topic),
+        consumed: after.consumed.saturating_sub(before.consumed),
+        duplicates: consumer_stats.map_or(0, |s| s.snapshot().duplicates),
+        dead_letters: after.dead_letters.saturating_sub(before.dead_letters),
+        outbox_pending: system.outbox_status().await?.pending,
+        drained,
+        stock: checks,
+        placing_ms,
+        total_ms,
+    };
+    stock.db().close().await;
+    if options.fresh && !options.keep && report.passed() {
+        // A failed run keeps its databases: they are the evidence.
+        system
+            .destroy()
+            .await
+            .context("removing the demo databases")?;
+    } else if options.fresh {
+        println!("databases kept: {}", system.describe());
+    }
+    Ok(report)
+}
+
+fn bar(visible: bool, len: u64, label: &'static str) -> ProgressBar {
+    if !visible {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label);
+    bar
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

@@ -142,7 +142,11 @@ mod tests {
             let mut products: Vec<_> = order.lines.iter().map(|l| &l.product).collect();
             products.sort();
             products.dedup();
-            assert_eq!(products.len(), order.lines.len(), "distinct products per order");
+            assert_eq!(
+                products.len(),
+                order.lines.len(),
+                "distinct products per order"
+            );
         }
     }
 }

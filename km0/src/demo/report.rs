@@ -143,7 +143,10 @@ impl DemoReport {
             0.0
         };
         let rows: [(&str, String); 9] = [
-            ("orders accepted", format!("{} of {}", self.orders_accepted, self.orders_planned)),
+            (
+                "orders accepted",
+                format!("{} of {}", self.orders_accepted, self.orders_planned),
+            ),
             ("orders failed", self.orders_failed.to_string()),
             ("events published", self.events_published.to_string()),
             ("messages on topic", self.messages_on_topic.to_string()),

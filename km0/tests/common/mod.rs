@@ -30,7 +30,10 @@ impl TestDb {
         let dir = std::env::temp_dir().join(format!("km0-test-{}", uuid::Uuid::new_v4().simple()));
         let url = format!("sqlite://{}", dir.join("test.db").display());
         let db = Db::connect(&url).await.expect("sqlite connect");
-        Self { db, cleanup: Cleanup::Dir(dir) }
+        Self {
+            db,
+            cleanup: Cleanup::Dir(dir),
+        }
     }
 
     /// A new PostgreSQL database on [`pg_server`].
@@ -40,7 +43,10 @@ impl TestDb {
             .await
             .expect("create test database");
         let db = Db::connect(&url).await.expect("postgres connect");
-        Self { db, cleanup: Cleanup::PgDatabase(name) }
+        Self {
+            db,
+            cleanup: Cleanup::PgDatabase(name),
+        }
     }
 
     /// A fresh database of the named backend (`sqlite` or `postgres`).
@@ -59,10 +65,12 @@ impl TestDb {
                 let _ = std::fs::remove_dir_all(dir);
             }
             Cleanup::PgDatabase(name) => {
-                if let Ok(admin) = sqlx::PgPool::connect(&format!("{}/postgres", pg_server())).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-                        .execute(&admin)
-                        .await;
+                if let Ok(admin) = sqlx::PgPool::connect(&format!("{}/postgres", pg_server())).await
+                {
+                    let _ =
+                        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                            .execute(&admin)
+                            .await;
                     admin.close().await;
                 }
             }

@@ -327,5 +327,13 @@ macro_rules! impl_stock_writes {
     };
 }
 
-impl_stock_writes!(SqliteConnection, entrega_sqlite::SqliteInbox, entrega_sqlite::classify);
-impl_stock_writes!(PgConnection, entrega_postgres::PgInbox, entrega_postgres::classify);
+impl_stock_writes!(
+    SqliteConnection,
+    entrega_sqlite::SqliteInbox,
+    entrega_sqlite::classify
+);
+impl_stock_writes!(
+    PgConnection,
+    entrega_postgres::PgInbox,
+    entrega_postgres::classify
+);

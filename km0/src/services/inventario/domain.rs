@@ -87,7 +87,10 @@ impl PlacedOrder {
                     .and_then(Value::as_str)
                     .filter(|p| !p.is_empty())
                     .ok_or_else(|| {
-                        StockError::invalid(format!("lineas[{i}].producto"), "falta o no es un texto")
+                        StockError::invalid(
+                            format!("lineas[{i}].producto"),
+                            "falta o no es un texto",
+                        )
                     })?;
                 // A non-positive quantity would *add* stock: refuse it rather than apply it.
                 let quantity = item
@@ -139,7 +142,9 @@ mod tests {
             "id": "P", "lineas": [{"producto": "calabacin", "cantidad": -3}]
         }))
         .unwrap_err();
-        assert!(matches!(err, StockError::InvalidEvent { ref field, .. } if field == "lineas[0].cantidad"));
+        assert!(
+            matches!(err, StockError::InvalidEvent { ref field, .. } if field == "lineas[0].cantidad")
+        );
     }
 
     #[test]

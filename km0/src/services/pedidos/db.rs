@@ -215,7 +215,11 @@ macro_rules! impl_order_writes {
                 Ok(done.rows_affected() == 1)
             }
 
-            async fn insert_line(&mut self, order_id: &str, line: &OrderLine) -> Result<(), StoreError> {
+            async fn insert_line(
+                &mut self,
+                order_id: &str,
+                line: &OrderLine,
+            ) -> Result<(), StoreError> {
                 sqlx::query(
                     "INSERT INTO lineas_pedido (pedido_id, producto, cantidad, precio_centimos) \
                      VALUES ($1, $2, $3, $4)",
@@ -237,8 +241,16 @@ macro_rules! impl_order_writes {
     };
 }
 
-impl_order_writes!(SqliteConnection, entrega_sqlite::SqliteOutbox, entrega_sqlite::classify);
-impl_order_writes!(PgConnection, entrega_postgres::PgOutbox, entrega_postgres::classify);
+impl_order_writes!(
+    SqliteConnection,
+    entrega_sqlite::SqliteOutbox,
+    entrega_sqlite::classify
+);
+impl_order_writes!(
+    PgConnection,
+    entrega_postgres::PgOutbox,
+    entrega_postgres::classify
+);
 
 async fn write_order(
     conn: &mut dyn OrderWrites,

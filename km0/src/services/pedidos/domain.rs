@@ -91,7 +91,10 @@ impl NewOrder {
     /// (serde's derived errors name neither nested paths nor business rules).
     pub fn from_json(body: &Value) -> Result<Self, InvalidOrder> {
         let Value::Object(map) = body else {
-            return Err(InvalidOrder::new("cuerpo", "el cuerpo debe ser un objeto JSON"));
+            return Err(InvalidOrder::new(
+                "cuerpo",
+                "el cuerpo debe ser un objeto JSON",
+            ));
         };
         let id = text(map, "id", "id")?;
         let customer = text(map, "cliente", "cliente")?;
@@ -102,7 +105,10 @@ impl NewOrder {
             Some(_) => return Err(InvalidOrder::new("lineas", "debe ser una lista")),
         };
         if lines.is_empty() {
-            return Err(InvalidOrder::new("lineas", "el pedido necesita al menos una línea"));
+            return Err(InvalidOrder::new(
+                "lineas",
+                "el pedido necesita al menos una línea",
+            ));
         }
         if lines.len() > MAX_LINES {
             return Err(InvalidOrder::new(
@@ -136,7 +142,10 @@ impl NewOrder {
 
 fn parse_line(index: usize, line: &Value) -> Result<OrderLine, InvalidOrder> {
     let Value::Object(map) = line else {
-        return Err(InvalidOrder::new(format!("lineas[{index}]"), "debe ser un objeto"));
+        return Err(InvalidOrder::new(
+            format!("lineas[{index}]"),
+            "debe ser un objeto",
+        ));
     };
     let path = |name: &str| format!("lineas[{index}].{name}");
     Ok(OrderLine {
@@ -161,7 +170,12 @@ fn text(map: &Map<String, Value>, name: &str, path: &str) -> Result<String, Inva
     }
 }
 
-fn integer(map: &Map<String, Value>, name: &str, path: &str, min: i32) -> Result<i32, InvalidOrder> {
+fn integer(
+    map: &Map<String, Value>,
+    name: &str,
+    path: &str,
+    min: i32,
+) -> Result<i32, InvalidOrder> {
     let value = match map.get(name) {
         None | Some(Value::Null) => return Err(InvalidOrder::new(path, "falta el campo")),
         Some(v) => v,
@@ -171,7 +185,10 @@ fn integer(map: &Map<String, Value>, name: &str, path: &str, min: i32) -> Result
         return Err(InvalidOrder::new(path, "debe ser un número entero"));
     };
     if number < i64::from(min) {
-        return Err(InvalidOrder::new(path, format!("debe ser mayor o igual que {min}")));
+        return Err(InvalidOrder::new(
+            path,
+            format!("debe ser mayor o igual que {min}"),
+        ));
     }
     i32::try_from(number)
         .map_err(|_| InvalidOrder::new(path, format!("debe ser menor que {}", i32::MAX)))
@@ -199,10 +216,19 @@ mod tests {
         let cases: Vec<(Value, &str)> = vec![
             (json!([]), "cuerpo"),
             (json!({"cliente": "a", "mercado": "m", "lineas": []}), "id"),
-            (json!({"id": " ", "cliente": "a", "mercado": "m", "lineas": []}), "id"),
-            (json!({"id": "P", "cliente": 3, "mercado": "m", "lineas": []}), "cliente"),
+            (
+                json!({"id": " ", "cliente": "a", "mercado": "m", "lineas": []}),
+                "id",
+            ),
+            (
+                json!({"id": "P", "cliente": 3, "mercado": "m", "lineas": []}),
+                "cliente",
+            ),
             (json!({"id": "P", "cliente": "a", "lineas": []}), "mercado"),
-            (json!({"id": "P", "cliente": "a", "mercado": "m", "lineas": []}), "lineas"),
+            (
+                json!({"id": "P", "cliente": "a", "mercado": "m", "lineas": []}),
+                "lineas",
+            ),
             (json!({"id": "P", "cliente": "a", "mercado": "m"}), "lineas"),
             (
                 json!({"id": "P", "cliente": "a", "mercado": "m",

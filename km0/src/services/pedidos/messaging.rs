@@ -22,7 +22,12 @@ pub const ORDER_CANCELLED: &str = "pedido.cancelado";
 /// The `pedido.creado` event of a new order: aggregate `pedido`, aggregate id the order id,
 /// payload the order as received (the seed's `json.dumps(pedido)`).
 pub fn order_created(order: &NewOrder) -> NewEvent {
-    NewEvent::new(AGGREGATE, order.id.clone(), ORDER_CREATED, order.to_payload())
+    NewEvent::new(
+        AGGREGATE,
+        order.id.clone(),
+        ORDER_CREATED,
+        order.to_payload(),
+    )
 }
 
 /// The topic an outbox row of aggregate type `aggregate` is published to.

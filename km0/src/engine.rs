@@ -1,0 +1,29 @@
+//! Adapters from km0 to the entrega engine (relay, worker, shutdown).
+
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::services::inventario::ConsumerStats;
+use crate::system::System;
+
+pub(crate) async fn spawn_relay(
+    _system: &System,
+    _instance: &str,
+    _stop: CancellationToken,
+) -> anyhow::Result<JoinHandle<anyhow::Result<()>>> {
+    anyhow::bail!("relay not wired yet")
+}
+
+pub(crate) async fn spawn_consumer(
+    _system: &System,
+    _instance: &str,
+    _stop: CancellationToken,
+) -> anyhow::Result<(JoinHandle<anyhow::Result<()>>, Arc<ConsumerStats>)> {
+    anyhow::bail!("consumer not wired yet")
+}
+
+pub(crate) async fn shutdown_signal() {
+    let _ = tokio::signal::ctrl_c().await;
+}

@@ -1,0 +1,289 @@
+//! One km0 deployment's databases: the services' stores, the outbox, and the broker's log.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use entrega_core::{
+    now_ms, LaneLeases, MigrationSet, OutboxMaintenance, OutboxReader, OutboxStatus, OutboxWakeup,
+    Publisher, StoreError, Subscriber, TopicAdmin,
+};
+use entrega_postgres::{PgLog, PgOutbox};
+use entrega_sqlite::{SqliteLog, SqliteOutbox};
+
+use crate::config::{
+    connect_broker, is_postgres, split_database, sqlite_path, with_database, DataPlace, Databases,
+    Db, Service,
+};
+use crate::services::inventario::StockStore;
+use crate::services::pedidos::OrderStore;
+
+/// The outbox of one database through the relay's seams.
+#[derive(Clone)]
+pub struct OutboxSeams {
+    /// Lane ownership among relays.
+    pub leases: Arc<dyn LaneLeases>,
+    /// Pending rows and marking.
+    pub reader: Arc<dyn OutboxReader>,
+    /// Purge and status.
+    pub maintenance: Arc<dyn OutboxMaintenance>,
+    /// Wake-ups after commits.
+    pub wakeup: Arc<dyn OutboxWakeup>,
+}
+
+impl OutboxSeams {
+    /// The outbox in `db`.
+    pub fn of(db: &Db) -> Self {
+        match db {
+            Db::Sqlite(pool) => Self::from_store(SqliteOutbox::new(pool.clone())),
+            Db::Postgres(pool) => Self::from_store(PgOutbox::new(pool.clone())),
+        }
+    }
+
+    fn from_store<T>(store: T) -> Self
+    where
+        T: LaneLeases + OutboxReader + OutboxMaintenance + OutboxWakeup + 'static,
+    {
+        let store = Arc::new(store);
+        Self {
+            leases: store.clone(),
+            reader: store.clone(),
+            maintenance: store.clone(),
+            wakeup: store,
+        }
+    }
+}
+
+/// The log transport in the broker database, either backend.
+#[derive(Debug, Clone)]
+pub enum BrokerLog {
+    /// On SQLite.
+    Sqlite(SqliteLog),
+    /// On PostgreSQL.
+    Postgres(PgLog),
+}
+
+impl BrokerLog {
+    /// The log in `db` with the default tuning.
+    pub fn of(db: &Db) -> Self {
+        match db {
+            Db::Sqlite(pool) => Self::Sqlite(SqliteLog::new(pool.clone())),
+            Db::Postgres(pool) => Self::Postgres(PgLog::new(pool.clone())),
+        }
+    }
+
+    /// Publishing side.
+    pub fn publisher(&self) -> Arc<dyn Publisher> {
+        match self {
+            Self::Sqlite(log) => Arc::new(log.clone()),
+            Self::Postgres(log) => Arc::new(log.clone()),
+        }
+    }
+
+    /// Consuming side.
+    pub fn subscriber(&self) -> Arc<dyn Subscriber> {
+        match self {
+            Self::Sqlite(log) => Arc::new(log.clone()),
+            Self::Postgres(log) => Arc::new(log.clone()),
+        }
+    }
+
+    /// Topic creation.
+    pub fn admin(&self) -> Arc<dyn TopicAdmin> {
+        match self {
+            Self::Sqlite(log) => Arc::new(log.clone()),
+            Self::Postgres(log) => Arc::new(log.clone()),
+        }
+    }
+
+    /// Messages ever appended to `topic` (0 if it does not exist).
+    pub async fn topic_total(&self, topic: &str) -> Result<u64, StoreError> {
+        let ends = match self {
+            Self::Sqlite(log) => log.end_offsets(topic).await?,
+            Self::Postgres(log) => log.end_offsets(topic).await?,
+        };
+        Ok(ends
+            .iter()
+            .map(|(_, end)| u64::try_from(*end).unwrap_or(0))
+            .sum())
+    }
+}
+
+/// The databases of one km0 deployment.
+#[derive(Debug, Clone)]
+pub struct System {
+    databases: Databases,
+    broker_url: String,
+}
+
+impl System {
+    /// A deployment with its services' databases at `databases` and the broker at `broker_url`.
+    pub fn new(databases: Databases, broker_url: String) -> Self {
+        Self {
+            databases,
+            broker_url,
+        }
+    }
+
+    /// The services' databases.
+    pub fn databases(&self) -> &Databases {
+        &self.databases
+    }
+
+    /// The broker's URL.
+    pub fn broker_url(&self) -> &str {
+        &self.broker_url
+    }
+
+    /// Where everything lives, for people.
+    pub fn describe(&self) -> String {
+        let place = match &self.databases.place {
+            DataPlace::SqliteDir(dir) => format!("sqlite dir {}", dir.display()),
+            DataPlace::PostgresServer(server) => format!("postgres {server}"),
+        };
+        format!(
+            "{place} ({}, {}), broker {}",
+            self.databases.name(Service::Pedidos),
+            self.databases.name(Service::Inventario),
+            self.broker_url
+        )
+    }
+
+    /// The orders store, migrated.
+    pub async fn pedidos(&self) -> Result<OrderStore, StoreError> {
+        let store = OrderStore::new(self.databases.connect(Service::Pedidos).await?);
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The stock store, migrated.
+    pub async fn inventario(&self) -> Result<StockStore, StoreError> {
+        let store = StockStore::new(self.databases.connect(Service::Inventario).await?);
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    /// The broker's database, migrated.
+    pub async fn broker(&self) -> Result<Db, StoreError> {
+        let db = connect_broker(&self.broker_url).await?;
+        db.migrate_entrega(&[MigrationSet::Log]).await?;
+        Ok(db)
+    }
+
+    /// The broker's log transport, migrated.
+    pub async fn broker_log(&self) -> Result<BrokerLog, StoreError> {
+        Ok(BrokerLog::of(&self.broker().await?))
+    }
+
+    /// Migrates every database of the deployment.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.pedidos().await?.db().close().await;
+        self.inventario().await?.db().close().await;
+        self.broker().await?.close().await;
+        Ok(())
+    }
+
+    /// Backlog of the pedidos outbox.
+    pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
+        let store = self.pedidos().await?;
+        let status = OutboxSeams::of(store.db())
+            .maintenance
+            .status(now_ms())
+            .await;
+        store.db().close().await;
+        status
+    }
+
+    /// The same deployment on databases of its own, named after `run`: a `demo-<run>`
+    /// directory on SQLite, `<prefix>demo<run>_*` databases on PostgreSQL.
+    pub fn fresh(&self, run: &str) -> Result<Self, crate::config::UnsupportedUrl> {
+        let databases = match &self.databases.place {
+            DataPlace::SqliteDir(dir) => Databases {
+                place: DataPlace::SqliteDir(dir.join(format!("demo-{run}"))),
+                prefix: self.databases.prefix.clone(),
+            },
+            DataPlace::PostgresServer(server) => Databases {
+                place: DataPlace::PostgresServer(server.clone()),
+                prefix: Some(format!(
+                    "{}demo{run}_",
+                    self.databases.prefix.as_deref().unwrap_or("km0_")
+                )),
+            },
+        };
+        let broker_url = if is_postgres(&self.broker_url) {
+            let name = split_database(&self.broker_url)
+                .1
+                .unwrap_or_else(|| "km0_broker".to_owned());
+            with_database(&self.broker_url, &format!("{name}_demo{run}"))
+        } else {
+            let path = sqlite_path(&self.broker_url)
+                .map(PathBuf::from)
+                .ok_or_else(|| crate::config::UnsupportedUrl(self.broker_url.clone()))?;
+            let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+            let file = path
+                .file_name()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "broker.db".into());
+            format!(
+                "sqlite://{}",
+                dir.join(format!("demo-{run}")).join(file).display()
+            )
+        };
+        Ok(Self {
+            databases,
+            broker_url,
+        })
+    }
+
+    /// Removes every database of this deployment (fresh demo runs), once nothing uses them:
+    /// the SQLite files (and their directory when left empty) or the PostgreSQL databases.
+    pub async fn destroy(&self) -> Result<(), StoreError> {
+        let mut sqlite_files = Vec::new();
+        let mut pg_databases = Vec::new();
+        for service in [Service::Pedidos, Service::Inventario] {
+            let name = self.databases.name(service);
+            match &self.databases.place {
+                DataPlace::SqliteDir(dir) => sqlite_files.push(dir.join(format!("{name}.db"))),
+                DataPlace::PostgresServer(server) => pg_databases.push((server.clone(), name)),
+            }
+        }
+        if is_postgres(&self.broker_url) {
+            if let (server, Some(name)) = split_database(&self.broker_url) {
+                pg_databases.push((server, name));
+            }
+        } else if let Some(path) = sqlite_path(&self.broker_url) {
+            sqlite_files.push(PathBuf::from(path));
+        }
+        for file in &sqlite_files {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut path = file.clone().into_os_string();
+                path.push(suffix);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StoreError::rejected(e)),
+                }
+            }
+        }
+        for file in &sqlite_files {
+            if let Some(dir) = file.parent() {
+                // Only succeeds when empty: never removes anything km0 did not create.
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        for (server, name) in pg_databases {
+            let admin = entrega_postgres::connect(&with_database(&server, "postgres")).await?;
+            // FORCE: pools of this process may still hold idle connections.
+            let sql = format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                name.replace('"', "\"\"")
+            );
+            let dropped = sqlx::query(&sql)
+                .execute(&admin)
+                .await
+                .map_err(entrega_postgres::classify);
+            admin.close().await;
+            dropped?;
+        }
+        Ok(())
+    }
+}
