@@ -223,6 +223,7 @@ pub fn with_database(url: &str, name: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -34,7 +34,7 @@ const POSTGRES_TABLE: &str = "CREATE TABLE IF NOT EXISTS km0_migrations (
     PRIMARY KEY (service, version))";
 
 /// Arbitrary constant naming km0's migration lock among the database's advisory locks.
-const POSTGRES_LOCK_KEY: i64 = 0x6b6d_305f_6d69_67;
+const POSTGRES_LOCK_KEY: i64 = 0x006b_6d30_5f6d_6967;
 
 /// Applies the steps of `service` that this database has not recorded yet, in order, all in
 /// one transaction.

@@ -1,5 +1,6 @@
 //! The stock consumer against real databases: every scenario is written once and run on
 //! SQLite and on PostgreSQL. Assertions read the stock and `mensajes_procesados` rows.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The pedidos HTTP API, driven with `oneshot` (no server), against a real SQLite database:
 //! every answer is checked together with what is (or is not) stored.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod common;
 

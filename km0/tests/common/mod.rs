@@ -1,7 +1,7 @@
 //! Fresh databases for tests: an SQLite file in its own temporary directory, or a PostgreSQL
 //! database with a random name on the server of `ENTREGA_TEST_PG`.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 use std::path::PathBuf;
 
