@@ -178,7 +178,10 @@ pub async fn run_until_signal(
     components: Components,
     http: SocketAddr,
 ) -> anyhow::Result<()> {
-    let running = system.start(components, http).await?;
+    let running = system.start(components.clone(), http).await?;
+    // One line on stdout when everything is up: scripts and crash tests wait for it (and
+    // read the HTTP port from it when `--http` asked for port 0).
+    println!("{}", ready_line(&components, running.http_addr()));
     let stop = running.stop_token();
     tokio::spawn(async move {
         crate::engine::shutdown_signal().await;
@@ -186,4 +189,19 @@ pub async fn run_until_signal(
         stop.cancel();
     });
     running.wait().await
+}
+
+/// `km0 ready instance=NAME pedidos=ADDR relay inventario`: what runs, where.
+fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
+    let mut line = format!("km0 ready instance={}", components.instance);
+    if let Some(addr) = http {
+        line.push_str(&format!(" pedidos={addr}"));
+    }
+    if components.relay {
+        line.push_str(" relay");
+    }
+    if components.inventario {
+        line.push_str(" inventario");
+    }
+    line
 }
