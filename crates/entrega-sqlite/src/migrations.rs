@@ -137,7 +137,7 @@ async fn migrate_set(conn: &mut SqliteConnection, set: MigrationSet) -> Result<(
 async fn run_step(conn: &mut SqliteConnection, step: &Step) -> Result<(), StoreError> {
     match step {
         Step::Sql(script) => {
-            sqlx::raw_sql(script)
+            sqlx::query(script)
                 .execute(&mut *conn)
                 .await
                 .map_err(classify)?;
@@ -156,7 +156,7 @@ async fn run_step(conn: &mut SqliteConnection, step: &Step) -> Result<(), StoreE
                     .map_err(classify)?;
             if present == 0 {
                 let ddl = format!("ALTER TABLE {table} ADD COLUMN {column} {definition}");
-                sqlx::raw_sql(&ddl)
+                sqlx::query(&ddl)
                     .execute(&mut *conn)
                     .await
                     .map_err(classify)?;

@@ -287,25 +287,58 @@ async fn a_commit_with_a_stale_token_changes_nothing_even_when_the_partition_cam
     a.poll(10, Duration::ZERO).await.unwrap();
     assert_eq!(a.assignment(), vec![0]);
 
-    // b takes the partition over after a's lease expired, and commits.
+    // b takes the partition over after a's lease expired, commits, and leaves.
     clock.advance(TTL_MS);
     let mut b = log.subscribe("g", "pedidos.eventos", "b").await.unwrap();
     b.poll(10, Duration::ZERO).await.unwrap();
     assert_eq!(b.assignment(), vec![0]);
     b.commit(&[(0, 7)]).await.unwrap();
+    b.close().await.unwrap();
 
-    // a still believes it holds partition 0 (it has not rebalanced): refused.
+    // A second instance running under a's member name takes the partition back: same owner
+    // as the first instance, newer token.
+    let mut a_again = log.subscribe("g", "pedidos.eventos", "a").await.unwrap();
+    a_again.poll(10, Duration::ZERO).await.unwrap();
+    assert_eq!(a_again.assignment(), vec![0]);
+
+    // The first instance has not rebalanced and still believes it holds partition 0.
     assert_eq!(a.assignment(), vec![0]);
     let err = a.commit(&[(0, 3)]).await.unwrap_err();
-    assert!(matches!(err, TransportError::NotAssigned { .. }), "{err:?}");
+    assert!(
+        matches!(err, TransportError::NotAssigned { partition: 0, .. }),
+        "{err:?}"
+    );
     assert!(err.is_transient());
     assert_eq!(
         log.committed("g", "pedidos.eventos").await.unwrap(),
         vec![(0, 7)]
     );
+    assert!(
+        a.assignment().is_empty(),
+        "a refused partition is no longer read"
+    );
+
+    a_again.commit(&[(0, 8)]).await.unwrap();
+    assert_eq!(
+        log.committed("g", "pedidos.eventos").await.unwrap(),
+        vec![(0, 8)]
+    );
+
+    // Taken over by another member: refused as well.
+    clock.advance(TTL_MS);
+    let mut c = log.subscribe("g", "pedidos.eventos", "c").await.unwrap();
+    c.poll(10, Duration::ZERO).await.unwrap();
+    assert_eq!(c.assignment(), vec![0]);
+    let err = a_again.commit(&[(0, 9)]).await.unwrap_err();
+    assert!(matches!(err, TransportError::NotAssigned { .. }), "{err:?}");
+    assert_eq!(
+        log.committed("g", "pedidos.eventos").await.unwrap(),
+        vec![(0, 8)]
+    );
+
     // Committing a partition never held is refused too.
     assert!(matches!(
-        b.commit(&[(5, 1)]).await.unwrap_err(),
+        c.commit(&[(5, 1)]).await.unwrap_err(),
         TransportError::NotAssigned { .. }
     ));
 }

@@ -145,3 +145,29 @@ async fn an_in_memory_database_works_across_pool_connections() {
         .unwrap();
     assert_eq!(rows.len(), 1);
 }
+
+fn assert_send<T: Send>(_: &T) {}
+
+#[tokio::test]
+async fn the_public_futures_can_be_spawned() {
+    let db = TestDb::new(&[]).await;
+    let pool = db.pool.clone();
+    let mut conn = db.pool.acquire().await.unwrap();
+    let event = NewEvent::new("pedido", "P-1", "pedido.creado", json!({}));
+    assert_send(&entrega_sqlite::connect("sqlite::memory:"));
+    assert_send(&migrate(&pool, ALL));
+    assert_send(&entrega_sqlite::begin_immediate(&pool));
+    assert_send(&SqliteOutbox::enqueue(&mut conn, &event));
+    assert_send(&SqliteOutbox::enqueue_all(&mut conn, &[]));
+    assert_send(&entrega_sqlite::SqliteInbox::claim(&mut conn, "c", "m"));
+    assert_send(&entrega_sqlite::SqliteInbox::purge_older_than(
+        &pool,
+        std::time::Duration::ZERO,
+    ));
+    assert_send(&entrega_sqlite::SqliteInbox::count(&pool, "c"));
+    // And migrating from a spawned task works.
+    tokio::spawn(async move { migrate(&pool, ALL).await })
+        .await
+        .unwrap()
+        .unwrap();
+}

@@ -155,8 +155,24 @@ async fn marking_published_is_fenced_by_the_lease_token() {
         "nothing changed"
     );
 
-    outbox
+    // Same owner, older token: refused as well (b left and came back in between).
+    outbox.release_all("relay-b").await.unwrap();
+    let back = outbox.balance("relay-b", later, TTL).await.unwrap();
+    let current = back.into_iter().find(|l| l.lane == lane).unwrap();
+    assert_eq!(current.token, fresh.token + 1);
+    let err = outbox
         .mark_published(&fresh, &[event.id], later)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLost { .. }), "{err:?}");
+    assert_eq!(
+        outbox.pending(lane, 10).await.unwrap().len(),
+        1,
+        "nothing changed"
+    );
+
+    outbox
+        .mark_published(&current, &[event.id], later)
         .await
         .unwrap();
     assert!(outbox.pending(lane, 10).await.unwrap().is_empty());
