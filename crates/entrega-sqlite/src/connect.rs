@@ -23,7 +23,8 @@ const MAX_CONNECTIONS: u32 = 8;
 /// directories and the file are created) and `sqlite::memory:`. Files use the WAL journal,
 /// `busy_timeout` 5 s, `synchronous=NORMAL` and foreign keys, so several processes can share
 /// one file. Connections carry the hooks that wake in-process relays and log subscribers right
-/// after a commit.
+/// after a commit (as the committing connection goes back to the pool); pools built any other
+/// way still work, but their commits are only found by polling.
 pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
     let in_memory = url.contains(":memory:") || url.contains("mode=memory");
     let options = SqliteConnectOptions::from_str(url)
