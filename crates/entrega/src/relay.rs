@@ -1,0 +1,311 @@
+//! The outbox relay: publishes pending outbox rows, lane by lane, and marks them published
+//! only after the transport confirmed them.
+//!
+//! Lanes are shared among relay instances through fenced leases (`LaneLeases::balance`), so
+//! each lane, and with it each aggregate, is published by one instance at a time in insertion
+//! order. A failed publish leaves its rows pending (they go out again, same `id_evento`,
+//! which idempotent consumers absorb); a lost lease drops the lane before anything is marked.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use entrega_core::headers::{ID_EVENTO, TIPO};
+use entrega_core::{Clock, Headers, LaneLease, OutboxRow, OutgoingMessage, Publisher, StoreError};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+
+use crate::failpoint::{self, FailpointError};
+use crate::relay_config::{bump, millis, OutboxPorts, RelayConfig, RelayStats};
+
+/// Why a relay step failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RelayError {
+    /// The outbox store failed (balancing lanes, releasing them at shutdown).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Why one lane could not be drained; the lane is retried later, the others go on.
+#[derive(Debug, thiserror::Error)]
+enum LaneError {
+    #[error("reading or marking rows failed: {0}")]
+    Store(#[source] StoreError),
+    #[error("publishing failed: {0}")]
+    Publish(#[source] entrega_core::TransportError),
+    #[error(transparent)]
+    Failpoint(#[from] FailpointError),
+    #[error("lease lost")]
+    LeaseLost,
+}
+
+impl From<StoreError> for LaneError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::LeaseLost { .. } => Self::LeaseLost,
+            other => Self::Store(other),
+        }
+    }
+}
+
+/// Consecutive failures of one lane and when it may be tried again.
+#[derive(Debug, Clone, Copy)]
+struct LaneBackoff {
+    failures: u32,
+    not_before_ms: i64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    leases: Vec<LaneLease>,
+    balanced_at_ms: Option<i64>,
+    rebalance: bool,
+    backoff: HashMap<u32, LaneBackoff>,
+    purged_at_ms: Option<i64>,
+}
+
+/// Publishes the outbox. One value per relay instance; see the module docs.
+pub struct Relay {
+    ports: OutboxPorts,
+    publisher: Arc<dyn Publisher>,
+    clock: Arc<dyn Clock>,
+    config: RelayConfig,
+    stats: Arc<RelayStats>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Relay {
+    /// A relay publishing the outbox behind `ports` through `publisher`.
+    pub fn new(
+        ports: OutboxPorts,
+        publisher: Arc<dyn Publisher>,
+        clock: Arc<dyn Clock>,
+        config: RelayConfig,
+    ) -> Self {
+        Self {
+            ports,
+            publisher,
+            clock,
+            config,
+            stats: Arc::default(),
+            state: Mutex::default(),
+        }
+    }
+
+    /// The relay's counters.
+    pub fn stats(&self) -> Arc<RelayStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The relay's settings.
+    pub fn config(&self) -> &RelayConfig {
+        &self.config
+    }
+
+    /// Lanes held after the last balancing.
+    pub async fn lanes(&self) -> Vec<u32> {
+        self.state
+            .lock()
+            .await
+            .leases
+            .iter()
+            .map(|l| l.lane)
+            .collect()
+    }
+
+    /// One pass: balances lanes when due, then drains every held lane that is not backing
+    /// off, and purges when due. Returns how many events were published and marked.
+    /// Failures of single lanes are counted and backed off, not returned; only a failure to
+    /// balance is an error.
+    pub async fn drain_once(&self) -> Result<usize, RelayError> {
+        let mut state = self.state.lock().await;
+        self.balance_if_due(&mut state).await?;
+        let mut published = 0;
+        for lease in state.leases.clone() {
+            let now = self.clock.now_ms();
+            if state
+                .backoff
+                .get(&lease.lane)
+                .is_some_and(|b| now < b.not_before_ms)
+            {
+                continue;
+            }
+            match self.drain_lane(&lease).await {
+                Ok(n) => {
+                    published += n;
+                    state.backoff.remove(&lease.lane);
+                }
+                Err(LaneError::LeaseLost) => {
+                    tracing::warn!(lane = lease.lane, "relay lane lease lost; rebalancing");
+                    bump(&self.stats.leases_lost, 1);
+                    state.leases.retain(|l| l.lane != lease.lane);
+                    state.rebalance = true;
+                }
+                Err(e) => {
+                    let failures = state.backoff.get(&lease.lane).map_or(1, |b| b.failures + 1);
+                    let delay = self.config.backoff.delay(failures);
+                    tracing::warn!(lane = lease.lane, failures, ?delay, error = %e, "relay lane failed");
+                    let not_before_ms = self.clock.now_ms().saturating_add(millis(delay));
+                    state.backoff.insert(
+                        lease.lane,
+                        LaneBackoff {
+                            failures,
+                            not_before_ms,
+                        },
+                    );
+                }
+            }
+        }
+        drop(state);
+        self.purge_if_due().await;
+        Ok(published)
+    }
+
+    async fn balance_if_due(&self, state: &mut State) -> Result<(), StoreError> {
+        let now = self.clock.now_ms();
+        let ttl = millis(self.config.lease_ttl);
+        // Renew a third into the lease, and before any held lease gets close to expiring.
+        let due = state.rebalance
+            || state.balanced_at_ms.is_none_or(|at| now - at >= ttl / 3)
+            || state.leases.iter().any(|l| l.expires_at_ms - now < ttl / 2);
+        if !due {
+            return Ok(());
+        }
+        let leases = self
+            .ports
+            .leases
+            .balance(&self.config.instance_id, now, self.config.lease_ttl)
+            .await?;
+        state
+            .backoff
+            .retain(|lane, _| leases.iter().any(|l| l.lane == *lane));
+        state.leases = leases;
+        state.balanced_at_ms = Some(now);
+        state.rebalance = false;
+        Ok(())
+    }
+
+    /// Publishes a lane's pending rows batch by batch until it is empty or its lease nears
+    /// expiry.
+    async fn drain_lane(&self, lease: &LaneLease) -> Result<usize, LaneError> {
+        let mut published = 0;
+        loop {
+            if self.clock.now_ms() >= lease.expires_at_ms {
+                // Another instance may own the lane by now; publishing could reorder it.
+                return Err(LaneError::LeaseLost);
+            }
+            let rows = self
+                .ports
+                .reader
+                .pending(lease.lane, self.config.batch_size)
+                .await?;
+            if rows.is_empty() {
+                return Ok(published);
+            }
+            let batch: Vec<OutgoingMessage> = rows.iter().map(|r| self.message(r)).collect();
+            failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
+            if let Err(e) = self.publisher.publish(&batch).await {
+                bump(&self.stats.publish_errors, 1);
+                return Err(LaneError::Publish(e));
+            }
+            // Confirmed by the transport; only now may the rows be marked.
+            failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
+            let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
+            self.ports
+                .reader
+                .mark_published(lease, &ids, self.clock.now_ms())
+                .await?;
+            bump(&self.stats.published, rows.len() as u64);
+            bump(&self.stats.batches, 1);
+            published += rows.len();
+            if rows.len() < self.config.batch_size {
+                return Ok(published);
+            }
+        }
+    }
+
+    fn message(&self, row: &OutboxRow) -> OutgoingMessage {
+        OutgoingMessage {
+            topic: self.config.routing.topic_for(&row.aggregate),
+            key: Some(row.aggregate_id.clone()),
+            headers: Headers::new()
+                .with(TIPO, row.kind.clone())
+                .with(ID_EVENTO, row.id.to_string()),
+            payload: row.envelope(&self.config.source).to_bytes(),
+        }
+    }
+
+    async fn purge_if_due(&self) {
+        let now = self.clock.now_ms();
+        {
+            let mut state = self.state.lock().await;
+            let interval = millis(self.config.purge_interval);
+            if state.purged_at_ms.is_some_and(|at| now - at < interval) {
+                return;
+            }
+            state.purged_at_ms = Some(now);
+        }
+        let before = now.saturating_sub(millis(self.config.retention));
+        match self.ports.maintenance.purge_published(before).await {
+            Ok(n) => bump(&self.stats.purged, n),
+            Err(e) => tracing::warn!(error = %e, "purging published outbox rows failed"),
+        }
+    }
+
+    /// Runs until `shutdown` is cancelled: drains, waits for a wake-up (at most the poll
+    /// interval) when idle, backs off after failures. On shutdown the current pass finishes
+    /// and the lanes are released so other instances take them at once.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), RelayError> {
+        let mut failures = 0u32;
+        while !shutdown.is_cancelled() {
+            let pause = match self.drain_once().await {
+                Ok(n) if n > 0 => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(_) => {
+                    failures = 0;
+                    None
+                }
+                Err(e) => {
+                    failures = failures.saturating_add(1);
+                    let delay = self.config.backoff.delay(failures);
+                    tracing::warn!(error = %e, ?delay, "relay pass failed");
+                    Some(delay)
+                }
+            };
+            let wait = pause.unwrap_or(self.idle_wait().await);
+            tokio::select! {
+                () = shutdown.cancelled() => {}
+                () = self.ports.wakeup.wait(wait), if pause.is_none() => {}
+                () = tokio::time::sleep(wait), if pause.is_some() => {}
+            }
+        }
+        let mut state = self.state.lock().await;
+        state.leases.clear();
+        self.ports
+            .leases
+            .release_all(&self.config.instance_id)
+            .await?;
+        Ok(())
+    }
+
+    /// The poll interval, shortened so the next renewal is not missed while idle.
+    async fn idle_wait(&self) -> Duration {
+        let state = self.state.lock().await;
+        let renew_in = state.balanced_at_ms.map_or(0, |at| {
+            at + millis(self.config.lease_ttl) / 3 - self.clock.now_ms()
+        });
+        let renew_in = Duration::from_millis(u64::try_from(renew_in.max(1)).unwrap_or(1));
+        self.config.poll_interval.min(renew_in)
+    }
+}

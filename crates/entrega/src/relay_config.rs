@@ -1,0 +1,181 @@
+//! How a relay is wired and tuned: its outbox ports, topic routing and timings.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use entrega_core::{LaneLeases, OutboxMaintenance, OutboxReader, OutboxWakeup};
+
+use crate::backoff::Backoff;
+
+/// The four outbox capabilities a relay works through.
+#[derive(Clone)]
+pub struct OutboxPorts {
+    /// Lane ownership.
+    pub leases: Arc<dyn LaneLeases>,
+    /// Pending rows and marking.
+    pub reader: Arc<dyn OutboxReader>,
+    /// Purging published rows.
+    pub maintenance: Arc<dyn OutboxMaintenance>,
+    /// Wake-up after commits.
+    pub wakeup: Arc<dyn OutboxWakeup>,
+}
+
+impl OutboxPorts {
+    /// All four ports from one outbox implementation (`SqliteOutbox`, `PgOutbox`, ...).
+    pub fn new<T>(outbox: Arc<T>) -> Self
+    where
+        T: LaneLeases + OutboxReader + OutboxMaintenance + OutboxWakeup + 'static,
+    {
+        Self {
+            leases: outbox.clone(),
+            reader: outbox.clone(),
+            maintenance: outbox.clone(),
+            wakeup: outbox,
+        }
+    }
+}
+
+impl std::fmt::Debug for OutboxPorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxPorts").finish_non_exhaustive()
+    }
+}
+
+/// Which topic the events of each aggregate type go to.
+///
+/// By default `pedido` goes to `pedidos.eventos` (the seed's topic) and any other aggregate
+/// `x` to `xs.eventos`; [`TopicRouting::route`] overrides single aggregates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRouting {
+    routes: HashMap<String, String>,
+}
+
+impl Default for TopicRouting {
+    fn default() -> Self {
+        Self::empty().route("pedido", "pedidos.eventos")
+    }
+}
+
+impl TopicRouting {
+    /// No explicit routes: every aggregate `x` goes to `xs.eventos`.
+    pub fn empty() -> Self {
+        Self {
+            routes: HashMap::new(),
+        }
+    }
+
+    /// Sends the events of `aggregate` to `topic`.
+    pub fn route(mut self, aggregate: impl Into<String>, topic: impl Into<String>) -> Self {
+        self.routes.insert(aggregate.into(), topic.into());
+        self
+    }
+
+    /// The topic of `aggregate`.
+    pub fn topic_for(&self, aggregate: &str) -> String {
+        self.routes
+            .get(aggregate)
+            .cloned()
+            .unwrap_or_else(|| format!("{aggregate}s.eventos"))
+    }
+}
+
+/// Settings of one relay instance.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RelayConfig {
+    /// Unique name of this instance among the relays of one outbox (lease owner).
+    pub instance_id: String,
+    /// Producing service, written as the envelope's `origen`.
+    pub source: String,
+    /// Aggregate type to topic.
+    pub routing: TopicRouting,
+    /// Rows read and published per lane per batch.
+    pub batch_size: usize,
+    /// Lane lease period; lanes are renewed every third of it.
+    pub lease_ttl: Duration,
+    /// Longest idle wait when no wake-up arrives (writes from other processes).
+    pub poll_interval: Duration,
+    /// Published rows are kept this long, then purged.
+    pub retention: Duration,
+    /// How often to purge.
+    pub purge_interval: Duration,
+    /// Delays after failed publishes of a lane, and after store failures.
+    pub backoff: Backoff,
+}
+
+impl RelayConfig {
+    /// Defaults for a service named `source`: a random instance id, default routing, batches
+    /// of 100, 10 s leases, 1 s polling fallback, one day of retention purged every 10 min,
+    /// backoff from 100 ms to 30 s.
+    pub fn new(source: impl Into<String>) -> Self {
+        let source = source.into();
+        Self {
+            instance_id: format!("{source}-relay-{}", uuid::Uuid::new_v4().simple()),
+            source,
+            routing: TopicRouting::default(),
+            batch_size: 100,
+            lease_ttl: Duration::from_secs(10),
+            poll_interval: Duration::from_secs(1),
+            retention: Duration::from_secs(24 * 3600),
+            purge_interval: Duration::from_secs(600),
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
+        }
+    }
+}
+
+/// Counters of a relay, shared with whoever holds the `Arc` (metrics, tests).
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    /// Events published and marked.
+    pub published: AtomicU64,
+    /// Batches published and marked.
+    pub batches: AtomicU64,
+    /// Publishes that failed (nothing marked).
+    pub publish_errors: AtomicU64,
+    /// Lanes dropped because their lease was lost.
+    pub leases_lost: AtomicU64,
+    /// Published rows purged.
+    pub purged: AtomicU64,
+}
+
+impl RelayStats {
+    /// Events published and marked so far.
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
+    }
+
+    /// Batches published and marked so far.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
+    }
+
+    /// Failed publishes so far.
+    pub fn publish_errors(&self) -> u64 {
+        self.publish_errors.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_defaults_and_overrides() {
+        let routing = TopicRouting::default();
+        assert_eq!(routing.topic_for("pedido"), "pedidos.eventos");
+        assert_eq!(routing.topic_for("pago"), "pagos.eventos");
+        let routing = routing.route("pago", "cobros");
+        assert_eq!(routing.topic_for("pago"), "cobros");
+        assert_eq!(TopicRouting::empty().topic_for("pedido"), "pedidos.eventos");
+    }
+}

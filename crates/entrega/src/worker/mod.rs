@@ -1,0 +1,186 @@
+//! The consumer worker: reads a topic as a member of a consumer group, hands each event to its
+//! handler, and turns every delivery into exactly one outcome.
+//!
+//! - `Ok` → **ack**: the offset advances.
+//! - permanent error, malformed envelope, unknown `tipo` → **dead letter**: the original
+//!   payload goes to `<topic>.dlq` with headers `intentos`, `motivo` and the origin headers;
+//!   the offset advances only once that publish is confirmed.
+//! - transient error (or a panic) → **retry in place**: the partition is rewound to the
+//!   message and paused for the backoff, later messages of that partition wait, others flow;
+//!   after `max_attempts` attempts it becomes a dead letter.
+//!
+//! Offsets are committed after the outcomes of a poll are final, i.e. after the handlers'
+//! transactions committed, so a crash redelivers (at-least-once) and never skips.
+
+mod outcome;
+mod router;
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use entrega_core::{Limits, Publisher, Subscriber, TopicAdmin, TransportError};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use outcome::Session;
+
+pub use router::{Handler, Message, Router};
+pub use stats::WorkerStats;
+
+/// Settings of one worker.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct WorkerConfig {
+    /// Consumer group (shares partitions and committed offsets).
+    pub group: String,
+    /// Topic to consume.
+    pub topic: String,
+    /// This member's name, unique among running members of the group.
+    pub member: String,
+    /// Attempts of a transiently failing message before it is dead-lettered.
+    pub max_attempts: u32,
+    /// Delay before each retry.
+    pub backoff: Backoff,
+    /// Most records taken per poll.
+    pub max_batch: usize,
+    /// Longest wait of one poll for new records.
+    pub poll_wait: Duration,
+    /// Size and depth limits for parsing envelopes.
+    pub limits: Limits,
+    /// Partitions of the dead-letter topic when the worker has to create it.
+    pub dlq_partitions: u32,
+}
+
+impl WorkerConfig {
+    /// Defaults for `group` on `topic`: a random member name, 3 attempts (as in the seed),
+    /// backoff 1 s, 2 s, 4 s ... up to 60 s, polls of up to 100 records waiting up to 500 ms,
+    /// default envelope limits, a one-partition dead-letter topic.
+    pub fn new(group: impl Into<String>, topic: impl Into<String>) -> Self {
+        let group = group.into();
+        let member = format!("{group}-{}", uuid::Uuid::new_v4().simple());
+        Self {
+            group,
+            topic: topic.into(),
+            member,
+            max_attempts: 3,
+            backoff: Backoff::default(),
+            max_batch: 100,
+            poll_wait: Duration::from_millis(500),
+            limits: Limits::default(),
+            dlq_partitions: 1,
+        }
+    }
+
+    /// The dead-letter topic: `<topic>.dlq`.
+    pub fn dlq_topic(&self) -> String {
+        format!("{}.dlq", self.topic)
+    }
+}
+
+/// Why a worker stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// Subscribing, polling or leaving the group failed permanently.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+/// Consumes one topic for one group; see the module docs.
+pub struct Worker {
+    subscriber: Arc<dyn Subscriber>,
+    publisher: Arc<dyn Publisher>,
+    admin: Option<Arc<dyn TopicAdmin>>,
+    router: Router,
+    config: WorkerConfig,
+    stats: Arc<WorkerStats>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .field("router", &self.router)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A worker reading through `subscriber`, publishing dead letters through `publisher`.
+    pub fn new(
+        subscriber: Arc<dyn Subscriber>,
+        publisher: Arc<dyn Publisher>,
+        router: Router,
+        config: WorkerConfig,
+    ) -> Self {
+        Self {
+            subscriber,
+            publisher,
+            admin: None,
+            router,
+            config,
+            stats: Arc::default(),
+        }
+    }
+
+    /// Lets the worker create the dead-letter topic when it does not exist yet.
+    pub fn with_admin(mut self, admin: Arc<dyn TopicAdmin>) -> Self {
+        self.admin = Some(admin);
+        self
+    }
+
+    /// The worker's counters.
+    pub fn stats(&self) -> Arc<WorkerStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// The worker's settings.
+    pub fn config(&self) -> &WorkerConfig {
+        &self.config
+    }
+
+    /// Joins the group and consumes until `shutdown` is cancelled; then finishes the batch in
+    /// flight, commits its offsets and leaves the group. Transient transport errors are
+    /// retried with backoff; a permanent one (e.g. unknown topic) stops the worker.
+    /// Run one `run` per `Worker` at a time: the member name is the worker's.
+    pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        let cfg = &self.config;
+        let sub = self
+            .subscriber
+            .subscribe(&cfg.group, &cfg.topic, &cfg.member)
+            .await?;
+        let mut session = Session::new(self, sub);
+        let mut failures = 0u32;
+        let outcome = loop {
+            let polled = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break Ok(()),
+                polled = session.poll(cfg.max_batch, cfg.poll_wait) => polled,
+            };
+            match polled {
+                Ok(records) => {
+                    failures = 0;
+                    // Not raced against the token: a batch in flight always finishes.
+                    session.process(records).await;
+                    session.commit().await;
+                }
+                Err(e) if e.is_transient() => {
+                    failures = failures.saturating_add(1);
+                    let delay = cfg.backoff.delay(failures);
+                    tracing::warn!(error = %e, ?delay, "poll failed; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => break Ok(()),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        session.commit().await;
+        let closed = session.close().await;
+        outcome?;
+        closed?;
+        Ok(())
+    }
+}
