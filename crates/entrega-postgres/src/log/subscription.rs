@@ -150,7 +150,7 @@ impl Subscription for PgSubscription {
             // read still wakes the wait below.
             self.wake.borrow_and_update();
             let records = self.fetch(max, now).await?;
-            if !records.is_empty() {
+            if !records.is_empty() || max == 0 {
                 return Ok(records);
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
