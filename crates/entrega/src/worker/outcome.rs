@@ -1,5 +1,6 @@
 //! One subscription's processing: from a poll's records to final outcomes and offsets.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use entrega_core::headers::{
 use entrega_core::{Envelope, HandlerError, OutgoingMessage, Record, Subscription, TransportError};
 use futures::FutureExt;
 
-use super::router::{Message, Route};
+use super::router::{Handler, Message, Route};
 use super::{Worker, WorkerStats};
 use crate::failpoint;
 
@@ -168,7 +169,7 @@ impl<'w> Session<'w> {
     }
 
     async fn run_handler(
-        &self,
+        &mut self,
         index: usize,
         items: &mut [Item],
         group: &[usize],
@@ -185,15 +186,13 @@ impl<'w> Session<'w> {
             .await
         {
             Ok(results) => results,
-            Err(panic) => {
-                let text = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-text panic payload".to_owned());
-                tracing::error!(panic = %text, "handler panicked; retrying the message");
-                vec![Err(HandlerError::transient(HandlerPanicked(text)))]
+            Err(panic) if msgs.len() > 1 => {
+                // Which message panicked is unknown and earlier ones may have committed: go
+                // again one by one (idempotent handlers absorb the repeats) to find it.
+                tracing::error!(panic = %panic_text(&*panic), "batch handler panicked; retrying one by one");
+                one_by_one(handler.as_ref(), &msgs).await
             }
+            Err(panic) => vec![Err(panicked(&*panic))],
         };
         if let Err(e) = failpoint::hit(failpoint::WORKER_AFTER_HANDLER) {
             results = vec![Err(HandlerError::transient(e))];
@@ -311,7 +310,10 @@ impl<'w> Session<'w> {
         }
     }
 
-    async fn publish_dead_letters(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
+    async fn publish_dead_letters(
+        &mut self,
+        batch: &[OutgoingMessage],
+    ) -> Result<(), TransportError> {
         let first = self.worker.publisher.publish(batch).await;
         let Err(TransportError::UnknownTopic { .. }) = &first else {
             return first;
@@ -360,6 +362,39 @@ impl<'w> Session<'w> {
             }
         }
     }
+}
+
+/// Calls `handle` for each message, catching panics, stopping after the first transient
+/// failure (the contract of `handle_batch`).
+async fn one_by_one(handler: &dyn Handler, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+    let mut results = Vec::with_capacity(msgs.len());
+    for msg in msgs {
+        let result = match AssertUnwindSafe(handler.handle(msg)).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => Err(panicked(&*panic)),
+        };
+        let stop = matches!(&result, Err(e) if e.is_transient());
+        results.push(result);
+        if stop {
+            break;
+        }
+    }
+    results
+}
+
+fn panic_text(panic: &(dyn Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-text panic payload".to_owned())
+}
+
+/// A caught panic as a transient failure: the bug may depend on state that changes.
+fn panicked(panic: &(dyn Any + Send)) -> HandlerError {
+    let text = panic_text(panic);
+    tracing::error!(panic = %text, "handler panicked; retrying the message");
+    HandlerError::transient(HandlerPanicked(text))
 }
 
 /// At most `max` bytes of `text`, cut at a character boundary.
