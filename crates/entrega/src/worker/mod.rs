@@ -12,7 +12,9 @@
 //! Offsets are committed after the outcomes of a poll are final, i.e. after the handlers'
 //! transactions committed, so a crash redelivers (at-least-once) and never skips.
 
+mod dead_letter;
 mod outcome;
+mod panics;
 mod router;
 mod stats;
 

@@ -1,32 +1,15 @@
 //! One subscription's processing: from a poll's records to final outcomes and offsets.
 
-use std::any::Any;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::panic::AssertUnwindSafe;
 use std::time::Duration;
 
-use entrega_core::headers::{
-    INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
-};
 use entrega_core::{Envelope, HandlerError, OutgoingMessage, Record, Subscription, TransportError};
-use futures::FutureExt;
 
-use super::router::{Handler, Message, Route};
+use super::dead_letter::dead_letter;
+use super::panics::{guarded_batch, NoResult};
+use super::router::{Message, Route};
 use super::{Worker, WorkerStats};
 use crate::failpoint;
-
-/// Longest `motivo` header, in bytes; reasons can embed large error texts.
-const MAX_REASON_BYTES: usize = 1000;
-
-/// A handler panicked; treated as a transient failure.
-#[derive(Debug, thiserror::Error)]
-#[error("handler panicked: {0}")]
-struct HandlerPanicked(String);
-
-/// A handler returned no result at all for a non-empty batch.
-#[derive(Debug, thiserror::Error)]
-#[error("handler returned no result")]
-struct NoResult;
 
 /// Where one record goes before any handler runs.
 enum Target {
@@ -181,19 +164,7 @@ impl<'w> Session<'w> {
         let Some(handler) = self.worker.router.handler(index) else {
             return msgs.iter().map(|_| Decision::NotAttempted).collect();
         };
-        let mut results = match AssertUnwindSafe(handler.handle_batch(&msgs))
-            .catch_unwind()
-            .await
-        {
-            Ok(results) => results,
-            Err(panic) if msgs.len() > 1 => {
-                // Which message panicked is unknown and earlier ones may have committed: go
-                // again one by one (idempotent handlers absorb the repeats) to find it.
-                tracing::error!(panic = %panic_text(&*panic), "batch handler panicked; retrying one by one");
-                one_by_one(handler.as_ref(), &msgs).await
-            }
-            Err(panic) => vec![Err(panicked(&*panic))],
-        };
+        let mut results = guarded_batch(handler.as_ref(), &msgs).await;
         if let Err(e) = failpoint::hit(failpoint::WORKER_AFTER_HANDLER) {
             results = vec![Err(HandlerError::transient(e))];
         }
@@ -239,7 +210,10 @@ impl<'w> Session<'w> {
             if decision.blocks() {
                 would_block.insert(item.record.partition);
             } else if let Decision::Dead(reason) = decision {
-                dead.push((k, self.dead_letter(item, reason)));
+                dead.push((
+                    k,
+                    dead_letter(&self.worker.config, &item.record, item.attempt, reason),
+                ));
             }
         }
         if !dead.is_empty() {
@@ -290,23 +264,6 @@ impl<'w> Session<'w> {
             }
             let next = self.uncommitted.entry(partition).or_insert(offset + 1);
             *next = (*next).max(offset + 1);
-        }
-    }
-
-    fn dead_letter(&self, item: &Item, reason: &str) -> OutgoingMessage {
-        let record = &item.record;
-        let mut headers = record.headers.clone();
-        headers.set(INTENTOS, item.attempt.to_string());
-        headers.set(MOTIVO, truncate(reason, MAX_REASON_BYTES));
-        headers.set(ORIGIN_TOPIC, record.topic.clone());
-        headers.set(ORIGIN_PARTITION, record.partition.to_string());
-        headers.set(ORIGIN_OFFSET, record.offset.to_string());
-        headers.set(ORIGIN_GROUP, self.worker.config.group.clone());
-        OutgoingMessage {
-            topic: self.worker.config.dlq_topic(),
-            key: record.key.clone(),
-            headers,
-            payload: record.payload.clone(),
         }
     }
 
@@ -361,62 +318,5 @@ impl<'w> Session<'w> {
                 tracing::warn!(error = %e, "offset commit failed; retrying with the next batch");
             }
         }
-    }
-}
-
-/// Calls `handle` for each message, catching panics, stopping after the first transient
-/// failure (the contract of `handle_batch`).
-async fn one_by_one(handler: &dyn Handler, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
-    let mut results = Vec::with_capacity(msgs.len());
-    for msg in msgs {
-        let result = match AssertUnwindSafe(handler.handle(msg)).catch_unwind().await {
-            Ok(result) => result,
-            Err(panic) => Err(panicked(&*panic)),
-        };
-        let stop = matches!(&result, Err(e) if e.is_transient());
-        results.push(result);
-        if stop {
-            break;
-        }
-    }
-    results
-}
-
-fn panic_text(panic: &(dyn Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-text panic payload".to_owned())
-}
-
-/// A caught panic as a transient failure: the bug may depend on state that changes.
-fn panicked(panic: &(dyn Any + Send)) -> HandlerError {
-    let text = panic_text(panic);
-    tracing::error!(panic = %text, "handler panicked; retrying the message");
-    HandlerError::transient(HandlerPanicked(text))
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary.
-fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn truncates_at_char_boundaries() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("añb", 2), "a");
-        assert_eq!(truncate("añb", 3), "añ");
     }
 }

@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 pub mod handlers;
+pub mod relay_steps;
+pub mod worker_steps;
 
 use std::path::PathBuf;
 use std::sync::Arc;
