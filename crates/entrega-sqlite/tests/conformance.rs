@@ -34,14 +34,7 @@ impl TestFile {
     async fn new(sets: &[MigrationSet]) -> Result<Self, BoxError> {
         let dir = std::env::temp_dir().join(format!("entrega_t_{}", Uuid::new_v4().simple()));
         let pool = connect(&format!("sqlite://{}/conformance.db", dir.display())).await?;
-        // `migrate`'s future is not provably `Send` (sqlx's `raw_sql` executor bound), and
-        // harness futures must be; running it on a blocking thread sidesteps the bound.
-        let (handle, sets, migrating) = (
-            tokio::runtime::Handle::current(),
-            sets.to_vec(),
-            pool.clone(),
-        );
-        tokio::task::spawn_blocking(move || handle.block_on(migrate(&migrating, &sets))).await??;
+        migrate(&pool, sets).await?;
         Ok(Self { pool, dir })
     }
 
