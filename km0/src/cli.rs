@@ -40,6 +40,16 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_DB_PREFIX")]
     pub db_prefix: Option<String>,
 
+    /// Lease period in milliseconds of relay lanes and consumer partitions: how long a
+    /// silent (killed) instance keeps them before others take over.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_LEASE_TTL_MS",
+        default_value_t = 10_000
+    )]
+    pub lease_ttl_ms: u64,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -158,7 +168,13 @@ impl Cli {
 /// Runs the parsed command; the exit code says whether it succeeded.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let databases = cli.databases()?;
-    let system = System::new(databases, cli.broker.clone());
+    let system = System::new(databases, cli.broker.clone())
+        .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)));
+    // A crash test whose failpoint is misspelt must fail, not pass without crashing.
+    if let Ok(spec) = std::env::var(entrega::failpoint::ENV) {
+        entrega::failpoint::parse(&spec)
+            .with_context(|| format!("invalid {}", entrega::failpoint::ENV))?;
+    }
     match cli.command {
         Command::Up { http } => {
             let instance = format!("km0-{}", std::process::id());

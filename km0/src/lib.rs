@@ -8,7 +8,6 @@
 pub mod cli;
 pub mod config;
 pub mod demo;
-mod engine;
 mod schema;
 pub mod services;
 mod system;

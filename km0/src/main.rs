@@ -6,14 +6,20 @@ use clap::Parser as _;
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let cli = km0::cli::Cli::parse();
+    // The demo prints its own progress and report; services log what they do.
+    let default_filter = match cli.command {
+        km0::cli::Command::Demo(_) => "warn",
+        _ => "warn,km0=info,entrega=info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,km0=info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    match km0::cli::run(km0::cli::Cli::parse()).await {
+    match km0::cli::run(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("km0: {e:#}");

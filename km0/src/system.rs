@@ -2,10 +2,12 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
+use entrega::OutboxPorts;
 use entrega_core::{
-    now_ms, LaneLeases, MigrationSet, OutboxMaintenance, OutboxReader, OutboxStatus, OutboxWakeup,
-    Publisher, StoreError, Subscriber, TopicAdmin,
+    now_ms, Clock, MigrationSet, OutboxStatus, Publisher, StoreError, Subscriber, SystemClock,
+    TopicAdmin,
 };
 use entrega_postgres::{PgLog, PgOutbox};
 use entrega_sqlite::{SqliteLog, SqliteOutbox};
@@ -17,39 +19,11 @@ use crate::config::{
 use crate::services::inventario::StockStore;
 use crate::services::pedidos::OrderStore;
 
-/// The outbox of one database through the relay's seams.
-#[derive(Clone)]
-pub struct OutboxSeams {
-    /// Lane ownership among relays.
-    pub leases: Arc<dyn LaneLeases>,
-    /// Pending rows and marking.
-    pub reader: Arc<dyn OutboxReader>,
-    /// Purge and status.
-    pub maintenance: Arc<dyn OutboxMaintenance>,
-    /// Wake-ups after commits.
-    pub wakeup: Arc<dyn OutboxWakeup>,
-}
-
-impl OutboxSeams {
-    /// The outbox in `db`.
-    pub fn of(db: &Db) -> Self {
-        match db {
-            Db::Sqlite(pool) => Self::from_store(SqliteOutbox::new(pool.clone())),
-            Db::Postgres(pool) => Self::from_store(PgOutbox::new(pool.clone())),
-        }
-    }
-
-    fn from_store<T>(store: T) -> Self
-    where
-        T: LaneLeases + OutboxReader + OutboxMaintenance + OutboxWakeup + 'static,
-    {
-        let store = Arc::new(store);
-        Self {
-            leases: store.clone(),
-            reader: store.clone(),
-            maintenance: store.clone(),
-            wakeup: store,
-        }
+/// The outbox of `db` through the relay's ports.
+pub fn outbox_ports(db: &Db) -> OutboxPorts {
+    match db {
+        Db::Sqlite(pool) => OutboxPorts::new(Arc::new(SqliteOutbox::new(pool.clone()))),
+        Db::Postgres(pool) => OutboxPorts::new(Arc::new(PgOutbox::new(pool.clone()))),
     }
 }
 
@@ -63,11 +37,26 @@ pub enum BrokerLog {
 }
 
 impl BrokerLog {
-    /// The log in `db` with the default tuning.
-    pub fn of(db: &Db) -> Self {
+    /// The log in `db`; a consumer group member silent for `lease_ttl` loses its partitions.
+    pub fn of(db: &Db, lease_ttl: Duration) -> Self {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         match db {
-            Db::Sqlite(pool) => Self::Sqlite(SqliteLog::new(pool.clone())),
-            Db::Postgres(pool) => Self::Postgres(PgLog::new(pool.clone())),
+            Db::Sqlite(pool) => {
+                let config = entrega_sqlite::LogConfig {
+                    lease_ttl,
+                    heartbeat: lease_ttl / 3,
+                    ..entrega_sqlite::LogConfig::default()
+                };
+                Self::Sqlite(SqliteLog::with_config(pool.clone(), config, clock))
+            }
+            Db::Postgres(pool) => {
+                let config = entrega_postgres::LogConfig {
+                    lease_ttl,
+                    heartbeat: lease_ttl / 3,
+                    ..entrega_postgres::LogConfig::default()
+                };
+                Self::Postgres(PgLog::with_config(pool.clone(), config, clock))
+            }
         }
     }
 
@@ -108,11 +97,15 @@ impl BrokerLog {
     }
 }
 
+/// Lease period of relay lanes and consumer-group partitions unless told otherwise.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+
 /// The databases of one km0 deployment.
 #[derive(Debug, Clone)]
 pub struct System {
     databases: Databases,
     broker_url: String,
+    lease_ttl: Duration,
 }
 
 impl System {
@@ -121,7 +114,20 @@ impl System {
         Self {
             databases,
             broker_url,
+            lease_ttl: DEFAULT_LEASE_TTL,
         }
+    }
+
+    /// Sets how long relay lanes and consumer partitions stay with a silent instance before
+    /// others take them over (short in crash tests).
+    pub fn with_lease_ttl(mut self, lease_ttl: Duration) -> Self {
+        self.lease_ttl = lease_ttl;
+        self
+    }
+
+    /// Lease period of relay lanes and consumer partitions.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
     }
 
     /// The services' databases.
@@ -171,7 +177,7 @@ impl System {
 
     /// The broker's log transport, migrated.
     pub async fn broker_log(&self) -> Result<BrokerLog, StoreError> {
-        Ok(BrokerLog::of(&self.broker().await?))
+        Ok(BrokerLog::of(&self.broker().await?, self.lease_ttl))
     }
 
     /// Migrates every database of the deployment.
@@ -185,10 +191,7 @@ impl System {
     /// Backlog of the pedidos outbox.
     pub async fn outbox_status(&self) -> Result<OutboxStatus, StoreError> {
         let store = self.pedidos().await?;
-        let status = OutboxSeams::of(store.db())
-            .maintenance
-            .status(now_ms())
-            .await;
+        let status = outbox_ports(store.db()).maintenance.status(now_ms()).await;
         store.db().close().await;
         status
     }
@@ -231,6 +234,7 @@ impl System {
         Ok(Self {
             databases,
             broker_url,
+            lease_ttl: self.lease_ttl,
         })
     }
 

@@ -3,15 +3,22 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting, Worker, WorkerConfig};
+use entrega_core::SystemClock;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
-pub use crate::system::{BrokerLog, OutboxSeams, System};
+pub use crate::system::{outbox_ports, BrokerLog, System, DEFAULT_LEASE_TTL};
 
-use crate::services::inventario::ConsumerStats;
-use crate::services::pedidos::{app, PedidosState};
+use crate::services::inventario::{ConsumerStats, StockConsumer, GROUP};
+use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
+
+/// Longest wait of an idle relay for rows committed by other processes (the seed's 0.2 s).
+const RELAY_POLL: Duration = Duration::from_millis(200);
+
+type Task = JoinHandle<anyhow::Result<()>>;
 
 /// The dead-letter topic of the stock consumer (`<topic>.dlq`).
 pub fn dead_letter_topic() -> String {
@@ -56,7 +63,7 @@ impl Components {
 /// Components running in this process.
 pub struct Running {
     stop: CancellationToken,
-    tasks: Vec<(&'static str, JoinHandle<anyhow::Result<()>>)>,
+    tasks: Vec<(&'static str, Task)>,
     http_addr: Option<SocketAddr>,
     consumer_stats: Option<Arc<ConsumerStats>>,
 }
@@ -159,17 +166,87 @@ impl System {
             running.tasks.push(("pedidos", task));
         }
         if components.relay {
-            let task = crate::engine::spawn_relay(self, &components.instance, stop.clone()).await?;
+            let task = spawn_relay(self, &components.instance, stop.clone()).await?;
             running.tasks.push(("relay", task));
         }
         if components.inventario {
-            let (task, stats) =
-                crate::engine::spawn_consumer(self, &components.instance, stop.clone()).await?;
+            let (task, stats) = spawn_consumer(self, &components.instance, stop.clone()).await?;
             running.consumer_stats = Some(stats);
             running.tasks.push(("inventario", task));
         }
         Ok(running)
     }
+}
+
+/// Creates the topic of order events and its dead-letter topic if missing.
+pub async fn ensure_topics(broker: &BrokerLog) -> anyhow::Result<()> {
+    let admin = broker.admin();
+    admin
+        .ensure_topic(TOPIC, PARTITIONS)
+        .await
+        .with_context(|| format!("creating topic {TOPIC}"))?;
+    admin
+        .ensure_topic(&dead_letter_topic(), 1)
+        .await
+        .context("creating the dead-letter topic")?;
+    Ok(())
+}
+
+/// The outbox relay of pedidos, publishing to the broker, as lane owner `instance`.
+async fn spawn_relay(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let pedidos = system
+        .pedidos()
+        .await
+        .context("opening the pedidos database")?;
+    let broker = system.broker_log().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let mut config = RelayConfig::new(SOURCE);
+    config.instance_id = instance.to_owned();
+    config.routing = TopicRouting::default().route(AGGREGATE, TOPIC);
+    config.lease_ttl = system.lease_ttl();
+    config.poll_interval = RELAY_POLL;
+    let relay = Relay::new(
+        outbox_ports(pedidos.db()),
+        broker.publisher(),
+        Arc::new(SystemClock),
+        config,
+    );
+    tracing::info!(instance, "relay started");
+    Ok(tokio::spawn(async move {
+        relay.run(stop).await.context("relay")
+    }))
+}
+
+/// The inventario stock consumer, as group member `instance`.
+async fn spawn_consumer(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<(Task, Arc<ConsumerStats>)> {
+    let stock = system
+        .inventario()
+        .await
+        .context("opening the inventario database")?;
+    let broker = system.broker_log().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let consumer = Arc::new(StockConsumer::new(stock));
+    let stats = consumer.stats();
+    let mut config = WorkerConfig::new(GROUP, TOPIC);
+    config.member = instance.to_owned();
+    let worker = Worker::new(
+        broker.subscriber(),
+        broker.publisher(),
+        consumer.router(),
+        config,
+    )
+    .with_admin(broker.admin());
+    tracing::info!(instance, "inventario consumer started");
+    let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
+    Ok((task, stats))
 }
 
 /// Runs `components` until SIGINT/SIGTERM (or until one of them fails).
@@ -184,7 +261,7 @@ pub async fn run_until_signal(
     println!("{}", ready_line(&components, running.http_addr()));
     let stop = running.stop_token();
     tokio::spawn(async move {
-        crate::engine::shutdown_signal().await;
+        entrega::signal().await;
         tracing::info!("signal received, stopping");
         stop.cancel();
     });

@@ -62,12 +62,12 @@ async fn new_event_takes_stock_once_and_a_redelivery_is_a_duplicate(backend: &st
     let (c, t) = consumer(backend).await;
     let event = order_created("P-1", &[("queso-curado", 2), ("tomate-rosa", 10)]);
 
-    assert_eq!(c.handle(&event).await.unwrap(), Processed::Applied(()));
+    assert_eq!(c.apply(&event).await.unwrap(), Processed::Applied(()));
     assert_eq!(units(&c, "queso-curado").await, 3);
     assert_eq!(units(&c, "tomate-rosa").await, 110);
     assert!(key_stored(&t.db, event.id).await);
 
-    assert_eq!(c.handle(&event).await.unwrap(), Processed::Duplicate);
+    assert_eq!(c.apply(&event).await.unwrap(), Processed::Duplicate);
     assert_eq!(
         units(&c, "queso-curado").await,
         3,
@@ -84,7 +84,7 @@ async fn out_of_stock_is_permanent_applies_nothing_and_records_no_key(backend: &
     let (c, t) = consumer(backend).await;
     // The first line fits; the second does not: the first must be undone too.
     let event = order_created("P-2", &[("tomate-rosa", 1), ("queso-curado", 6)]);
-    let err = c.handle(&event).await.unwrap_err();
+    let err = c.apply(&event).await.unwrap_err();
     assert!(!err.is_transient(), "{err}");
     assert!(
         err.to_string().contains("sin stock de queso-curado"),
@@ -100,14 +100,14 @@ async fn out_of_stock_is_permanent_applies_nothing_and_records_no_key(backend: &
 async fn unknown_products_and_unreadable_payloads_are_permanent(backend: &str) {
     let (c, t) = consumer(backend).await;
     let unknown = order_created("P-3", &[("calabacin", 1), ("trufa", 1)]);
-    let err = c.handle(&unknown).await.unwrap_err();
+    let err = c.apply(&unknown).await.unwrap_err();
     assert!(!err.is_transient());
     assert!(err.to_string().contains("trufa"), "{err}");
     assert_eq!(units(&c, "calabacin").await, 80);
     assert!(!key_stored(&t.db, unknown.id).await);
 
     let unreadable = Envelope::new("pedido.creado", "pedidos", json!({"id": "P-4"}));
-    let err = c.handle(&unreadable).await.unwrap_err();
+    let err = c.apply(&unreadable).await.unwrap_err();
     assert!(!err.is_transient());
     assert!(!key_stored(&t.db, unreadable.id).await);
     t.remove().await;
@@ -119,7 +119,7 @@ async fn a_bad_message_in_a_batch_undoes_only_itself(backend: &str) {
     let bad = order_created("P-11", &[("calabacin", 3), ("queso-curado", 50)]);
     let last = order_created("P-12", &[("calabacin", 7), ("queso-curado", 1)]);
     let results = c
-        .handle_batch(&[first.clone(), bad.clone(), last.clone(), first.clone()])
+        .apply_batch(&[first.clone(), bad.clone(), last.clone(), first.clone()])
         .await;
     assert_eq!(results.len(), 4);
     assert_eq!(results[0].as_ref().unwrap(), &Processed::Applied(()));

@@ -26,7 +26,8 @@ const MARKETS: &[&str] = &["girona", "barcelona", "tarragona", "lleida", "valenc
 pub struct ProductPlan {
     /// Product id.
     pub product: String,
-    /// Units set before the run: the seed's units, raised if the orders need more.
+    /// Units set before the run: the seed's units plus everything ordered, so every order
+    /// can be served and a correct run ends on the seed's stock.
     pub start: i64,
     /// Units ordered by all the run's orders.
     pub ordered: i64,
@@ -86,7 +87,7 @@ impl DemoPlan {
                     .map_or(0, |(_, u)| *u);
                 ProductPlan {
                     product: product.to_owned(),
-                    start: seed_units.max(ordered),
+                    start: seed_units + ordered,
                     ordered,
                 }
             })
@@ -102,7 +103,7 @@ impl DemoPlan {
     /// The plan as a short table for the terminal.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "plan: {} orders, {} units; stock set so every order can be served\n",
+            "plan: {} orders, {} units; stock set to the seed's plus what is ordered\n",
             self.orders.len(),
             self.units()
         );
@@ -138,7 +139,14 @@ mod tests {
         assert_eq!(a.orders.len(), 300);
         let sum: i64 = a.orders.iter().map(NewOrder::units).sum();
         assert_eq!(sum, a.units());
-        assert!(a.stock.iter().all(|p| p.expected() >= 0));
+        for p in &a.stock {
+            let seed = INITIAL_STOCK
+                .iter()
+                .find(|(s, _)| *s == p.product)
+                .unwrap()
+                .1;
+            assert_eq!(p.expected(), seed, "a correct run ends on the seed's stock");
+        }
         for order in &a.orders {
             let mut products: Vec<_> = order.lines.iter().map(|l| &l.product).collect();
             products.sort();

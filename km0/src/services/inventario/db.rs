@@ -109,9 +109,9 @@ impl StockStore {
 
     /// Applies many events in one transaction, each deduplicated by its own key, each under
     /// its own savepoint. Returns one result per item attempted, in order: a permanent failure
-    /// undoes only its own item; a transient one stops the batch there (that item and the rest
-    /// are left out, to be delivered again). Nothing is visible until the returned `Ok`; an
-    /// `Err` means the transaction did not commit and no item took effect.
+    /// undoes only its own item; a transient one undoes its item and ends the list there (the
+    /// items after it are not attempted, to be delivered again). Nothing is visible until the
+    /// returned `Ok`; an `Err` means the transaction did not commit and no item took effect.
     pub async fn apply_batch(
         &self,
         consumer: &str,
@@ -239,10 +239,17 @@ async fn apply_items(
         };
         let transient = outcome.as_ref().is_err_and(ApplyError::is_transient);
         match closed {
-            Ok(()) if !transient => results.push(outcome),
-            // A transient failure (or a savepoint that cannot be closed) leaves this item
-            // and the rest unattempted: they will be delivered again.
-            _ => break,
+            Ok(()) => results.push(outcome),
+            // The savepoint cannot be closed: the transaction is unusable. Report this item
+            // with that error and attempt nothing more (the commit will tell).
+            Err(e) => {
+                results.push(Err(e.into()));
+                break;
+            }
+        }
+        if transient {
+            // Later items must not overtake a failure that will be retried.
+            break;
         }
     }
     results

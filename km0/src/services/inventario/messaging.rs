@@ -3,10 +3,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use async_trait::async_trait;
+use entrega::{Handler, Message, Router};
 use entrega_core::{Envelope, HandlerError, Processed};
 
 use super::db::{ApplyError, BatchItem, StockStore};
 use super::domain::PlacedOrder;
+use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
 
 /// The consumer's name in `mensajes_procesados.consumidor`, as in the seed.
 pub const CONSUMER: &str = "inventario.descuento_stock";
@@ -84,11 +87,11 @@ impl StockConsumer {
     /// Applies one `pedido.creado`: stock taken and key recorded in one transaction, or
     /// nothing. Out of stock, unknown products and unreadable payloads are permanent errors
     /// (dead letter); database failures are classified by the store.
-    pub async fn handle(&self, envelope: &Envelope) -> Result<Processed<()>, HandlerError> {
+    pub async fn apply(&self, envelope: &Envelope) -> Result<Processed<()>, HandlerError> {
         let result = match PlacedOrder::from_payload(&envelope.data) {
             Ok(order) => {
                 self.store
-                    .apply(CONSUMER, &envelope.id.to_string(), &order)
+                    .apply(CONSUMER, &envelope.id.hyphenated().to_string(), &order)
                     .await
             }
             Err(e) => Err(e.into()),
@@ -97,18 +100,19 @@ impl StockConsumer {
         result.map_err(into_handler_error)
     }
 
-    /// Applies many events in one transaction (a savepoint each). Returns one result per
-    /// event attempted, in order; a transient failure ends the list early and the events
-    /// left out were not applied. If the transaction itself fails to commit, every event
-    /// gets that (classified) error.
-    pub async fn handle_batch(
+    /// Applies many events in one transaction (a savepoint each, each deduplicated by its own
+    /// key). Returns one result per event attempted, in order; the list ends right after a
+    /// transient failure, and the events left out were not applied. If the transaction
+    /// fails to commit, nothing took effect: the first event gets the failure (so it counts
+    /// as an attempt) and the rest are left out.
+    pub async fn apply_batch(
         &self,
         envelopes: &[Envelope],
     ) -> Vec<Result<Processed<()>, HandlerError>> {
         let items: Vec<BatchItem> = envelopes
             .iter()
             .map(|e| BatchItem {
-                message_id: e.id.to_string(),
+                message_id: e.id.hyphenated().to_string(),
                 order: PlacedOrder::from_payload(&e.data),
             })
             .collect();
@@ -120,23 +124,40 @@ impl StockConsumer {
                     result.map_err(into_handler_error)
                 })
                 .collect(),
-            Err(e) => {
-                // Nothing committed: report the failure for the whole batch, so no offset
-                // moves past an event that did not take effect.
-                let transient = e.is_transient();
-                let reason = e.to_string();
-                envelopes
-                    .iter()
-                    .map(|_| {
-                        Err(if transient {
-                            HandlerError::transient(reason.clone())
-                        } else {
-                            HandlerError::permanent(reason.clone())
-                        })
-                    })
-                    .collect()
+            Err(e) if envelopes.is_empty() => {
+                tracing::warn!(error = %e, "empty stock batch failed to commit");
+                Vec::new()
             }
+            // Transient whatever the class: the failure belongs to the transaction, not to
+            // the first event; exhausting the attempts still dead-letters a real culprit.
+            Err(e) => vec![Err(HandlerError::transient(e))],
         }
+    }
+
+    /// The worker's router: `pedido.creado` to this consumer; the other order events are
+    /// deliberately ignored (acknowledged without effect); anything else is dead-lettered.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let handler: Arc<dyn Handler> = self.clone();
+        Router::new()
+            .route(ORDER_CREATED, handler)
+            .ignore(ORDER_PAID)
+            .ignore(ORDER_CANCELLED)
+    }
+}
+
+#[async_trait]
+impl Handler for StockConsumer {
+    async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        self.apply(&msg.envelope).await.map(drop)
+    }
+
+    async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+        let envelopes: Vec<Envelope> = msgs.iter().map(|m| m.envelope.clone()).collect();
+        self.apply_batch(&envelopes)
+            .await
+            .into_iter()
+            .map(|r| r.map(drop))
+            .collect()
     }
 }
 
