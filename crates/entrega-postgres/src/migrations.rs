@@ -2,6 +2,7 @@
 
 use entrega_core::{now_ms, MigrationSet, StoreError};
 use sqlx::postgres::PgPool;
+use sqlx::Executor;
 
 use crate::errors::classify;
 
@@ -55,18 +56,20 @@ pub async fn migrate(pool: &PgPool, sets: &[MigrationSet]) -> Result<(), StoreEr
         .execute(&mut *tx)
         .await
         .map_err(classify)?;
-    sqlx::raw_sql(
-        "CREATE TABLE IF NOT EXISTS entrega_migrations (
+    // `Executor::execute` with a plain `&str` runs the simple-query protocol (several
+    // statements allowed) and, unlike `raw_sql`, keeps this future `Send`.
+    (&mut *tx)
+        .execute(
+            "CREATE TABLE IF NOT EXISTS entrega_migrations (
             set_name      TEXT   NOT NULL,
             version       BIGINT NOT NULL,
             description   TEXT   NOT NULL,
             applied_at_ms BIGINT NOT NULL,
             PRIMARY KEY (set_name, version)
         )",
-    )
-    .execute(&mut *tx)
-    .await
-    .map_err(classify)?;
+        )
+        .await
+        .map_err(classify)?;
 
     let mut done: Vec<MigrationSet> = Vec::new();
     for &set in sets {
@@ -90,10 +93,7 @@ pub async fn migrate(pool: &PgPool, sets: &[MigrationSet]) -> Result<(), StoreEr
             });
         }
         for step in all.iter().filter(|m| m.version > current) {
-            sqlx::raw_sql(step.sql)
-                .execute(&mut *tx)
-                .await
-                .map_err(classify)?;
+            (&mut *tx).execute(step.sql).await.map_err(classify)?;
             sqlx::query(
                 "INSERT INTO entrega_migrations (set_name, version, description, applied_at_ms)
                  VALUES ($1, $2, $3, $4)",
@@ -113,4 +113,21 @@ pub async fn migrate(pool: &PgPool, sets: &[MigrationSet]) -> Result<(), StoreEr
 /// The latest version of `set` this build knows (what [`migrate`] brings a database to).
 pub fn latest_version(set: MigrationSet) -> i64 {
     steps(set).last().map_or(0, |m| m.version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[tokio::test]
+    async fn migrate_future_is_send() {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://localhost/none")
+            .ok();
+        if let Some(pool) = pool {
+            assert_send(&migrate(&pool, &[MigrationSet::Outbox]));
+        }
+    }
 }

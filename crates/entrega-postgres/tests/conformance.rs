@@ -39,14 +39,7 @@ impl TestDb {
         let name = format!("entrega_t_{}", Uuid::new_v4().simple());
         let url = ensure_database(&server_url(), &name).await?;
         let pool = connect(&url).await?;
-        // `migrate`'s future is not provably `Send` (sqlx's executor bounds), and harness
-        // futures must be; running it on a blocking thread sidesteps the bound.
-        let (handle, sets, migrating) = (
-            tokio::runtime::Handle::current(),
-            sets.to_vec(),
-            pool.clone(),
-        );
-        tokio::task::spawn_blocking(move || handle.block_on(migrate(&migrating, &sets))).await??;
+        migrate(&pool, sets).await?;
         Ok(Self { pool, name })
     }
 
