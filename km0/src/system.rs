@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use entrega::OutboxPorts;
 use entrega_core::{
-    now_ms, Clock, MigrationSet, OutboxStatus, Publisher, StoreError, Subscriber, SystemClock,
-    TopicAdmin,
+    now_ms, Clock, MigrationSet, OutboxStatus, Publisher, Record, StoreError, Subscriber,
+    SystemClock, TopicAdmin,
 };
 use entrega_postgres::{PgLog, PgOutbox};
 use entrega_sqlite::{SqliteLog, SqliteOutbox};
@@ -81,6 +81,20 @@ impl BrokerLog {
         match self {
             Self::Sqlite(log) => Arc::new(log.clone()),
             Self::Postgres(log) => Arc::new(log.clone()),
+        }
+    }
+
+    /// Up to `max` records of one partition from offset `from` on (tests, tooling).
+    pub async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: i64,
+        max: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        match self {
+            Self::Sqlite(log) => log.read(topic, partition, from, max).await,
+            Self::Postgres(log) => log.read(topic, partition, from, max).await,
         }
     }
 

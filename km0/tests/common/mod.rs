@@ -77,3 +77,25 @@ impl TestDb {
         }
     }
 }
+
+/// A whole deployment on fresh databases of `backend`: a temporary directory on SQLite,
+/// `entrega_t_<uuid>_*` databases on PostgreSQL. Remove it with `System::destroy`.
+pub fn test_system(backend: &str) -> km0::wiring::System {
+    use km0::config::{DataPlace, Databases};
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (databases, broker) = match backend {
+        "postgres" => (
+            Databases {
+                place: DataPlace::PostgresServer(pg_server()),
+                prefix: Some(format!("entrega_t_{id}_")),
+            },
+            format!("{}/entrega_t_{id}_broker", pg_server()),
+        ),
+        _ => {
+            let dir = std::env::temp_dir().join(format!("km0-test-{id}"));
+            let broker = format!("sqlite://{}", dir.join("broker.db").display());
+            (Databases::new(DataPlace::SqliteDir(dir)), broker)
+        }
+    };
+    km0::wiring::System::new(databases, broker).with_lease_ttl(std::time::Duration::from_secs(2))
+}
