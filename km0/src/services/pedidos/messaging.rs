@@ -29,12 +29,3 @@ pub fn order_created(order: &NewOrder) -> NewEvent {
         order.to_payload(),
     )
 }
-
-/// The topic an outbox row of aggregate type `aggregate` is published to.
-pub fn topic_for(aggregate: &str) -> String {
-    match aggregate {
-        AGGREGATE => TOPIC.to_owned(),
-        // Other aggregates follow the same naming: `<aggregate>s.eventos`.
-        other => format!("{other}s.eventos"),
-    }
-}

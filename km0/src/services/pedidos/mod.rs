@@ -10,6 +10,5 @@ pub use db::{CreateOrderError, OrderStore};
 pub use domain::{InvalidOrder, NewOrder, Order, OrderLine, CREATED, MAX_LINES, MAX_TEXT_LEN};
 pub use http::{app, ApiError, OrderBody, PedidosState, MAX_BODY_BYTES};
 pub use messaging::{
-    order_created, topic_for, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS,
-    SOURCE, TOPIC,
+    order_created, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS, SOURCE, TOPIC,
 };
