@@ -8,7 +8,7 @@ mod report;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 pub use plan::{DemoPlan, ProductPlan};
 pub use report::{DemoReport, Invariant, StockCheck};
@@ -88,21 +88,39 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         .context("starting pedidos, relay and inventario")?;
     let addr = running.http_addr().context("the demo needs the HTTP API")?;
 
-    let placing = bar(options.progress, plan.orders.len() as u64, "placing ");
+    // Both bars move together: events are consumed while orders are still being placed.
+    let bars = if options.progress {
+        MultiProgress::new()
+    } else {
+        MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+    };
+    let total = plan.orders.len() as u64;
+    let placing = bars.add(bar(total, "placed  "));
+    let consuming = bars.add(bar(total, "consumed"));
+    let watcher = {
+        let (stock, consuming) = (stock.clone(), consuming.clone());
+        tokio::spawn(async move {
+            loop {
+                if let Ok(n) = stock.processed(CONSUMER).await {
+                    consuming.set_position(n.saturating_sub(before.consumed));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     let placed = client::place_all(addr, &plan.orders, options.concurrency, &placing).await;
     placing.finish();
     let placing_ms = elapsed_ms(started);
 
-    let consuming = bar(options.progress, placed.accepted, "consumed");
     let deadline = Instant::now() + options.timeout;
     let drained = loop {
         let consumed = stock
             .processed(CONSUMER)
             .await?
             .saturating_sub(before.consumed);
-        consuming.set_position(consumed);
         let pending = system.outbox_status().await?.pending;
         if consumed >= placed.accepted && pending == 0 {
+            consuming.set_position(consumed);
             break true;
         }
         if Instant::now() >= deadline {
@@ -110,6 +128,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    watcher.abort();
     consuming.finish();
     let total_ms = elapsed_ms(started);
     let consumer_stats = running.consumer_stats();
@@ -151,14 +170,10 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     Ok(report)
 }
 
-fn bar(visible: bool, len: u64, label: &'static str) -> ProgressBar {
-    if !visible {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new(len);
-    if let Ok(style) =
-        ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
-    {
+fn bar(len: u64, label: &'static str) -> ProgressBar {
+    // Hidden until added to the MultiProgress, or it would draw a stray first frame.
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::hidden());
+    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} {elapsed}") {
         bar.set_style(style.progress_chars("=> "));
     }
     bar.set_prefix(label);
