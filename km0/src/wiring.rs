@@ -91,6 +91,7 @@ impl Running {
             let stop = self.stop.clone();
             let any_task = futures::future::select_all(self.tasks.iter_mut().map(|(_, t)| t));
             tokio::select! {
+                biased;
                 () = stop.cancelled() => None,
                 (result, index, _) = any_task => Some((index, result)),
             }
@@ -99,7 +100,8 @@ impl Running {
         if let Some((index, result)) = first {
             let (name, _) = self.tasks.remove(index);
             outcome = flatten(name, result);
-            if outcome.is_ok() {
+            // Components end by themselves only when stopping; otherwise it is a failure.
+            if outcome.is_ok() && !self.stop.is_cancelled() {
                 outcome = Err(anyhow::anyhow!("{name} stopped unexpectedly"));
             }
         }
