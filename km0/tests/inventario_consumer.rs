@@ -182,3 +182,29 @@ on_both_backends!(
     a_bad_message_in_a_batch_undoes_only_itself,
     migrating_again_keeps_the_stock,
 );
+
+#[tokio::test]
+async fn a_locked_database_fails_the_batch_transiently_and_applies_nothing() {
+    let (c, t) = consumer("sqlite").await;
+    let events = [
+        order_created("P-20", &[("calabacin", 1)]),
+        order_created("P-21", &[("calabacin", 1)]),
+    ];
+    // Another process holds the write lock longer than busy_timeout (5 s).
+    let other = entrega_sqlite::connect(&t.url).await.unwrap();
+    let lock = entrega_sqlite::begin_immediate(&other).await.unwrap();
+    let results = c.apply_batch(&events).await;
+    drop(lock);
+    other.close().await;
+    assert_eq!(results.len(), 1, "only the first counts as attempted");
+    assert!(results[0].as_ref().unwrap_err().is_transient());
+    assert_eq!(units(&c, "calabacin").await, 80);
+    assert_eq!(c.store().processed(CONSUMER).await.unwrap(), 0);
+
+    let retried = c.apply_batch(&events).await;
+    assert!(retried
+        .iter()
+        .all(|r| r.as_ref().unwrap() == &Processed::Applied(())));
+    assert_eq!(units(&c, "calabacin").await, 78);
+    t.remove().await;
+}

@@ -325,3 +325,33 @@ async fn a_closed_database_is_a_json_error_not_a_panic() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     api.test_db.remove().await;
 }
+
+#[tokio::test]
+async fn a_database_locked_past_the_busy_timeout_is_a_503_with_retry_after() {
+    let api = Api::new().await;
+    // Another process holding the write lock longer than busy_timeout (5 s).
+    let other = entrega_sqlite::connect(&api.test_db.url).await.unwrap();
+    let lock = entrega_sqlite::begin_immediate(&other).await.unwrap();
+    let response = api
+        .app
+        .clone()
+        .oneshot(
+            Request::post("/pedidos")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(order("P-busy").to_string()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    drop(lock);
+    other.close().await;
+    api.assert_nothing_stored("locked").await;
+    assert_eq!(
+        api.post(&order("P-busy")).await.0,
+        StatusCode::CREATED,
+        "retrying works"
+    );
+    api.test_db.remove().await;
+}

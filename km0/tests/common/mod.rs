@@ -16,6 +16,8 @@ pub fn pg_server() -> String {
 pub struct TestDb {
     /// The connected database.
     pub db: Db,
+    /// Its URL, to open more connections.
+    pub url: String,
     cleanup: Cleanup,
 }
 
@@ -32,6 +34,7 @@ impl TestDb {
         let db = Db::connect(&url).await.expect("sqlite connect");
         Self {
             db,
+            url,
             cleanup: Cleanup::Dir(dir),
         }
     }
@@ -45,6 +48,7 @@ impl TestDb {
         let db = Db::connect(&url).await.expect("postgres connect");
         Self {
             db,
+            url,
             cleanup: Cleanup::PgDatabase(name),
         }
     }
