@@ -42,7 +42,7 @@ pub async fn apply(db: &Db, service: &str, steps: &[Migration]) -> Result<(), St
     match db {
         Db::Sqlite(pool) => {
             let err = entrega_sqlite::classify;
-            let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+            let mut tx = entrega_sqlite::begin_immediate(pool).await?;
             sqlx::raw_sql(SQLITE_TABLE)
                 .execute(&mut *tx)
                 .await

@@ -84,6 +84,14 @@ impl BrokerLog {
         }
     }
 
+    /// Closes the broker's pool.
+    pub async fn close(&self) {
+        match self {
+            Self::Sqlite(log) => log.pool().close().await,
+            Self::Postgres(log) => log.pool().close().await,
+        }
+    }
+
     /// Up to `max` records of one partition from offset `from` on (tests, tooling).
     pub async fn read(
         &self,

@@ -13,8 +13,12 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub use plan::{DemoPlan, ProductPlan};
 pub use report::{DemoReport, Invariant, StockCheck};
 
+use entrega::OutboxPorts;
+use entrega_core::{now_ms, OutboxStatus};
+
 use crate::services::inventario::{StockStore, CONSUMER};
-use crate::wiring::{Components, System};
+use crate::services::pedidos::{OrderStore, TOPIC};
+use crate::wiring::{dead_letter_topic, outbox_ports, BrokerLog, Components, System};
 
 /// How a demo run goes.
 #[derive(Debug, Clone)]
@@ -45,17 +49,43 @@ struct Counters {
 }
 
 impl Counters {
-    async fn read(system: &System, stock: &StockStore) -> anyhow::Result<Self> {
-        let status = system.outbox_status().await?;
-        let broker = system.broker_log().await?;
+    async fn read(watch: &Watch) -> anyhow::Result<Self> {
         Ok(Self {
-            consumed: stock.processed(CONSUMER).await?,
-            published: status.published,
-            on_topic: broker.topic_total(crate::services::pedidos::TOPIC).await?,
-            dead_letters: broker
-                .topic_total(&crate::wiring::dead_letter_topic())
-                .await?,
+            consumed: watch.stock.processed(CONSUMER).await?,
+            published: watch.outbox().await?.published,
+            on_topic: watch.broker.topic_total(TOPIC).await?,
+            dead_letters: watch.broker.topic_total(&dead_letter_topic()).await?,
         })
+    }
+}
+
+/// Connections the demo observes the run through, opened once (opening migrates).
+struct Watch {
+    stock: StockStore,
+    orders: OrderStore,
+    outbox: OutboxPorts,
+    broker: BrokerLog,
+}
+
+impl Watch {
+    async fn open(system: &System) -> anyhow::Result<Self> {
+        let orders = system.pedidos().await.context("opening pedidos")?;
+        Ok(Self {
+            stock: system.inventario().await.context("opening inventario")?,
+            outbox: outbox_ports(orders.db()),
+            orders,
+            broker: system.broker_log().await.context("opening the broker")?,
+        })
+    }
+
+    async fn outbox(&self) -> anyhow::Result<OutboxStatus> {
+        Ok(self.outbox.maintenance.status(now_ms()).await?)
+    }
+
+    async fn close(&self) {
+        self.stock.db().close().await;
+        self.orders.db().close().await;
+        self.broker.close().await;
     }
 }
 
@@ -69,14 +99,15 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     };
     println!("km0 demo {run_id}: {}", system.describe());
 
-    let stock = system.inventario().await.context("opening inventario")?;
+    let watch = Watch::open(&system).await?;
+    let stock = &watch.stock;
     let plan = DemoPlan::generate(options.orders, &run_id, options.seed);
     for product in &plan.stock {
         let units = i32::try_from(product.start).context("stock beyond i32")?;
         stock.set_units(&product.product, units).await?;
     }
     print!("{}", plan.render());
-    let before = Counters::read(&system, &stock).await?;
+    let before = Counters::read(&watch).await?;
 
     let started = Instant::now();
     let running = system
@@ -118,7 +149,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
             .processed(CONSUMER)
             .await?
             .saturating_sub(before.consumed);
-        let pending = system.outbox_status().await?.pending;
+        let pending = watch.outbox().await?.pending;
         if consumed >= placed.accepted && pending == 0 {
             consuming.set_position(consumed);
             break true;
@@ -134,7 +165,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     let consumer_stats = running.consumer_stats();
     running.stop().await.context("stopping the services")?;
 
-    let after = Counters::read(&system, &stock).await?;
+    let after = Counters::read(&watch).await?;
     let mut checks = Vec::with_capacity(plan.stock.len());
     for product in &plan.stock {
         checks.push(StockCheck::new(
@@ -151,13 +182,13 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         consumed: after.consumed.saturating_sub(before.consumed),
         duplicates: consumer_stats.map_or(0, |s| s.snapshot().duplicates),
         dead_letters: after.dead_letters.saturating_sub(before.dead_letters),
-        outbox_pending: system.outbox_status().await?.pending,
+        outbox_pending: watch.outbox().await?.pending,
         drained,
         stock: checks,
         placing_ms,
         total_ms,
     };
-    stock.db().close().await;
+    watch.close().await;
     if options.fresh && !options.keep && report.passed() {
         // A failed run keeps its databases: they are the evidence.
         system

@@ -91,7 +91,7 @@ impl StockStore {
         match &self.db {
             Db::Sqlite(pool) => {
                 let err = entrega_sqlite::classify;
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+                let mut tx = entrega_sqlite::begin_immediate(pool).await?;
                 // On `Err` the transaction is dropped, which rolls back the claimed key too.
                 let done = apply_one(&mut *tx, consumer, message_id, order).await?;
                 tx.commit().await.map_err(err)?;
@@ -122,7 +122,7 @@ impl StockStore {
                 let err = entrega_sqlite::classify;
                 // IMMEDIATE takes the write lock up front, so a concurrent writer waits on
                 // busy_timeout instead of failing a read-to-write upgrade.
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(err)?;
+                let mut tx = entrega_sqlite::begin_immediate(pool).await?;
                 let results = apply_items(&mut *tx, consumer, items).await;
                 tx.commit().await.map_err(err)?;
                 Ok(results)

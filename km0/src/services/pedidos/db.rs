@@ -85,10 +85,7 @@ impl OrderStore {
         match &self.db {
             Db::Sqlite(pool) => {
                 // IMMEDIATE: writers queue on busy_timeout instead of failing an upgrade.
-                let mut tx = pool
-                    .begin_with("BEGIN IMMEDIATE")
-                    .await
-                    .map_err(entrega_sqlite::classify)?;
+                let mut tx = entrega_sqlite::begin_immediate(pool).await?;
                 write_order(&mut *tx, order, &event).await?;
                 tx.commit().await.map_err(entrega_sqlite::classify)?;
             }
