@@ -156,7 +156,9 @@ impl Envelope {
             version: parse_version(&map)?,
             timestamp_ms: parse_timestamp(&map)?,
             source: required_text(&map, "origen")?,
-            data: map.remove("datos").ok_or(EnvelopeError::MissingField { field: "datos" })?,
+            data: map
+                .remove("datos")
+                .ok_or(EnvelopeError::MissingField { field: "datos" })?,
         })
     }
 

@@ -46,7 +46,12 @@ pub fn fair_share(slots: usize, live_members: usize) -> usize {
 
 /// Computes `me`'s plan from the current leases, at `now_ms`, with `live_members` counting
 /// every member seen within the lease period (including `me`).
-pub fn plan_balance(me: &str, leases: &[SlotLease], live_members: usize, now_ms: i64) -> BalancePlan {
+pub fn plan_balance(
+    me: &str,
+    leases: &[SlotLease],
+    live_members: usize,
+    now_ms: i64,
+) -> BalancePlan {
     let share = fair_share(leases.len(), live_members);
     let mine: Vec<u32> = leases
         .iter()
@@ -78,7 +83,12 @@ mod tests {
 
     fn free(n: u32) -> Vec<SlotLease> {
         (0..n)
-            .map(|slot| SlotLease { slot, owner: None, token: 0, expires_at_ms: 0 })
+            .map(|slot| SlotLease {
+                slot,
+                owner: None,
+                token: 0,
+                expires_at_ms: 0,
+            })
             .collect()
     }
 
@@ -112,7 +122,10 @@ mod tests {
             }
         }
         for m in ["a", "b", "c"] {
-            let held = leases.iter().filter(|l| l.owner.as_deref() == Some(m)).count();
+            let held = leases
+                .iter()
+                .filter(|l| l.owner.as_deref() == Some(m))
+                .count();
             assert!(held >= 20 && held <= 22, "{m} holds {held}");
         }
         assert!(leases.iter().all(|l| l.owner.is_some()));
@@ -127,6 +140,9 @@ mod tests {
         let plan = plan_balance("b", &leases, 1, 5_000);
         assert_eq!(plan.take, vec![0, 1, 2, 3]);
         apply(&mut leases, "b", &plan, 9_000);
-        assert!(leases.iter().all(|l| l.token == 2), "takeover must bump the fencing token");
+        assert!(
+            leases.iter().all(|l| l.token == 2),
+            "takeover must bump the fencing token"
+        );
     }
 }

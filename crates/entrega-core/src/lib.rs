@@ -3,9 +3,9 @@
 
 mod clock;
 mod envelope;
-mod lease;
 mod error;
 pub mod headers;
+mod lease;
 mod outbox;
 mod outcome;
 mod partition;

@@ -29,7 +29,14 @@ fn ignores_unknown_fields() {
 
 #[test]
 fn names_the_missing_field() {
-    for name in ["id_evento", "tipo", "version", "fecha_ms", "origen", "datos"] {
+    for name in [
+        "id_evento",
+        "tipo",
+        "version",
+        "fecha_ms",
+        "origen",
+        "datos",
+    ] {
         let mut v = valid();
         v.as_object_mut().unwrap().remove(name);
         let err = parse(&v).unwrap_err();
@@ -63,9 +70,18 @@ fn rejects_bad_values_naming_the_field() {
 #[test]
 fn rejects_malformed_json_with_position() {
     let err = Envelope::parse(b"{\"id_evento\": ").unwrap_err();
-    assert!(matches!(err, EnvelopeError::Malformed { line: 1, .. }), "{err}");
-    assert_eq!(Envelope::parse(b"[1,2]").unwrap_err(), EnvelopeError::NotAnObject);
-    assert!(matches!(Envelope::parse(&[0xff, 0xfe]).unwrap_err(), EnvelopeError::Malformed { .. }));
+    assert!(
+        matches!(err, EnvelopeError::Malformed { line: 1, .. }),
+        "{err}"
+    );
+    assert_eq!(
+        Envelope::parse(b"[1,2]").unwrap_err(),
+        EnvelopeError::NotAnObject
+    );
+    assert!(matches!(
+        Envelope::parse(&[0xff, 0xfe]).unwrap_err(),
+        EnvelopeError::Malformed { .. }
+    ));
 }
 
 #[test]
@@ -73,7 +89,10 @@ fn enforces_size_limit() {
     let mut v = valid();
     v["datos"] = json!({"blob": "x".repeat(2000)});
     let bytes = serde_json::to_vec(&v).unwrap();
-    let limits = Limits { max_bytes: 1000, ..Limits::default() };
+    let limits = Limits {
+        max_bytes: 1000,
+        ..Limits::default()
+    };
     assert!(matches!(
         Envelope::parse_with(&bytes, &limits),
         Err(EnvelopeError::TooLarge { limit: 1000, .. })
@@ -82,10 +101,16 @@ fn enforces_size_limit() {
 
 #[test]
 fn enforces_depth_limit_without_recursing() {
-    let deep = format!("{{\"datos\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
+    let deep = format!(
+        "{{\"datos\":{}{}}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     assert_eq!(
         Envelope::parse(deep.as_bytes()).unwrap_err(),
-        EnvelopeError::TooDeep { limit: entrega_core::DEFAULT_MAX_DEPTH }
+        EnvelopeError::TooDeep {
+            limit: entrega_core::DEFAULT_MAX_DEPTH
+        }
     );
     // Brackets inside strings do not count.
     let mut v = valid();
