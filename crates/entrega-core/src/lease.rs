@@ -78,6 +78,7 @@ pub fn plan_balance(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -126,7 +127,7 @@ mod tests {
                 .iter()
                 .filter(|l| l.owner.as_deref() == Some(m))
                 .count();
-            assert!(held >= 20 && held <= 22, "{m} holds {held}");
+            assert!((20..=22).contains(&held), "{m} holds {held}");
         }
         assert!(leases.iter().all(|l| l.owner.is_some()));
     }

@@ -36,6 +36,7 @@ pub fn partition_for(key: &str, partitions: u32) -> u32 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,3 +1,6 @@
+//! The envelope parser: the seed wire form, and typed errors naming the offending field.
+#![allow(clippy::unwrap_used, clippy::panic)]
+
 use entrega_core::{Envelope, EnvelopeError, Limits};
 use serde_json::json;
 
