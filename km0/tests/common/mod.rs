@@ -1,7 +1,11 @@
 //! Fresh databases for tests: an SQLite file in its own temporary directory, or a PostgreSQL
-//! database with a random name on the server of `ENTREGA_TEST_PG`.
+//! database with a random name on the server of `ENTREGA_TEST_PG`. Crash tests add real `km0`
+//! processes ([`process`]) and the database state they assert on ([`state`]).
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
+
+pub mod process;
+pub mod state;
 
 use std::path::PathBuf;
 

@@ -30,6 +30,17 @@ const MIGRATIONS: &[Migration] = &[Migration {
         ON CONFLICT (producto) DO NOTHING;",
 }];
 
+/// Failpoint inside the stock transaction, after the key is claimed and the stock `UPDATE`s
+/// ran, right before `COMMIT` (single events and batches alike). `exit` dies with the
+/// transaction open, so the database rolls it back; `error` fails the commit step (transient),
+/// dropping the transaction. See [`entrega::failpoint`] for the engine's failpoints.
+pub const BEFORE_COMMIT: &str = "inventario.before_commit";
+
+/// Passes [`BEFORE_COMMIT`]; its `error` action reads as an unavailable database.
+fn before_commit() -> Result<(), StoreError> {
+    entrega::failpoint::hit(BEFORE_COMMIT).map_err(StoreError::unavailable)
+}
+
 /// Why an event's effect was not applied.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -94,6 +105,7 @@ impl StockStore {
                 let mut tx = entrega_sqlite::begin_immediate(pool).await?;
                 // On `Err` the transaction is dropped, which rolls back the claimed key too.
                 let done = apply_one(&mut *tx, consumer, message_id, order).await?;
+                before_commit()?;
                 tx.commit().await.map_err(err)?;
                 Ok(done)
             }
@@ -101,6 +113,7 @@ impl StockStore {
                 let err = entrega_postgres::classify;
                 let mut tx = pool.begin().await.map_err(err)?;
                 let done = apply_one(&mut *tx, consumer, message_id, order).await?;
+                before_commit()?;
                 tx.commit().await.map_err(err)?;
                 Ok(done)
             }
@@ -124,6 +137,7 @@ impl StockStore {
                 // busy_timeout instead of failing a read-to-write upgrade.
                 let mut tx = entrega_sqlite::begin_immediate(pool).await?;
                 let results = apply_items(&mut *tx, consumer, items).await;
+                before_commit()?;
                 tx.commit().await.map_err(err)?;
                 Ok(results)
             }
@@ -131,6 +145,7 @@ impl StockStore {
                 let err = entrega_postgres::classify;
                 let mut tx = pool.begin().await.map_err(err)?;
                 let results = apply_items(&mut *tx, consumer, items).await;
+                before_commit()?;
                 tx.commit().await.map_err(err)?;
                 Ok(results)
             }

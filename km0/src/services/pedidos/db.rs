@@ -40,6 +40,17 @@ const MIGRATIONS: &[Migration] = &[Migration {
     CREATE INDEX IF NOT EXISTS lineas_pedido_pedido ON lineas_pedido (pedido_id);",
 }];
 
+/// Failpoint inside the create-order transaction, after the order, its lines and its outbox
+/// row are written, right before `COMMIT`. `exit` dies mid-request with the transaction open
+/// (rolled back by the database); `error` fails the commit step (transient: the client gets a
+/// 503) and drops the transaction. See [`entrega::failpoint`] for the engine's failpoints.
+pub const BEFORE_COMMIT: &str = "pedidos.before_commit";
+
+/// Passes [`BEFORE_COMMIT`]; its `error` action reads as an unavailable database.
+fn before_commit() -> Result<(), StoreError> {
+    entrega::failpoint::hit(BEFORE_COMMIT).map_err(StoreError::unavailable)
+}
+
 /// Why an order was not stored.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -87,11 +98,13 @@ impl OrderStore {
                 // IMMEDIATE: writers queue on busy_timeout instead of failing an upgrade.
                 let mut tx = entrega_sqlite::begin_immediate(pool).await?;
                 write_order(&mut *tx, order, &event).await?;
+                before_commit()?;
                 tx.commit().await.map_err(entrega_sqlite::classify)?;
             }
             Db::Postgres(pool) => {
                 let mut tx = pool.begin().await.map_err(entrega_postgres::classify)?;
                 write_order(&mut *tx, order, &event).await?;
+                before_commit()?;
                 tx.commit().await.map_err(entrega_postgres::classify)?;
             }
         }

@@ -1,12 +1,15 @@
 //! `pedidos`: takes orders over HTTP and stores each with its `pedido.creado` event in one
 //! transaction (transactional outbox); the relay publishes the event afterwards.
+//!
+//! Failpoint (crash tests, `ENTREGA_FAILPOINTS`): [`BEFORE_COMMIT`] (`pedidos.before_commit`),
+//! order, lines and outbox row written, transaction not yet committed.
 
 mod db;
 mod domain;
 mod http;
 mod messaging;
 
-pub use db::{CreateOrderError, OrderStore};
+pub use db::{CreateOrderError, OrderStore, BEFORE_COMMIT};
 pub use domain::{InvalidOrder, NewOrder, Order, OrderLine, CREATED, MAX_LINES, MAX_TEXT_LEN};
 pub use http::{app, ApiError, OrderBody, PedidosState, MAX_BODY_BYTES};
 pub use messaging::{

@@ -1,0 +1,289 @@
+//! Real `km0` processes for crash tests: a deployment on fresh databases, its components
+//! started as child processes (optionally with failpoints), stopped with SIGTERM or killed
+//! with SIGKILL, each with bounded waits.
+
+#![allow(clippy::panic)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use km0::config::DataPlace;
+use km0::wiring::System;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::oneshot;
+
+use super::state::DbState;
+
+/// Longest wait for a process's ready line.
+pub const READY_WITHIN: Duration = Duration::from_secs(30);
+/// Longest wait for a process to exit after a signal or a failpoint.
+pub const EXIT_WITHIN: Duration = Duration::from_secs(30);
+
+/// One km0 deployment on fresh databases, shared by the processes a test starts and by the
+/// test itself (which reads the state through [`DbState`]).
+pub struct Deployment {
+    /// The deployment, for opening its databases in the test.
+    pub system: System,
+    backend: String,
+    args: Vec<String>,
+    logs: PathBuf,
+    destroyed: bool,
+}
+
+impl Deployment {
+    /// Fresh databases of `backend` (`sqlite` or `postgres`); processes use a lease period
+    /// of `lease_ttl_ms`, so a killed instance's lanes and partitions are taken over quickly.
+    pub fn new(backend: &str, lease_ttl_ms: u64) -> Self {
+        let system = super::test_system(backend);
+        let database = match &system.databases().place {
+            DataPlace::SqliteDir(dir) => format!("sqlite://{}", dir.display()),
+            DataPlace::PostgresServer(server) => server.clone(),
+        };
+        let mut args = vec![
+            "--database".to_owned(),
+            database,
+            "--broker".to_owned(),
+            system.broker_url().to_owned(),
+            "--lease-ttl-ms".to_owned(),
+            lease_ttl_ms.to_string(),
+        ];
+        if let Some(prefix) = &system.databases().prefix {
+            args.extend(["--db-prefix".to_owned(), prefix.clone()]);
+        }
+        let logs =
+            std::env::temp_dir().join(format!("km0-crash-logs-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&logs).expect("log directory");
+        // Shown only when the test fails: where each process wrote its stderr.
+        eprintln!("{backend}: km0 process logs in {}", logs.display());
+        Self {
+            system,
+            backend: backend.to_owned(),
+            args,
+            logs,
+            destroyed: false,
+        }
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &str {
+        &self.backend
+    }
+
+    /// Opens the deployment's databases (migrating them) for the test to read and write.
+    pub async fn state(&self) -> DbState {
+        DbState::open(&self.system).await
+    }
+
+    /// Starts `km0 run <component> --instance <instance>` with `failpoints` (empty: none)
+    /// in `ENTREGA_FAILPOINTS`, without waiting for it to be ready.
+    pub fn spawn(&self, component: &str, instance: &str, failpoints: &str) -> Km0 {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.logs.join(format!("{instance}.log")))
+            .expect("process log file");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_km0"));
+        command
+            .args(&self.args)
+            .args([
+                "run",
+                component,
+                "--instance",
+                instance,
+                "--http",
+                "127.0.0.1:0",
+            ])
+            .env_remove("KM0_DATABASE")
+            .env_remove("KM0_BROKER")
+            .env_remove("KM0_DB_PREFIX")
+            .env_remove("KM0_LEASE_TTL_MS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            // A failing test must not leave processes behind.
+            .kill_on_drop(true);
+        if failpoints.is_empty() {
+            command.env_remove(entrega::failpoint::ENV);
+        } else {
+            command.env(entrega::failpoint::ENV, failpoints);
+        }
+        let mut child = command.spawn().expect("spawn km0");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let mut tx = Some(tx);
+            let mut lines = BufReader::new(stdout).lines();
+            // Keep reading to the end so the child never blocks on a full pipe.
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line.starts_with("km0 ready") {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(line);
+                    }
+                }
+            }
+        });
+        Km0 {
+            name: instance.to_owned(),
+            log: self.logs.join(format!("{instance}.log")),
+            child,
+            ready_rx: Some(rx),
+            ready: None,
+        }
+    }
+
+    /// Starts a component without failpoints and waits for its ready line.
+    pub async fn start(&self, component: &str, instance: &str) -> Km0 {
+        let mut process = self.spawn(component, instance, "");
+        process.wait_ready().await;
+        process
+    }
+
+    /// Removes the deployment's databases and the process logs.
+    pub async fn destroy(mut self) {
+        self.destroyed = true;
+        remove(&self.system).await;
+        let _ = std::fs::remove_dir_all(&self.logs);
+    }
+}
+
+/// Removes every database of `system` (the SQLite directory with whatever is in it).
+async fn remove(system: &System) {
+    match &system.databases().place {
+        DataPlace::SqliteDir(dir) => {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        DataPlace::PostgresServer(_) => {
+            let _ = system.destroy().await;
+        }
+    }
+}
+
+impl Drop for Deployment {
+    /// A test that failed still drops its databases; its logs are kept for reading.
+    fn drop(&mut self) {
+        if self.destroyed {
+            return;
+        }
+        let system = self.system.clone();
+        // On its own thread: this may run inside the test's runtime, which cannot block.
+        let _ = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                rt.block_on(remove(&system));
+            }
+        })
+        .join();
+    }
+}
+
+/// A running `km0` child process.
+pub struct Km0 {
+    /// Its instance name.
+    pub name: String,
+    log: PathBuf,
+    child: Child,
+    ready_rx: Option<oneshot::Receiver<String>>,
+    ready: Option<String>,
+}
+
+impl Km0 {
+    /// Waits (bounded) for the ready line; fails the test if the process exits first.
+    pub async fn wait_ready(&mut self) -> String {
+        if let Some(line) = &self.ready {
+            return line.clone();
+        }
+        let rx = self.ready_rx.take().expect("ready line awaited once");
+        let waited = tokio::select! {
+            line = tokio::time::timeout(READY_WITHIN, rx) => Some(line),
+            _ = self.child.wait() => None,
+        };
+        let line = match waited {
+            Some(Ok(Ok(line))) => line,
+            Some(Err(_)) => panic!(
+                "{} printed no ready line within {READY_WITHIN:?}; see {}",
+                self.name,
+                self.log.display()
+            ),
+            // The process ended (or closed its stdout) without a ready line.
+            Some(Ok(Err(_))) | None => {
+                let status = self.child.wait().await;
+                panic!(
+                    "{} exited ({status:?}) before it was ready; see {}",
+                    self.name,
+                    self.log.display()
+                )
+            }
+        };
+        self.ready = Some(line.clone());
+        line
+    }
+
+    /// The pedidos HTTP address announced in the ready line.
+    pub fn http_addr(&self) -> SocketAddr {
+        let line = self.ready.as_deref().expect("process is ready");
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("pedidos="))
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no pedidos address in `{line}`"))
+    }
+
+    /// Waits (bounded) for the process to end by itself, e.g. at a failpoint set to `exit`.
+    pub async fn exited(&mut self) -> ExitStatus {
+        match tokio::time::timeout(EXIT_WITHIN, self.child.wait()).await {
+            Ok(status) => status.expect("wait"),
+            Err(_) => panic!(
+                "{} did not exit within {EXIT_WITHIN:?}; see {}",
+                self.name,
+                self.log.display()
+            ),
+        }
+    }
+
+    /// Asserts the process died at a failpoint set to `exit` (status 137, no cleanup).
+    pub async fn died_at_failpoint(&mut self) {
+        let status = self.exited().await;
+        assert_eq!(
+            status.code(),
+            Some(137),
+            "{} should have died at its failpoint ({status}); see {}",
+            self.name,
+            self.log.display()
+        );
+    }
+
+    /// SIGKILL: the process dies at once, whatever it is doing (no cleanup, locks and
+    /// connections dropped by the OS).
+    pub async fn kill(mut self) {
+        self.child.start_kill().expect("SIGKILL");
+        let status = self.exited().await;
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9),
+            "{} was not killed by SIGKILL: {status}",
+            self.name
+        );
+    }
+
+    /// SIGTERM, then waits (bounded) and asserts a clean exit.
+    pub async fn terminate(mut self) {
+        let pid = self.child.id().expect("running process").to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .await
+            .expect("kill -TERM");
+        assert!(sent.success(), "could not signal {}", self.name);
+        let status = self.exited().await;
+        assert!(
+            status.success(),
+            "{} did not stop cleanly: {status}; see {}",
+            self.name,
+            self.log.display()
+        );
+    }
+}
