@@ -17,8 +17,8 @@ pub use error::{StoreError, TransportError};
 pub use headers::Headers;
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
-    lane_of, LaneLease, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow,
-    OutboxStatus, OutboxWakeup, LANES,
+    lane_of, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
+    OutboxRow, OutboxStatus, OutboxWakeup, LANES,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
 pub use partition::{murmur2, partition_for};

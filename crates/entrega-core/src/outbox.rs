@@ -122,6 +122,25 @@ pub trait LaneLeases: Send + Sync {
     async fn release_all(&self, owner: &str) -> Result<(), StoreError>;
 }
 
+/// The pending rows of one lane, oldest first, as [`OutboxReader::pending_lanes`] returns them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaneRows {
+    /// The lane.
+    pub lane: u32,
+    /// Its oldest unpublished rows, in insertion order.
+    pub rows: Vec<OutboxRow>,
+}
+
+/// Rows of one lane to mark published under that lane's lease
+/// ([`OutboxReader::mark_published_lanes`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneMark {
+    /// The lease the rows were read and published under.
+    pub lease: LaneLease,
+    /// The rows' ids.
+    pub ids: Vec<Uuid>,
+}
+
 /// Reading and marking pending rows.
 #[async_trait]
 pub trait OutboxReader: Send + Sync {
@@ -136,6 +155,47 @@ pub trait OutboxReader: Send + Sync {
         ids: &[Uuid],
         now_ms: i64,
     ) -> Result<(), StoreError>;
+
+    /// Up to `limit` unpublished rows of each of `lanes`, oldest first within a lane, read
+    /// at once where the backend can (one query instead of one per lane). Lanes without
+    /// pending rows are left out; the others come in the order of `lanes`.
+    ///
+    /// The default asks [`OutboxReader::pending`] lane by lane.
+    async fn pending_lanes(
+        &self,
+        lanes: &[u32],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        let mut found = Vec::new();
+        for &lane in lanes {
+            let rows = self.pending(lane, limit).await?;
+            if !rows.is_empty() {
+                found.push(LaneRows { lane, rows });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Marks the rows of several lanes published at `now_ms`, each lane only while its own
+    /// lease is still held, written at once where the backend can. Returns the lanes whose
+    /// lease was lost: their rows are left unmarked, the other lanes' rows are marked.
+    ///
+    /// The default calls [`OutboxReader::mark_published`] lane by lane.
+    async fn mark_published_lanes(
+        &self,
+        marks: &[LaneMark],
+        now_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        let mut lost = Vec::new();
+        for mark in marks {
+            match self.mark_published(&mark.lease, &mark.ids, now_ms).await {
+                Ok(()) => {}
+                Err(StoreError::LeaseLost { .. }) => lost.push(mark.lease.lane),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(lost)
+    }
 }
 
 /// Backlog figures for operators.

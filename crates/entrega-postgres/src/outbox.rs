@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneLease, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus,
-    OutboxWakeup, StoreError, SystemClock,
+    Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow,
+    OutboxStatus, OutboxWakeup, StoreError, SystemClock,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::types::Json;
@@ -138,7 +138,7 @@ impl PgOutbox {
 
 /// Epoch ms kept within what `timestamptz` can hold (about year 33658 either way), so
 /// "everything" sentinels such as `i64::MAX` work as bounds.
-fn timestamp_ms(ms: i64) -> i64 {
+pub(crate) fn timestamp_ms(ms: i64) -> i64 {
     const LIMIT: i64 = 1_000_000_000_000_000;
     ms.clamp(-LIMIT, LIMIT)
 }
@@ -148,7 +148,7 @@ fn version_of(event: &NewEvent) -> Result<i32, StoreError> {
         .map_err(|_| invalid(format!("event version {} is out of range", event.version)))
 }
 
-fn row_of(row: &PgRow) -> Result<OutboxRow, StoreError> {
+pub(crate) fn row_of(row: &PgRow) -> Result<OutboxRow, StoreError> {
     let version: i32 = row.try_get("version").map_err(classify)?;
     let payload: Json<serde_json::Value> = row.try_get("carga").map_err(classify)?;
     Ok(OutboxRow {
@@ -232,6 +232,22 @@ impl OutboxReader for PgOutbox {
                 what: format!("relay lane {}", lease.lane),
             })
         }
+    }
+
+    async fn pending_lanes(
+        &self,
+        lanes: &[u32],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        crate::outbox_lanes::pending_lanes(&self.pool, lanes, limit).await
+    }
+
+    async fn mark_published_lanes(
+        &self,
+        marks: &[LaneMark],
+        now_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        crate::outbox_lanes::mark_published_lanes(&self.pool, marks, now_ms).await
     }
 }
 

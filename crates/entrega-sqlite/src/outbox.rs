@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    lane_of, Clock, LaneLease, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus,
-    OutboxWakeup, StoreError, SystemClock,
+    lane_of, Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
+    OutboxRow, OutboxStatus, OutboxWakeup, StoreError, SystemClock,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection, SqlitePool};
@@ -106,7 +106,7 @@ impl SqliteOutbox {
     }
 }
 
-fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
+pub(crate) fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
     let get_err = |e: sqlx::Error| corrupt("outbox", e);
     let id: String = row.try_get("id").map_err(get_err)?;
     let id = Uuid::parse_str(&id).map_err(|e| corrupt("outbox", format!("id `{id}`: {e}")))?;
@@ -135,7 +135,7 @@ fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
     })
 }
 
-fn json_ids(ids: &[Uuid]) -> String {
+pub(crate) fn json_ids(ids: &[Uuid]) -> String {
     let ids: Vec<String> = ids.iter().map(|id| id.hyphenated().to_string()).collect();
     serde_json::Value::from(ids).to_string()
 }
@@ -201,6 +201,22 @@ impl OutboxReader for SqliteOutbox {
         .await
         .map_err(classify)?;
         tx.commit().await.map_err(classify)
+    }
+
+    async fn pending_lanes(
+        &self,
+        lanes: &[u32],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        crate::outbox_lanes::pending_lanes(&self.pool, lanes, limit).await
+    }
+
+    async fn mark_published_lanes(
+        &self,
+        marks: &[LaneMark],
+        now_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        crate::outbox_lanes::mark_published_lanes(&self.pool, marks, now_ms).await
     }
 }
 

@@ -44,6 +44,8 @@ pub async fn run_all_outbox(h: &dyn OutboxHarness) -> Scenario {
         outbox::purge_removes_published_by_age,
         outbox::status_reports_backlog,
         outbox::wakeup_returns_after_commit,
+        outbox::pending_lanes_matches_each_lane,
+        outbox::mark_lanes_fences_each_lane,
     );
     report.finish()
 }
@@ -117,6 +119,8 @@ macro_rules! outbox_conformance {
             purge_removes_published_by_age,
             status_reports_backlog,
             wakeup_returns_after_commit,
+            pending_lanes_matches_each_lane,
+            mark_lanes_fences_each_lane,
         );
     };
 }

@@ -1,22 +1,26 @@
-//! The outbox relay: publishes pending outbox rows, lane by lane, and marks them published
-//! only after the transport confirmed them.
+//! The outbox relay: publishes pending outbox rows and marks them published only after the
+//! transport confirmed them.
 //!
 //! Lanes are shared among relay instances through fenced leases (`LaneLeases::balance`), so
 //! each lane, and with it each aggregate, is published by one instance at a time in insertion
-//! order. A failed publish leaves its rows pending (they go out again, same `id_evento`,
-//! which idempotent consumers absorb); a lost lease drops the lane before anything is marked.
+//! order. The lanes an instance holds are drained together, in rounds: one read of every
+//! lane's oldest rows, one publish, one fenced mark (see `drain`). A failed publish leaves its
+//! rows pending (they go out again, same `id_evento`, which idempotent consumers absorb) and
+//! its lanes back off, then go alone until they succeed, so a row the transport refuses holds
+//! back only its own lane; a lost lease drops the lane before anything of it is marked.
+
+mod drain;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Clock, Headers, LaneLease, OutboxRow, OutgoingMessage, Publisher, StoreError};
+use entrega_core::{Clock, LaneLease, Publisher, StoreError};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
-use crate::failpoint::{self, FailpointError};
 use crate::relay_config::{bump, millis, OutboxPorts, RelayConfig, RelayStats};
+use drain::LaneError;
 
 /// Why a relay step failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,28 +29,6 @@ pub enum RelayError {
     /// The outbox store failed (balancing lanes, releasing them at shutdown).
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// Why one lane could not be drained; the lane is retried later, the others go on.
-#[derive(Debug, thiserror::Error)]
-enum LaneError {
-    #[error("reading or marking rows failed: {0}")]
-    Store(#[source] StoreError),
-    #[error("publishing failed: {0}")]
-    Publish(#[source] entrega_core::TransportError),
-    #[error(transparent)]
-    Failpoint(#[from] FailpointError),
-    #[error("lease lost")]
-    LeaseLost,
-}
-
-impl From<StoreError> for LaneError {
-    fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::LeaseLost { .. } => Self::LeaseLost,
-            other => Self::Store(other),
-        }
-    }
 }
 
 /// Consecutive failures of one lane and when it may be tried again.
@@ -130,44 +112,90 @@ impl Relay {
         let mut state = self.state.lock().await;
         self.balance_if_due(&mut state).await?;
         let mut published = 0;
+        let now = self.clock.now_ms();
+        // Lanes that failed before go alone once their backoff ends; the rest go in rounds.
+        let mut together = Vec::with_capacity(state.leases.len());
         for lease in state.leases.clone() {
-            let now = self.clock.now_ms();
-            if state
-                .backoff
-                .get(&lease.lane)
-                .is_some_and(|b| now < b.not_before_ms)
-            {
-                continue;
+            match state.backoff.get(&lease.lane) {
+                None => together.push(lease),
+                Some(b) if now < b.not_before_ms => {}
+                Some(_) => {
+                    let result = self.drain_lane(&lease).await;
+                    published += self.settle_lane(&mut state, lease.lane, result);
+                }
             }
-            match self.drain_lane(&lease).await {
-                Ok(n) => {
-                    published += n;
-                    state.backoff.remove(&lease.lane);
+        }
+        while !together.is_empty() {
+            let now = self.clock.now_ms();
+            let (live, expired): (Vec<_>, Vec<_>) =
+                together.into_iter().partition(|l| now < l.expires_at_ms);
+            for lease in expired {
+                // Another instance may own the lane by now; publishing could reorder it.
+                self.settle_lane(&mut state, lease.lane, Err(LaneError::LeaseLost));
+            }
+            together = live;
+            if together.is_empty() {
+                break;
+            }
+            match self.round(&together).await {
+                Ok(round) => {
+                    published += round.published;
+                    for lane in &round.lost {
+                        self.settle_lane(&mut state, *lane, Err(LaneError::LeaseLost));
+                    }
+                    // Only lanes that filled their batch may have more waiting.
+                    together.retain(|l| round.full.contains(&l.lane));
                 }
-                Err(LaneError::LeaseLost) => {
-                    tracing::warn!(lane = lease.lane, "relay lane lease lost; rebalancing");
-                    bump(&self.stats.leases_lost, 1);
-                    state.leases.retain(|l| l.lane != lease.lane);
-                    state.rebalance = true;
-                }
-                Err(e) => {
-                    let failures = state.backoff.get(&lease.lane).map_or(1, |b| b.failures + 1);
-                    let delay = self.config.backoff.delay(failures);
-                    tracing::warn!(lane = lease.lane, failures, ?delay, error = %e, "relay lane failed");
-                    let not_before_ms = self.clock.now_ms().saturating_add(millis(delay));
-                    state.backoff.insert(
-                        lease.lane,
-                        LaneBackoff {
-                            failures,
-                            not_before_ms,
-                        },
-                    );
+                Err(failed) => {
+                    tracing::warn!(lanes = failed.lanes.len(), error = %failed.error, "relay round failed");
+                    for lane in failed.lanes {
+                        let error = match &failed.error {
+                            LaneError::LeaseLost => LaneError::LeaseLost,
+                            _ => LaneError::Round,
+                        };
+                        self.settle_lane(&mut state, lane, Err(error));
+                    }
+                    break;
                 }
             }
         }
         drop(state);
         self.purge_if_due().await;
         Ok(published)
+    }
+
+    /// Applies the outcome of draining one lane: forget its failures, drop it (lease lost),
+    /// or back it off. Returns the events it published.
+    fn settle_lane(&self, state: &mut State, lane: u32, result: Result<usize, LaneError>) -> usize {
+        match result {
+            Ok(n) => {
+                state.backoff.remove(&lane);
+                n
+            }
+            Err(LaneError::LeaseLost) => {
+                tracing::warn!(lane, "relay lane lease lost; rebalancing");
+                bump(&self.stats.leases_lost, 1);
+                state.leases.retain(|l| l.lane != lane);
+                state.rebalance = true;
+                0
+            }
+            Err(e) => {
+                let failures = state.backoff.get(&lane).map_or(1, |b| b.failures + 1);
+                let delay = self.config.backoff.delay(failures);
+                if !matches!(e, LaneError::Round) {
+                    tracing::warn!(lane, failures, ?delay, error = %e, "relay lane failed");
+                }
+                let not_before_ms = self.clock.now_ms().saturating_add(millis(delay));
+                state.backoff.insert(
+                    lane,
+                    LaneBackoff {
+                        failures,
+                        not_before_ms,
+                    },
+                );
+                0
+            }
+        }
     }
 
     async fn balance_if_due(&self, state: &mut State) -> Result<(), StoreError> {
@@ -192,56 +220,6 @@ impl Relay {
         state.balanced_at_ms = Some(now);
         state.rebalance = false;
         Ok(())
-    }
-
-    /// Publishes a lane's pending rows batch by batch until it is empty or its lease nears
-    /// expiry.
-    async fn drain_lane(&self, lease: &LaneLease) -> Result<usize, LaneError> {
-        let mut published = 0;
-        loop {
-            if self.clock.now_ms() >= lease.expires_at_ms {
-                // Another instance may own the lane by now; publishing could reorder it.
-                return Err(LaneError::LeaseLost);
-            }
-            let rows = self
-                .ports
-                .reader
-                .pending(lease.lane, self.config.batch_size)
-                .await?;
-            if rows.is_empty() {
-                return Ok(published);
-            }
-            let batch: Vec<OutgoingMessage> = rows.iter().map(|r| self.message(r)).collect();
-            failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
-            if let Err(e) = self.publisher.publish(&batch).await {
-                bump(&self.stats.publish_errors, 1);
-                return Err(LaneError::Publish(e));
-            }
-            // Confirmed by the transport; only now may the rows be marked.
-            failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
-            let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
-            self.ports
-                .reader
-                .mark_published(lease, &ids, self.clock.now_ms())
-                .await?;
-            bump(&self.stats.published, rows.len() as u64);
-            bump(&self.stats.batches, 1);
-            published += rows.len();
-            if rows.len() < self.config.batch_size {
-                return Ok(published);
-            }
-        }
-    }
-
-    fn message(&self, row: &OutboxRow) -> OutgoingMessage {
-        OutgoingMessage {
-            topic: self.config.routing.topic_for(&row.aggregate),
-            key: Some(row.aggregate_id.clone()),
-            headers: Headers::new()
-                .with(TIPO, row.kind.clone())
-                .with(ID_EVENTO, row.id.to_string()),
-            payload: row.envelope(&self.config.source).to_bytes(),
-        }
     }
 
     async fn purge_if_due(&self) {

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    lane_of, plan_balance, Clock, LaneLease, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, SlotLease, StoreError, SystemClock, LANES,
+    lane_of, plan_balance, Clock, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent,
+    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, SlotLease, StoreError,
+    SystemClock, LANES,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -268,6 +269,59 @@ impl OutboxReader for MemoryOutbox {
             }
         }
         Ok(())
+    }
+
+    async fn pending_lanes(
+        &self,
+        lanes: &[u32],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        let state = self.state();
+        Ok(lanes
+            .iter()
+            .map(|&lane| LaneRows {
+                lane,
+                rows: state
+                    .rows
+                    .iter()
+                    .filter(|r| r.lane == lane && r.published_at_ms.is_none())
+                    .take(limit)
+                    .map(|r| r.row.clone())
+                    .collect(),
+            })
+            .filter(|found| !found.rows.is_empty())
+            .collect())
+    }
+
+    async fn mark_published_lanes(
+        &self,
+        marks: &[LaneMark],
+        now_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        // One lock for every lane, as the database backends use one statement or transaction.
+        let mut state = self.state();
+        let mut lost = Vec::new();
+        for mark in marks {
+            let lease = &mark.lease;
+            let held = state.lanes.iter().any(|l| {
+                l.slot == lease.lane
+                    && l.owner.as_deref() == Some(&lease.owner)
+                    && l.token == lease.token
+            });
+            if !held {
+                lost.push(lease.lane);
+                continue;
+            }
+            for row in state.rows.iter_mut() {
+                if row.lane == lease.lane
+                    && row.published_at_ms.is_none()
+                    && mark.ids.contains(&row.row.id)
+                {
+                    row.published_at_ms = Some(now_ms);
+                }
+            }
+        }
+        Ok(lost)
     }
 }
 
