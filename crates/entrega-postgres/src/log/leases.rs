@@ -201,12 +201,33 @@ pub(crate) async fn leave(pool: &PgPool, m: &Member<'_>) -> Result<(), StoreErro
     tx.commit().await.map_err(classify)
 }
 
-/// Writes committed offsets, but only for partitions whose lease the member still holds with
-/// the given tokens; otherwise writes nothing and returns the first partition found lost.
+/// Writes committed offsets only when the member still holds every listed partition with the
+/// given tokens; otherwise writes nothing and returns the lowest partition found lost.
 ///
-/// The lease rows are read `FOR SHARE`: a takeover (which locks them `FOR UPDATE`) waits for
-/// this commit, or this commit sees the takeover's new token. A stale holder can therefore
-/// never overwrite its successor's progress.
+/// One statement: the lease rows are read `FOR SHARE`, so a takeover (which locks them
+/// `FOR UPDATE`) waits for this write, or this write sees the takeover's new token and writes
+/// nothing. A stale holder can therefore never overwrite its successor's progress.
+const COMMIT_OFFSETS: &str = "
+WITH wanted AS (
+    SELECT * FROM UNNEST($3::int4[], $4::int8[], $5::int8[]) AS c(p, o, token)
+), held AS (
+    SELECT partition_no, token FROM entrega_partition_leases
+    WHERE group_id = $1 AND topic = $2 AND owner = $6 AND partition_no = ANY($3)
+    FOR SHARE
+), lost AS (
+    SELECT w.p FROM wanted w
+    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.partition_no = w.p AND h.token = w.token)
+), written AS (
+    INSERT INTO entrega_group_offsets (group_id, topic, partition_no, next_offset, committed_at_ms)
+    SELECT $1, $2, w.p, w.o, $7 FROM wanted w
+    WHERE NOT EXISTS (SELECT 1 FROM lost)
+    ON CONFLICT (group_id, topic, partition_no)
+    DO UPDATE SET next_offset = EXCLUDED.next_offset, committed_at_ms = EXCLUDED.committed_at_ms
+    RETURNING 1
+)
+SELECT min(p) FROM lost";
+
+/// Commits `(partition, next offset, token)` triples for the member; see [`COMMIT_OFFSETS`].
 pub(crate) async fn commit_offsets(
     pool: &PgPool,
     m: &Member<'_>,
@@ -218,45 +239,18 @@ pub(crate) async fn commit_offsets(
         .filter_map(|(p, _, _)| i32::try_from(*p).ok())
         .collect();
     let next: Vec<i64> = offsets.iter().map(|(_, o, _)| *o).collect();
-    let mut tx = pool.begin().await.map_err(classify)?;
-    let rows = sqlx::query(
-        "SELECT partition_no, token FROM entrega_partition_leases
-         WHERE group_id = $1 AND topic = $2 AND owner = $3 AND partition_no = ANY($4)
-         FOR SHARE",
-    )
-    .bind(m.group)
-    .bind(m.topic)
-    .bind(m.member)
-    .bind(&partitions)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(classify)?;
-    let mut current = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let p: i32 = row.try_get("partition_no").map_err(classify)?;
-        let token: i64 = row.try_get("token").map_err(classify)?;
-        current.push((partition_u32(p, "entrega_partition_leases")?, token));
-    }
-    for (p, _, token) in offsets {
-        if !current.contains(&(*p, *token)) {
-            // Dropping the transaction rolls it back: nothing is written.
-            return Ok(Some(*p));
-        }
-    }
-    sqlx::query(
-        "INSERT INTO entrega_group_offsets (group_id, topic, partition_no, next_offset, committed_at_ms)
-         SELECT $1, $2, c.p, c.o, $5 FROM UNNEST($3::int4[], $4::int8[]) AS c(p, o)
-         ON CONFLICT (group_id, topic, partition_no)
-         DO UPDATE SET next_offset = EXCLUDED.next_offset, committed_at_ms = EXCLUDED.committed_at_ms",
-    )
-    .bind(m.group)
-    .bind(m.topic)
-    .bind(&partitions)
-    .bind(&next)
-    .bind(now_ms)
-    .execute(&mut *tx)
-    .await
-    .map_err(classify)?;
-    tx.commit().await.map_err(classify)?;
-    Ok(None)
+    let tokens: Vec<i64> = offsets.iter().map(|(_, _, t)| *t).collect();
+    let lost: Option<i32> = sqlx::query_scalar(COMMIT_OFFSETS)
+        .bind(m.group)
+        .bind(m.topic)
+        .bind(&partitions)
+        .bind(&next)
+        .bind(&tokens)
+        .bind(m.member)
+        .bind(now_ms)
+        .fetch_one(pool)
+        .await
+        .map_err(classify)?;
+    lost.map(|p| partition_u32(p, "entrega_partition_leases"))
+        .transpose()
 }

@@ -88,18 +88,38 @@ impl Publisher for PgLog {
             groups.entry((topic, partition)).or_default().push(m);
         }
         let now = self.clock.now_ms();
+        if let [((topic, partition), messages)] = groups.iter().collect::<Vec<_>>()[..] {
+            // One partition: the append alone is atomic and commits on its own, holding the
+            // partition row's lock until then; BEGIN and COMMIT would only add round trips.
+            // sqlx reads every reply up to ReadyForQuery, so `Ok` comes after the commit.
+            let mut conn = self.pool.acquire().await.map_err(transport)?;
+            let written = append(&mut conn, topic, *partition, messages, now).await?;
+            return self.check_written(topic, written, messages.len());
+        }
         let mut tx = self.pool.begin().await.map_err(transport)?;
         for ((topic, partition), messages) in &groups {
             let written = append(&mut tx, topic, *partition, messages, now).await?;
-            if written != messages.len() {
-                // The partition row is gone: the topic was dropped behind our cache.
-                self.forget(topic);
-                return Err(TransportError::UnknownTopic {
-                    topic: (*topic).to_owned(),
-                });
-            }
+            self.check_written(topic, written, messages.len())?;
         }
         // Commit is the durable confirmation the Publisher contract promises.
         tx.commit().await.map_err(transport)
+    }
+}
+
+impl PgLog {
+    fn check_written(
+        &self,
+        topic: &str,
+        written: usize,
+        sent: usize,
+    ) -> Result<(), TransportError> {
+        if written == sent {
+            return Ok(());
+        }
+        // The partition row is gone: the topic was dropped behind our cache.
+        self.forget(topic);
+        Err(TransportError::UnknownTopic {
+            topic: topic.to_owned(),
+        })
     }
 }
