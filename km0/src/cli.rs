@@ -76,6 +76,8 @@ pub enum Command {
     },
     /// Places orders through the real HTTP API and checks every invariant at the end.
     Demo(DemoArgs),
+    /// Benchmarks on fresh databases at `--database` (see docs/BENCHMARKS.md).
+    Bench(crate::bench::BenchArgs),
 }
 
 /// `km0 run <component>`.
@@ -237,6 +239,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if !report.passed() {
                 return Ok(ExitCode::FAILURE);
             }
+        }
+        Command::Bench(args) => {
+            crate::bench::run(&cli.database, &args).await?;
         }
     }
     Ok(ExitCode::SUCCESS)

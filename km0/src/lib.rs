@@ -5,6 +5,7 @@
 //! consumer). Each runs in its own process (`km0 run ...`) or all together (`km0 up`,
 //! `km0 demo`).
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod demo;

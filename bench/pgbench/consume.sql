@@ -1,0 +1,80 @@
+-- Ceiling of the consumer: the statements of one turn of the inventario worker, as the
+-- engine and km0 issue them, one turn per transaction of the script:
+--   1. PgSubscription::poll: the FETCH of up to :batch records of the held partitions
+--      (crates/entrega-postgres/src/log/subscription.rs);
+--   2. StockStore::apply_batch: one transaction, and per message a savepoint, its own
+--      idempotency key (PgInbox::claim) and the conditional stock update of each line
+--      (km0/src/services/inventario/db.rs);
+--   3. the offset commit, fenced by the partition leases (log/leases.rs).
+--
+-- The section between the @each-message markers is written once per message of a full batch
+-- by `km0 bench consume`, its placeholders replaced by the message number and its two
+-- products (as in the bench's orders), each copy guarded by the number of records polled.
+--
+-- Differences from the engine, all in the ceiling's favour or neutral:
+--   * the poll's rows come back with their count and the next read positions attached
+--     (window functions, \aset) instead of being decoded in Rust;
+--   * keys are sequential ids of the same length as a UUID rather than the events' random
+--     ids, and every order has lines @A@ and @B@ as in the data, without parsing the payload;
+--   * the log and the stock share one database and one connection;
+--   * the offset commit stamps clock_timestamp() instead of a bound epoch-ms parameter, and
+--     commits all six partitions.
+--
+-- Variables (-D): batch, consumer, p0..p4 (the products), o0..o5=0 (read positions), id=0.
+\set n 0
+\set q 1
+SELECT f.partition_no, f.log_offset, f.msg_key, f.headers, f.payload, f.appended_at_ms,
+       count(*) OVER () AS n,
+       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 0) OVER () + 1, :o0) AS o0,
+       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 1) OVER () + 1, :o1) AS o1,
+       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 2) OVER () + 1, :o2) AS o2,
+       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 3) OVER () + 1, :o3) AS o3,
+       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 4) OVER () + 1, :o4) AS o4,
+       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 5) OVER () + 1, :o5) AS o5
+FROM (
+    -- PgSubscription::poll (FETCH)
+    SELECT r.partition_no, r.log_offset, r.msg_key, r.headers, r.payload, r.appended_at_ms
+    FROM UNNEST('{0,1,2,3,4,5}'::int4[], ARRAY[:o0, :o1, :o2, :o3, :o4, :o5]::int8[]) AS c(p, o)
+    CROSS JOIN LATERAL (
+        SELECT l.partition_no, l.log_offset, l.msg_key, l.headers, l.payload, l.appended_at_ms,
+               l.log_offset - c.o AS distance
+        FROM entrega_log l
+        WHERE l.topic = 'pedidos.eventos' AND l.partition_no = c.p AND l.log_offset >= c.o
+        ORDER BY l.log_offset
+        LIMIT :batch
+    ) r
+    ORDER BY r.distance, r.partition_no
+    LIMIT :batch
+) f \aset
+\if :n > 0
+BEGIN;
+\endif
+-- @each-message
+\if :n >= @K@
+\set id :id + 1
+SAVEPOINT km0_item;
+INSERT INTO mensajes_procesados (id_mensaje, consumidor)
+VALUES ('00000000-0000-4000-8000-' || lpad(:id, 12, '0'), :consumer)
+ON CONFLICT DO NOTHING RETURNING 1;
+UPDATE stock SET unidades = unidades - :q WHERE producto = :p@A@ AND unidades >= :q;
+UPDATE stock SET unidades = unidades - :q WHERE producto = :p@B@ AND unidades >= :q;
+RELEASE SAVEPOINT km0_item;
+\endif
+-- @end-each-message
+\if :n > 0
+COMMIT;
+BEGIN;
+SELECT partition_no, token FROM entrega_partition_leases
+WHERE group_id = 'inventario' AND topic = 'pedidos.eventos' AND owner = 'pgbench-0'
+  AND partition_no = ANY('{0,1,2,3,4,5}'::int4[])
+FOR SHARE;
+INSERT INTO entrega_group_offsets (group_id, topic, partition_no, next_offset, committed_at_ms)
+SELECT 'inventario', 'pedidos.eventos', c.p, c.o, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+FROM UNNEST('{0,1,2,3,4,5}'::int4[], ARRAY[:o0, :o1, :o2, :o3, :o4, :o5]::int8[]) AS c(p, o)
+ON CONFLICT (group_id, topic, partition_no)
+DO UPDATE SET next_offset = EXCLUDED.next_offset, committed_at_ms = EXCLUDED.committed_at_ms;
+COMMIT;
+\else
+-- The topic is drained: idle until the run is stopped.
+\sleep 20 ms
+\endif

@@ -1,0 +1,213 @@
+//! `km0 bench consume`: how fast the inventario consumer (the entrega worker and the stock
+//! consumer's batch transaction) drains a prefilled `pedidos.eventos`, against pgbench
+//! running the same statements.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use entrega::{CancellationToken, Worker, WorkerConfig};
+use entrega_core::now_ms;
+use serde_json::json;
+
+use super::pgbench::{consume_ceiling, rate};
+use super::report::{BenchReport, Measurement, Target};
+use super::workload::{fill_stock, prefill_topic, settle, topic_messages};
+use super::{progress, Common};
+use crate::services::inventario::{StockConsumer, CONSUMER, GROUP, TOPIC};
+use crate::wiring::{ensure_topics, BrokerLog, System};
+
+/// Messages per second the consumer must sustain.
+const TARGET_RATE: f64 = 5_000.0;
+
+/// `km0 bench consume`.
+#[derive(Debug, Clone, Args)]
+pub struct ConsumeArgs {
+    /// Messages prefilled on the topic.
+    #[arg(long, default_value_t = 50_000)]
+    pub messages: usize,
+    /// Orders the messages belong to (the partition keys).
+    #[arg(long, default_value_t = 10_000)]
+    pub aggregates: usize,
+    /// Records per poll, which is also the consumer's transaction size.
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Workers (members of the consumer group) in this process.
+    #[arg(long, default_value_t = 1)]
+    pub workers: usize,
+    /// Seconds one drain may take before the run fails.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// Runs the drain `runs` times, alternating with the ceiling.
+pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<BenchReport> {
+    let timeout = Duration::from_secs(args.timeout);
+    let workers = args.workers.max(1);
+    let mut engine = Vec::with_capacity(common.runs);
+    let mut ceiling = Vec::with_capacity(common.runs);
+    for run in 1..=common.runs {
+        progress(format!("consume x{workers}, run {run}/{}", common.runs));
+        engine.push(measure(common, args, workers).await?);
+        // The ceiling is one client: the stock rows every order touches serialise consumers.
+        if let Some(binary) = common.pgbench.as_deref().filter(|_| workers == 1) {
+            ceiling.push(
+                consume_ceiling(
+                    common,
+                    binary,
+                    args.messages,
+                    args.aggregates,
+                    args.batch,
+                    timeout,
+                )
+                .await?,
+            );
+        }
+    }
+    let ratios: Vec<f64> = engine
+        .iter()
+        .zip(&ceiling)
+        .map(|(e, c)| 100.0 * e / c)
+        .collect();
+    let mut rows =
+        vec![
+            Measurement::new(format!("consume x{workers} (entrega)"), "msgs/s", engine)
+                .with_target(|m| Target::at_least(TARGET_RATE, m)),
+        ];
+    if !ceiling.is_empty() {
+        rows.push(Measurement::new("ceiling x1 (pgbench)", "msgs/s", ceiling));
+        rows.push(Measurement::new(
+            format!("consume x{workers} / ceiling"),
+            "%",
+            ratios,
+        ));
+    }
+    Ok(BenchReport {
+        bench: "consume".to_owned(),
+        backend: common.place.backend().to_owned(),
+        setup: format!(
+            "drain {} pedido.creado (2 lines each) over {} aggregates, polls of {}",
+            args.messages, args.aggregates, args.batch
+        ),
+        settings: json!({
+            "messages": args.messages,
+            "aggregates": args.aggregates,
+            "batch": args.batch,
+            "workers": workers,
+        }),
+        rows,
+    })
+}
+
+async fn measure(common: &Common, args: &ConsumeArgs, workers: usize) -> anyhow::Result<f64> {
+    let (system, _) = common.place.fresh()?;
+    let result = drain(&system, args, workers).await;
+    common.cleanup(&system).await?;
+    let rate = result?;
+    progress(format!("consume x{workers} (entrega): {rate:.0} msgs/s"));
+    Ok(rate)
+}
+
+async fn drain(system: &System, args: &ConsumeArgs, workers: usize) -> anyhow::Result<f64> {
+    let stock = system.inventario().await.context("opening inventario")?;
+    fill_stock(&stock).await?;
+    let broker = system.broker_log().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    prefill_topic(
+        broker.publisher().as_ref(),
+        &topic_messages(args.messages, args.aggregates),
+    )
+    .await?;
+    let broker_db = system.broker().await?;
+    settle(&broker_db, &["entrega_log"]).await?;
+    broker_db.close().await;
+
+    let consumer = Arc::new(StockConsumer::new(stock.clone()));
+    let stats = consumer.stats();
+    let stop = CancellationToken::new();
+    let start_ms = now_ms();
+    let mut tasks = Vec::with_capacity(workers);
+    for i in 0..workers {
+        let mut config = WorkerConfig::new(GROUP, TOPIC);
+        config.member = format!("bench-worker-{i}");
+        config.max_batch = args.batch.max(1);
+        let worker = Worker::new(
+            broker.subscriber(),
+            broker.publisher(),
+            consumer.router(),
+            config,
+        )
+        .with_admin(broker.admin());
+        let stop = stop.clone();
+        tasks.push(tokio::spawn(async move { worker.run(stop).await }));
+    }
+    let want = u64::try_from(args.messages)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let drained = loop {
+        let processed = stats.snapshot().processed;
+        // The offsets follow each batch's commit at once; the drain ends with the last of them.
+        if processed >= want && committed(&broker).await? >= want {
+            break Ok(());
+        }
+        if tasks.iter().any(|t| t.is_finished()) {
+            break Err(anyhow::anyhow!("a worker stopped during the drain"));
+        }
+        if Instant::now() >= deadline {
+            break Err(anyhow::anyhow!(
+                "{processed} of {want} consumed after the timeout"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    stop.cancel();
+    for task in tasks {
+        task.await.context("worker task")?.context("worker")?;
+    }
+    drained?;
+
+    let recorded = stock.processed(CONSUMER).await?;
+    let snapshot = stats.snapshot();
+    if recorded != want || snapshot.refused != 0 {
+        bail!(
+            "after the drain: {recorded} keys recorded, {} refused",
+            snapshot.refused
+        );
+    }
+    let end_ms = last_commit_ms(&broker).await?;
+    stock.db().close().await;
+    broker.close().await;
+    Ok(rate(args.messages, start_ms, end_ms))
+}
+
+/// Messages the group has committed past, over every partition.
+async fn committed(broker: &BrokerLog) -> anyhow::Result<u64> {
+    let offsets = match broker {
+        BrokerLog::Postgres(log) => log.committed(GROUP, TOPIC).await?,
+        BrokerLog::Sqlite(log) => log.committed(GROUP, TOPIC).await?,
+    };
+    Ok(offsets
+        .iter()
+        .map(|(_, next)| u64::try_from(*next).unwrap_or(0))
+        .sum())
+}
+
+/// When the group last committed offsets, in epoch ms.
+async fn last_commit_ms(broker: &BrokerLog) -> anyhow::Result<i64> {
+    const SQL: &str = "SELECT max(committed_at_ms) FROM entrega_group_offsets WHERE group_id = $1";
+    let last: Option<i64> = match broker {
+        BrokerLog::Postgres(log) => {
+            sqlx::query_scalar(SQL)
+                .bind(GROUP)
+                .fetch_one(log.pool())
+                .await?
+        }
+        BrokerLog::Sqlite(log) => {
+            sqlx::query_scalar(SQL)
+                .bind(GROUP)
+                .fetch_one(log.pool())
+                .await?
+        }
+    };
+    last.context("no offsets were committed")
+}

@@ -1,0 +1,325 @@
+//! `km0 bench e2e`: commit-to-consume latency at a fixed arrival rate.
+//!
+//! A producer commits orders (`OrderStore::create`: the order and its outbox row in one
+//! transaction) at a fixed rate while the relay, the log broker and the inventario worker run
+//! in this process. Arrivals are scheduled by their intended start time and each runs in its
+//! own task, so a slow system does not slow the arrivals down (no coordinated omission).
+//! An event's latency runs from its producer's commit returning to the consumer's transaction
+//! for it committing, recorded per `id_evento` by a thin wrapper around the stock consumer.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use async_trait::async_trait;
+use clap::Args;
+use entrega::{
+    CancellationToken, Handler, Message, Relay, RelayConfig, Router, TopicRouting, Worker,
+    WorkerConfig,
+};
+use entrega_core::{HandlerError, SystemClock};
+use hdrhistogram::Histogram;
+use serde_json::json;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::report::{BenchReport, Measurement, Target};
+use super::workload::{fill_stock, order};
+use super::{progress, Common};
+use crate::services::inventario::{StockConsumer, GROUP, TOPIC};
+use crate::services::pedidos::{AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, SOURCE};
+use crate::wiring::{ensure_topics, outbox_ports, System};
+
+/// The p99 latency must stay under this many milliseconds.
+const TARGET_P99_MS: f64 = 25.0;
+
+/// `km0 bench e2e`.
+#[derive(Debug, Clone, Args)]
+pub struct E2eArgs {
+    /// Orders committed per second.
+    #[arg(long, default_value_t = 500)]
+    pub rate: u32,
+    /// Seconds of measured arrivals.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
+    /// Orders placed at the same rate before the measured ones (connections, leases, caches);
+    /// their latencies are not counted.
+    #[arg(long, default_value_t = 500)]
+    pub warmup: usize,
+    /// Seconds to wait for the last orders to be consumed.
+    #[arg(long, default_value_t = 60)]
+    pub drain_timeout: u64,
+}
+
+/// Arrival and completion instants per event id; the first completion counts.
+type Instants = Arc<Mutex<HashMap<Uuid, Instant>>>;
+
+fn record(map: &Instants, id: Uuid, at: Instant) {
+    let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
+    map.entry(id).or_insert(at);
+}
+
+/// The stock consumer, noting when each event's transaction committed.
+struct Timed {
+    inner: Arc<StockConsumer>,
+    consumed: Instants,
+}
+
+#[async_trait]
+impl Handler for Timed {
+    async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        let result = self.inner.handle(msg).await;
+        if result.is_ok() {
+            record(&self.consumed, msg.envelope.id, Instant::now());
+        }
+        result
+    }
+
+    async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+        let results = self.inner.handle_batch(msgs).await;
+        // The batch's transaction has committed when handle_batch returns.
+        let now = Instant::now();
+        for (msg, result) in msgs.iter().zip(&results) {
+            if result.is_ok() {
+                record(&self.consumed, msg.envelope.id, now);
+            }
+        }
+        results
+    }
+}
+
+/// Latencies of one run, in microseconds.
+struct RunResult {
+    latency: Histogram<u64>,
+    commit: Histogram<u64>,
+    achieved_rate: f64,
+}
+
+/// Runs the load `runs` times and reports the median of each percentile.
+pub(crate) async fn run(common: &Common, args: &E2eArgs) -> anyhow::Result<BenchReport> {
+    let mut results = Vec::with_capacity(common.runs);
+    for run in 1..=common.runs {
+        progress(format!("e2e at {}/s, run {run}/{}", args.rate, common.runs));
+        let (system, _) = common.place.fresh()?;
+        let result = load(&system, args).await;
+        common.cleanup(&system).await?;
+        let result = result?;
+        progress(format!(
+            "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} events",
+            ms(result.latency.value_at_quantile(0.5)),
+            ms(result.latency.value_at_quantile(0.99)),
+            ms(result.latency.max()),
+            result.latency.len()
+        ));
+        results.push(result);
+    }
+    let series = |f: &dyn Fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<f64>>();
+    let rows = vec![
+        Measurement::new(
+            "latency p50",
+            "ms",
+            series(&|r| ms(r.latency.value_at_quantile(0.5))),
+        ),
+        Measurement::new(
+            "latency p90",
+            "ms",
+            series(&|r| ms(r.latency.value_at_quantile(0.9))),
+        ),
+        Measurement::new(
+            "latency p99",
+            "ms",
+            series(&|r| ms(r.latency.value_at_quantile(0.99))),
+        )
+        .with_target(|m| Target::at_most(TARGET_P99_MS, m)),
+        Measurement::new("latency max", "ms", series(&|r| ms(r.latency.max()))),
+        Measurement::new(
+            "events measured",
+            "events",
+            series(&|r| r.latency.len() as f64),
+        ),
+        Measurement::new(
+            "producer commit p99",
+            "ms",
+            series(&|r| ms(r.commit.value_at_quantile(0.99))),
+        ),
+        Measurement::new(
+            "arrival rate achieved",
+            "orders/s",
+            series(&|r| r.achieved_rate),
+        ),
+    ];
+    Ok(BenchReport {
+        bench: "e2e".to_owned(),
+        backend: common.place.backend().to_owned(),
+        setup: format!(
+            "orders committed at {}/s for {} s (after {} warm-up), relay + log broker + \
+             inventario worker in one process; latency = producer commit to consumer commit",
+            args.rate, args.duration, args.warmup
+        ),
+        settings: json!({
+            "rate": args.rate,
+            "duration_s": args.duration,
+            "warmup": args.warmup,
+        }),
+        rows,
+    })
+}
+
+fn ms(micros: u64) -> f64 {
+    micros as f64 / 1000.0
+}
+
+async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
+    let pedidos = system.pedidos().await.context("opening pedidos")?;
+    let stock = system.inventario().await.context("opening inventario")?;
+    fill_stock(&stock).await?;
+    let broker = system.broker_log().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+
+    let mut relay_config = RelayConfig::new(SOURCE);
+    relay_config.instance_id = "bench-relay".to_owned();
+    relay_config.routing = TopicRouting::default().route(AGGREGATE, TOPIC);
+    relay_config.poll_interval = Duration::from_millis(200);
+    let relay = Relay::new(
+        outbox_ports(pedidos.db()),
+        broker.publisher(),
+        Arc::new(SystemClock),
+        relay_config,
+    );
+    let consumed: Instants = Arc::default();
+    let handler: Arc<dyn Handler> = Arc::new(Timed {
+        inner: Arc::new(StockConsumer::new(stock.clone())),
+        consumed: Arc::clone(&consumed),
+    });
+    let router = Router::new()
+        .route(ORDER_CREATED, handler)
+        .ignore(ORDER_PAID)
+        .ignore(ORDER_CANCELLED);
+    let mut worker_config = WorkerConfig::new(GROUP, TOPIC);
+    worker_config.member = "bench-worker".to_owned();
+    let worker = Worker::new(
+        broker.subscriber(),
+        broker.publisher(),
+        router,
+        worker_config,
+    )
+    .with_admin(broker.admin());
+    let stop = CancellationToken::new();
+    let relay_task = tokio::spawn({
+        let stop = stop.clone();
+        async move { relay.run(stop).await }
+    });
+    let worker_task = tokio::spawn({
+        let stop = stop.clone();
+        async move { worker.run(stop).await }
+    });
+
+    let total = args.warmup + usize::try_from(u64::from(args.rate) * args.duration)?;
+    let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
+    let committed: Instants = Arc::default();
+    let mut noted = Arrivals {
+        warmup: args.warmup,
+        commit: Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?,
+        warm: HashSet::new(),
+    };
+    let mut arrivals = JoinSet::new();
+    let run_tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
+    let start = Instant::now();
+    for i in 0..total {
+        let intended = start + interval.mul_f64(i as f64);
+        tokio::time::sleep_until(intended).await;
+        let (store, committed) = (pedidos.clone(), Arc::clone(&committed));
+        let order = order(format!("E-{run_tag}-{i:07}"), i);
+        arrivals.spawn(async move {
+            let id = store.create(&order).await?;
+            let now = Instant::now();
+            record(&committed, id, now);
+            Ok::<_, anyhow::Error>((i, id, now.duration_since(intended)))
+        });
+        // Collect finished arrivals as we go, so the set stays small.
+        while let Some(done) = arrivals.try_join_next() {
+            noted.note(done)?;
+        }
+    }
+    while let Some(done) = arrivals.join_next().await {
+        noted.note(done)?;
+    }
+    let arrival_secs = start.elapsed().as_secs_f64();
+
+    let ids: Vec<(Uuid, Instant)> = {
+        let map = committed.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter().map(|(id, at)| (*id, *at)).collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
+    loop {
+        let done = {
+            let map = consumed.lock().unwrap_or_else(PoisonError::into_inner);
+            ids.iter().all(|(id, _)| map.contains_key(id))
+        };
+        if done {
+            break;
+        }
+        if Instant::now() >= deadline || relay_task.is_finished() || worker_task.is_finished() {
+            stop.cancel();
+            bail!("not every order was consumed");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.cancel();
+    relay_task.await.context("relay task")?.context("relay")?;
+    worker_task
+        .await
+        .context("worker task")?
+        .context("worker")?;
+
+    let latency = {
+        let consumed = consumed.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+        for (id, at) in &ids {
+            if noted.warm.contains(id) {
+                continue;
+            }
+            let Some(done) = consumed.get(id) else {
+                bail!("event {id} was not consumed");
+            };
+            let micros = done.saturating_duration_since(*at).as_micros();
+            latency.saturating_record(u64::try_from(micros)?.max(1));
+        }
+        latency
+    };
+    pedidos.db().close().await;
+    stock.db().close().await;
+    broker.close().await;
+    Ok(RunResult {
+        latency,
+        commit: noted.commit,
+        achieved_rate: total as f64 / arrival_secs,
+    })
+}
+
+/// What the producer's tasks reported: commit latencies and which events were warm-up.
+struct Arrivals {
+    warmup: usize,
+    commit: Histogram<u64>,
+    warm: HashSet<Uuid>,
+}
+
+impl Arrivals {
+    fn note(
+        &mut self,
+        done: Result<anyhow::Result<(usize, Uuid, Duration)>, tokio::task::JoinError>,
+    ) -> anyhow::Result<()> {
+        let (i, id, took) = done
+            .context("producer task")?
+            .context("committing an order")?;
+        if i < self.warmup {
+            self.warm.insert(id);
+        } else {
+            self.commit
+                .saturating_record(u64::try_from(took.as_micros())?.max(1));
+        }
+        Ok(())
+    }
+}

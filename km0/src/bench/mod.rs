@@ -1,0 +1,174 @@
+//! `km0 bench relay|consume|e2e`: throughput and latency of km0 on entrega.
+//!
+//! Every measurement runs on databases of its own (`km0bench<id>_*` on PostgreSQL, a
+//! `km0bench<id>` directory on SQLite), created for it and removed afterwards. On PostgreSQL
+//! the throughput benches also run `pgbench` over the very statements the engine issues, on an
+//! identically prefilled database: that is the ceiling the engine is compared with.
+//! Each configuration is measured `--runs` times and the median is reported.
+
+mod consume;
+mod e2e;
+mod pgbench;
+mod relay;
+mod report;
+mod workload;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+
+pub use consume::ConsumeArgs;
+pub use e2e::E2eArgs;
+pub use relay::RelayArgs;
+pub use report::{BenchReport, Measurement};
+
+use crate::config::{is_postgres, sqlite_path, with_database, DataPlace, Databases};
+use crate::wiring::System;
+
+/// `km0 bench ...`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Which bench.
+    #[command(subcommand)]
+    pub command: BenchCommand,
+    /// Print the report as JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, global = true)]
+    pub output: Option<std::path::PathBuf>,
+    /// Measurements per configuration; the median is reported.
+    #[arg(long, global = true, default_value_t = 3)]
+    pub runs: usize,
+    /// Keep the bench databases instead of removing them.
+    #[arg(long, global = true)]
+    pub keep: bool,
+    /// The `pgbench` binary used for the ceilings.
+    #[arg(long, global = true, default_value = "pgbench")]
+    pub pgbench: String,
+    /// Skip the pgbench ceilings.
+    #[arg(long, global = true)]
+    pub no_ceiling: bool,
+}
+
+/// The benches.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Relay drain: events/s publishing a prefilled outbox into the log broker.
+    Relay(RelayArgs),
+    /// Consume: messages/s of the inventario consumer draining a prefilled topic.
+    Consume(ConsumeArgs),
+    /// End to end: commit-to-consume latency at a fixed arrival rate.
+    E2e(E2eArgs),
+}
+
+/// Where a bench run keeps its data: the place named by `--database`, under fresh names.
+#[derive(Debug, Clone)]
+pub(crate) struct BenchPlace {
+    place: DataPlace,
+}
+
+impl BenchPlace {
+    /// A fresh deployment for one measurement: `km0bench<id>_pedidos`, `_inventario` and
+    /// `_broker` on PostgreSQL, or `<dir>/km0bench<id>/` on SQLite.
+    pub(crate) fn fresh(&self) -> anyhow::Result<(System, String)> {
+        let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
+        let prefix = format!("km0bench{id}_");
+        let system = match &self.place {
+            DataPlace::PostgresServer(server) => System::new(
+                Databases {
+                    place: self.place.clone(),
+                    prefix: Some(prefix.clone()),
+                },
+                with_database(server, &format!("{prefix}broker")),
+            ),
+            DataPlace::SqliteDir(dir) => {
+                let dir = dir.join(format!("km0bench{id}"));
+                let broker = format!("sqlite://{}", dir.join("broker.db").display());
+                System::new(Databases::new(DataPlace::SqliteDir(dir)), broker)
+            }
+        };
+        Ok((system, prefix))
+    }
+
+    /// The PostgreSQL server, when the benches run on one.
+    pub(crate) fn postgres_server(&self) -> Option<&str> {
+        match &self.place {
+            DataPlace::PostgresServer(server) => Some(server),
+            DataPlace::SqliteDir(_) => None,
+        }
+    }
+
+    /// `postgres` or `sqlite`, for reports.
+    pub(crate) fn backend(&self) -> &'static str {
+        match &self.place {
+            DataPlace::PostgresServer(_) => "postgres",
+            DataPlace::SqliteDir(_) => "sqlite",
+        }
+    }
+}
+
+/// Settings shared by every bench.
+#[derive(Debug, Clone)]
+pub(crate) struct Common {
+    pub(crate) place: BenchPlace,
+    pub(crate) runs: usize,
+    pub(crate) keep: bool,
+    pub(crate) pgbench: Option<String>,
+}
+
+impl Common {
+    /// Removes a run's databases unless `--keep` was given.
+    pub(crate) async fn cleanup(&self, system: &System) -> anyhow::Result<()> {
+        if self.keep {
+            eprintln!("kept: {}", system.describe());
+            return Ok(());
+        }
+        system
+            .destroy()
+            .await
+            .context("removing the bench databases")
+    }
+}
+
+/// Runs the bench named by `args` on the deployment place of `database` (`--database`), prints
+/// its report and returns it.
+pub async fn run(database: &str, args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build measures the compiler, not km0; use --release");
+    }
+    let place = if is_postgres(database) {
+        DataPlace::parse(database)?
+    } else {
+        let dir = sqlite_path(database).context("--database must be sqlite:// or postgres://")?;
+        DataPlace::parse(&format!("sqlite://{dir}"))?
+    };
+    let place = BenchPlace { place };
+    let common = Common {
+        pgbench: (!args.no_ceiling && place.postgres_server().is_some())
+            .then(|| args.pgbench.clone()),
+        place,
+        runs: args.runs.max(1),
+        keep: args.keep,
+    };
+    let report = match &args.command {
+        BenchCommand::Relay(a) => relay::run(&common, a).await?,
+        BenchCommand::Consume(a) => consume::run(&common, a).await?,
+        BenchCommand::E2e(a) => e2e::run(&common, a).await?,
+    };
+    let json = serde_json::to_string_pretty(&report)?;
+    if let Some(path) = &args.output {
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if args.json {
+        println!("{json}");
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(report)
+}
+
+/// Progress on stderr, so `--json` output stays clean.
+pub(crate) fn progress(line: impl std::fmt::Display) {
+    eprintln!("  {line}");
+}

@@ -1,0 +1,222 @@
+//! `km0 bench relay`: how fast the entrega relay drains a prefilled outbox into the log broker,
+//! with one and with several relay instances, against pgbench running the same statements.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting};
+use entrega_core::{now_ms, SystemClock};
+use serde_json::json;
+
+use super::pgbench::{rate, relay_ceiling};
+use super::report::{BenchReport, Measurement, Target};
+use super::workload::{outbox_events, prefill_outbox};
+use super::{progress, Common};
+use crate::config::Db;
+use crate::services::pedidos::{AGGREGATE, SOURCE, TOPIC};
+use crate::wiring::{ensure_topics, outbox_ports, System, DEFAULT_LEASE_TTL};
+
+/// The relay must reach this share of the pgbench ceiling, in percent.
+const TARGET_PERCENT: f64 = 70.0;
+
+/// `km0 bench relay`.
+#[derive(Debug, Clone, Args)]
+pub struct RelayArgs {
+    /// Events prefilled in the outbox.
+    #[arg(long, default_value_t = 100_000)]
+    pub events: usize,
+    /// Orders the events belong to (each gets `events / aggregates` in turn).
+    #[arg(long, default_value_t = 10_000)]
+    pub aggregates: usize,
+    /// Relay instance counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,3")]
+    pub relays: Vec<usize>,
+    /// Rows per lane per batch (the relay's `batch_size`).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Seconds one drain may take before the run fails.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// Runs every configuration `runs` times, alternating engine and ceiling so both see the same
+/// machine weather.
+pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<BenchReport> {
+    let timeout = Duration::from_secs(args.timeout);
+    let mut rows = Vec::new();
+    for &relays in &args.relays {
+        let relays = relays.max(1);
+        let mut engine = Vec::with_capacity(common.runs);
+        let mut ceiling = Vec::with_capacity(common.runs);
+        for run in 1..=common.runs {
+            progress(format!("relay x{relays}, run {run}/{}", common.runs));
+            engine.push(measure(common, args, relays).await?);
+            if let Some(binary) = &common.pgbench {
+                ceiling.push(
+                    relay_ceiling(
+                        common,
+                        binary,
+                        args.events,
+                        args.aggregates,
+                        args.batch,
+                        relays,
+                        timeout,
+                    )
+                    .await?,
+                );
+            }
+        }
+        let ratios: Vec<f64> = engine
+            .iter()
+            .zip(&ceiling)
+            .map(|(e, c)| 100.0 * e / c)
+            .collect();
+        rows.push(Measurement::new(
+            format!("relay x{relays} (entrega)"),
+            "events/s",
+            engine,
+        ));
+        if !ceiling.is_empty() {
+            rows.push(Measurement::new(
+                format!("ceiling x{relays} (pgbench)"),
+                "events/s",
+                ceiling,
+            ));
+            rows.push(
+                Measurement::new(format!("relay x{relays} / ceiling"), "%", ratios)
+                    .with_target(|m| Target::at_least(TARGET_PERCENT, m)),
+            );
+        }
+    }
+    Ok(BenchReport {
+        bench: "relay".to_owned(),
+        backend: common.place.backend().to_owned(),
+        setup: format!(
+            "drain {} events over {} aggregates into the log broker, batches of {}",
+            args.events, args.aggregates, args.batch
+        ),
+        settings: json!({
+            "events": args.events,
+            "aggregates": args.aggregates,
+            "relays": args.relays,
+            "batch": args.batch,
+        }),
+        rows,
+    })
+}
+
+/// One drain on fresh databases: events/s from the start of the relays to the last mark.
+async fn measure(common: &Common, args: &RelayArgs, relays: usize) -> anyhow::Result<f64> {
+    let (system, _) = common.place.fresh()?;
+    let result = drain(&system, args, relays).await;
+    common.cleanup(&system).await?;
+    let rate = result?;
+    progress(format!("relay x{relays} (entrega): {rate:.0} events/s"));
+    Ok(rate)
+}
+
+async fn drain(system: &System, args: &RelayArgs, instances: usize) -> anyhow::Result<f64> {
+    let pedidos = system.pedidos().await.context("opening pedidos")?;
+    let broker = system.broker_log().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)).await?;
+
+    let ids: Vec<String> = (0..instances).map(|i| format!("bench-relay-{i}")).collect();
+    // Long-running relays have split the lanes long before a backlog builds up: let them
+    // join and balance before the clock starts, or the first one would hold every lane for
+    // a third of the lease period.
+    let leases = outbox_ports(pedidos.db()).leases;
+    for _round in 0..3 {
+        for id in &ids {
+            leases.balance(id, now_ms(), DEFAULT_LEASE_TTL).await?;
+        }
+    }
+    let relays: Vec<Arc<Relay>> = ids
+        .iter()
+        .map(|id| {
+            let mut config = RelayConfig::new(SOURCE);
+            config.instance_id = id.clone();
+            config.routing = TopicRouting::default().route(AGGREGATE, TOPIC);
+            config.batch_size = args.batch.max(1);
+            config.lease_ttl = DEFAULT_LEASE_TTL;
+            config.poll_interval = Duration::from_millis(200);
+            Arc::new(Relay::new(
+                outbox_ports(pedidos.db()),
+                broker.publisher(),
+                Arc::new(SystemClock),
+                config,
+            ))
+        })
+        .collect();
+
+    let stop = CancellationToken::new();
+    let start_ms = now_ms();
+    let mut tasks = Vec::with_capacity(relays.len());
+    for relay in &relays {
+        let (relay, stop) = (Arc::clone(relay), stop.clone());
+        tasks.push(tokio::spawn(async move { relay.run(stop).await }));
+    }
+    let want = u64::try_from(args.events)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let drained = loop {
+        let published: u64 = relays.iter().map(|r| r.stats().published()).sum();
+        if published >= want {
+            break Ok(());
+        }
+        if tasks.iter().any(|t| t.is_finished()) {
+            break Err(anyhow::anyhow!("a relay stopped during the drain"));
+        }
+        if Instant::now() >= deadline {
+            break Err(anyhow::anyhow!(
+                "{published} of {want} events after the timeout"
+            ));
+        }
+        // In-process counters: looking costs nothing, so look often.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    stop.cancel();
+    for task in tasks {
+        task.await.context("relay task")?.context("relay")?;
+    }
+    drained?;
+
+    let status = crate::wiring::outbox_ports(pedidos.db())
+        .maintenance
+        .status(now_ms())
+        .await?;
+    let on_topic = broker.topic_total(TOPIC).await?;
+    if status.pending != 0 || on_topic < want {
+        bail!(
+            "after the drain: {} pending, {on_topic} on the topic",
+            status.pending
+        );
+    }
+    let end_ms = last_mark_ms(pedidos.db()).await?;
+    pedidos.db().close().await;
+    broker.close().await;
+    Ok(rate(args.events, start_ms, end_ms))
+}
+
+/// When the last outbox row was marked published, in epoch ms.
+async fn last_mark_ms(db: &Db) -> anyhow::Result<i64> {
+    let last: Option<i64> = match db {
+        Db::Postgres(pool) => {
+            sqlx::query_scalar(
+                "SELECT (extract(epoch FROM max(publicado_en)) * 1000)::bigint FROM outbox",
+            )
+            .fetch_one(pool)
+            .await?
+        }
+        Db::Sqlite(pool) => {
+            sqlx::query_scalar(
+                "SELECT CAST(round((julianday(max(publicado_en)) - 2440587.5) * 86400000.0)
+                        AS INTEGER) FROM outbox",
+            )
+            .fetch_one(pool)
+            .await?
+        }
+    };
+    last.context("no row was marked published")
+}
