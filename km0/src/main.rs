@@ -9,7 +9,7 @@ async fn main() -> ExitCode {
     let cli = km0::cli::Cli::parse();
     // The demo prints its own progress and report; services log what they do.
     let default_filter = match cli.command {
-        km0::cli::Command::Demo(_) => "warn",
+        km0::cli::Command::Demo(_) | km0::cli::Command::Bench(_) => "warn",
         _ => "warn,km0=info,entrega=info",
     };
     tracing_subscriber::fmt()

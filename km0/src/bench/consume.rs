@@ -47,22 +47,15 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
     let workers = args.workers.max(1);
     let mut engine = Vec::with_capacity(common.runs);
     let mut ceiling = Vec::with_capacity(common.runs);
+    let mut pipelined = Vec::with_capacity(common.runs);
+    let sizes = (args.messages, args.aggregates, args.batch);
     for run in 1..=common.runs {
         progress(format!("consume x{workers}, run {run}/{}", common.runs));
         engine.push(measure(common, args, workers).await?);
         // The ceiling is one client: the stock rows every order touches serialise consumers.
         if let Some(binary) = common.pgbench.as_deref().filter(|_| workers == 1) {
-            ceiling.push(
-                consume_ceiling(
-                    common,
-                    binary,
-                    args.messages,
-                    args.aggregates,
-                    args.batch,
-                    timeout,
-                )
-                .await?,
-            );
+            ceiling.push(consume_ceiling(common, binary, sizes, false, timeout).await?);
+            pipelined.push(consume_ceiling(common, binary, sizes, true, timeout).await?);
         }
     }
     let ratios: Vec<f64> = engine
@@ -81,6 +74,11 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
             format!("consume x{workers} / ceiling"),
             "%",
             ratios,
+        ));
+        rows.push(Measurement::new(
+            "same SQL pipelined (pgbench)",
+            "msgs/s",
+            pipelined,
         ));
     }
     Ok(BenchReport {

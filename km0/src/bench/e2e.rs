@@ -18,6 +18,7 @@ use entrega::{
     CancellationToken, Handler, Message, Relay, RelayConfig, Router, TopicRouting, Worker,
     WorkerConfig,
 };
+use entrega_core::headers::ID_EVENTO;
 use entrega_core::{HandlerError, SystemClock};
 use hdrhistogram::Histogram;
 use serde_json::json;
@@ -29,8 +30,10 @@ use super::report::{BenchReport, Measurement, Target};
 use super::workload::{fill_stock, order};
 use super::{progress, Common};
 use crate::services::inventario::{StockConsumer, GROUP, TOPIC};
-use crate::services::pedidos::{AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, SOURCE};
-use crate::wiring::{ensure_topics, outbox_ports, System};
+use crate::services::pedidos::{
+    AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS, SOURCE,
+};
+use crate::wiring::{ensure_topics, outbox_ports, BrokerLog, System};
 
 /// The p99 latency must stay under this many milliseconds.
 const TARGET_P99_MS: f64 = 25.0;
@@ -53,10 +56,17 @@ pub struct E2eArgs {
     pub drain_timeout: u64,
 }
 
-/// Arrival and completion instants per event id; the first completion counts.
-type Instants = Arc<Mutex<HashMap<Uuid, Instant>>>;
+/// Commit and completion times per event id, in epoch microseconds (comparable with the log's
+/// append time); the first completion counts.
+type Instants = Arc<Mutex<HashMap<Uuid, i64>>>;
 
-fn record(map: &Instants, id: Uuid, at: Instant) {
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+fn record(map: &Instants, id: Uuid, at: i64) {
     let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
     map.entry(id).or_insert(at);
 }
@@ -72,7 +82,7 @@ impl Handler for Timed {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
         let result = self.inner.handle(msg).await;
         if result.is_ok() {
-            record(&self.consumed, msg.envelope.id, Instant::now());
+            record(&self.consumed, msg.envelope.id, now_us());
         }
         result
     }
@@ -80,7 +90,7 @@ impl Handler for Timed {
     async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
         let results = self.inner.handle_batch(msgs).await;
         // The batch's transaction has committed when handle_batch returns.
-        let now = Instant::now();
+        let now = now_us();
         for (msg, result) in msgs.iter().zip(&results) {
             if result.is_ok() {
                 record(&self.consumed, msg.envelope.id, now);
@@ -93,6 +103,10 @@ impl Handler for Timed {
 /// Latencies of one run, in microseconds.
 struct RunResult {
     latency: Histogram<u64>,
+    /// Producer commit to the log append (outbox, relay, publish).
+    relay: Histogram<u64>,
+    /// Log append to the consumer's commit (wake-up, poll, batch transaction).
+    consumer: Histogram<u64>,
     commit: Histogram<u64>,
     achieved_rate: f64,
 }
@@ -116,34 +130,25 @@ pub(crate) async fn run(common: &Common, args: &E2eArgs) -> anyhow::Result<Bench
         results.push(result);
     }
     let series = |f: &dyn Fn(&RunResult) -> f64| results.iter().map(f).collect::<Vec<f64>>();
+    let quantile = |name: &str, pick: fn(&RunResult) -> &Histogram<u64>, q: f64| {
+        Measurement::new(name, "ms", series(&|r| ms(pick(r).value_at_quantile(q))))
+    };
     let rows = vec![
-        Measurement::new(
-            "latency p50",
-            "ms",
-            series(&|r| ms(r.latency.value_at_quantile(0.5))),
-        ),
-        Measurement::new(
-            "latency p90",
-            "ms",
-            series(&|r| ms(r.latency.value_at_quantile(0.9))),
-        ),
-        Measurement::new(
-            "latency p99",
-            "ms",
-            series(&|r| ms(r.latency.value_at_quantile(0.99))),
-        )
-        .with_target(|m| Target::at_most(TARGET_P99_MS, m)),
-        Measurement::new("latency max", "ms", series(&|r| ms(r.latency.max()))),
+        quantile("latency p50", |r| &r.latency, 0.5),
+        quantile("latency p90", |r| &r.latency, 0.9),
+        quantile("latency p99", |r| &r.latency, 0.99)
+            .with_target(|m| Target::at_most(TARGET_P99_MS, m)),
+        quantile("latency max", |r| &r.latency, 1.0),
         Measurement::new(
             "events measured",
             "events",
             series(&|r| r.latency.len() as f64),
         ),
-        Measurement::new(
-            "producer commit p99",
-            "ms",
-            series(&|r| ms(r.commit.value_at_quantile(0.99))),
-        ),
+        quantile("relay leg p50", |r| &r.relay, 0.5),
+        quantile("relay leg p99", |r| &r.relay, 0.99),
+        quantile("consumer leg p50", |r| &r.consumer, 0.5),
+        quantile("consumer leg p99", |r| &r.consumer, 0.99),
+        quantile("producer commit p99", |r| &r.commit, 0.99),
         Measurement::new(
             "arrival rate achieved",
             "orders/s",
@@ -234,9 +239,8 @@ async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
         let order = order(format!("E-{run_tag}-{i:07}"), i);
         arrivals.spawn(async move {
             let id = store.create(&order).await?;
-            let now = Instant::now();
-            record(&committed, id, now);
-            Ok::<_, anyhow::Error>((i, id, now.duration_since(intended)))
+            record(&committed, id, now_us());
+            Ok::<_, anyhow::Error>((i, id, intended.elapsed()))
         });
         // Collect finished arrivals as we go, so the set stays small.
         while let Some(done) = arrivals.try_join_next() {
@@ -248,7 +252,7 @@ async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
     }
     let arrival_secs = start.elapsed().as_secs_f64();
 
-    let ids: Vec<(Uuid, Instant)> = {
+    let ids: Vec<(Uuid, i64)> = {
         let map = committed.lock().unwrap_or_else(PoisonError::into_inner);
         map.iter().map(|(id, at)| (*id, *at)).collect()
     };
@@ -274,26 +278,19 @@ async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
         .context("worker task")?
         .context("worker")?;
 
-    let latency = {
-        let consumed = consumed.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut latency = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-        for (id, at) in &ids {
-            if noted.warm.contains(id) {
-                continue;
-            }
-            let Some(done) = consumed.get(id) else {
-                bail!("event {id} was not consumed");
-            };
-            let micros = done.saturating_duration_since(*at).as_micros();
-            latency.saturating_record(u64::try_from(micros)?.max(1));
-        }
-        latency
-    };
+    let appended = append_times(&broker).await?;
+    let consumed = consumed
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let legs = Legs::measure(&ids, &consumed, &appended, &noted.warm)?;
     pedidos.db().close().await;
     stock.db().close().await;
     broker.close().await;
     Ok(RunResult {
-        latency,
+        latency: legs.total,
+        relay: legs.relay,
+        consumer: legs.consumer,
         commit: noted.commit,
         achieved_rate: total as f64 / arrival_secs,
     })
@@ -321,5 +318,68 @@ impl Arrivals {
                 .saturating_record(u64::try_from(took.as_micros())?.max(1));
         }
         Ok(())
+    }
+}
+
+/// When each event was appended to the topic, in epoch microseconds (the log stamps
+/// milliseconds), by `id_evento`.
+async fn append_times(broker: &BrokerLog) -> anyhow::Result<HashMap<Uuid, i64>> {
+    const PAGE: usize = 1_000;
+    let mut times = HashMap::new();
+    for partition in 0..PARTITIONS {
+        let mut from = 0;
+        loop {
+            let records = broker.read(TOPIC, partition, from, PAGE).await?;
+            for record in &records {
+                if let Some(id) = record.headers.get(ID_EVENTO) {
+                    times.insert(Uuid::parse_str(id)?, record.timestamp_ms * 1_000);
+                }
+                from = record.offset + 1;
+            }
+            if records.len() < PAGE {
+                break;
+            }
+        }
+    }
+    Ok(times)
+}
+
+/// The latency of every measured event, whole and split at the log append.
+struct Legs {
+    total: Histogram<u64>,
+    relay: Histogram<u64>,
+    consumer: Histogram<u64>,
+}
+
+impl Legs {
+    fn measure(
+        committed: &[(Uuid, i64)],
+        consumed: &HashMap<Uuid, i64>,
+        appended: &HashMap<Uuid, i64>,
+        warm: &HashSet<Uuid>,
+    ) -> anyhow::Result<Self> {
+        let histogram = || Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3);
+        let mut legs = Self {
+            total: histogram()?,
+            relay: histogram()?,
+            consumer: histogram()?,
+        };
+        // Microseconds, at least 1 (the append time has millisecond resolution).
+        let span = |from: i64, to: i64| u64::try_from(to - from).unwrap_or(0).max(1);
+        for (id, at) in committed {
+            if warm.contains(id) {
+                continue;
+            }
+            let Some(done) = consumed.get(id) else {
+                bail!("event {id} was not consumed");
+            };
+            let Some(published) = appended.get(id) else {
+                bail!("event {id} is not on the topic");
+            };
+            legs.total.saturating_record(span(*at, *done));
+            legs.relay.saturating_record(span(*at, *published));
+            legs.consumer.saturating_record(span(*published, *done));
+        }
+        Ok(legs)
     }
 }

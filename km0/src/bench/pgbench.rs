@@ -217,15 +217,16 @@ pub(crate) async fn relay_ceiling(
 }
 
 /// Consume ceiling: msgs/s of one pgbench client running the worker's poll, the consumer's
-/// batch transaction and the offset commit over `messages` prefilled messages.
+/// batch transaction and the offset commit over `messages` prefilled messages; `pipelined`
+/// sends the batch transaction's statements without waiting for each reply.
 pub(crate) async fn consume_ceiling(
     common: &Common,
     binary: &str,
-    messages: usize,
-    aggregates: usize,
-    batch: usize,
+    sizes: (usize, usize, usize),
+    pipelined: bool,
     timeout: Duration,
 ) -> anyhow::Result<f64> {
+    let (messages, aggregates, batch) = sizes;
     let (ceiling, pool) = CeilingDb::create(common).await?;
     let result = async {
         let stock = StockStore::new(ceiling.db.clone());
@@ -246,7 +247,7 @@ pub(crate) async fn consume_ceiling(
         .bind(TOPIC)
         .execute(&pool)
         .await?;
-        let script = consume_script(batch);
+        let script = consume_script(batch, pipelined);
         let mut vars = vec![
             ("batch", batch.to_string()),
             ("id", "0".to_owned()),
@@ -292,12 +293,18 @@ pub(crate) async fn consume_ceiling(
     .await;
     ceiling.drop_database(common.keep).await?;
     let rate = result?;
-    progress(format!("ceiling x1 (pgbench): {rate:.0} msgs/s"));
+    let how = if pipelined {
+        "pgbench, pipelined"
+    } else {
+        "pgbench"
+    };
+    progress(format!("ceiling x1 ({how}): {rate:.0} msgs/s"));
     Ok(rate)
 }
 
-/// The consume script for batches of `batch`: the per-message section repeated, numbered.
-fn consume_script(batch: usize) -> String {
+/// The consume script for batches of `batch`: the per-message section repeated, numbered,
+/// and the pipeline markers turned into pgbench's pipeline commands if `pipelined`.
+fn consume_script(batch: usize, pipelined: bool) -> String {
     const BEGIN: &str = "-- @each-message\n";
     const END: &str = "-- @end-each-message\n";
     let (Some(start), Some(end)) = (CONSUME_SCRIPT.find(BEGIN), CONSUME_SCRIPT.find(END)) else {
@@ -315,6 +322,11 @@ fn consume_script(batch: usize) -> String {
         );
     }
     script.push_str(&CONSUME_SCRIPT[end + END.len()..]);
+    if pipelined {
+        script = script
+            .replace("-- @pipeline-start\n", "\\startpipeline\n")
+            .replace("-- @pipeline-end\n", "\\endpipeline\n");
+    }
     script
 }
 
@@ -330,8 +342,11 @@ mod tests {
 
     #[test]
     fn the_consume_script_repeats_one_section_per_message() {
-        let script = consume_script(3);
+        let script = consume_script(3, false);
         assert!(!script.contains("@K@"));
+        assert!(!script.contains("\n\\startpipeline\n"));
+        let piped = consume_script(3, true);
+        assert!(piped.contains("\n\\startpipeline\n") && piped.contains("\n\\endpipeline\n"));
         assert!(script.contains(":n >= 3"));
         assert!(!script.contains(":n >= 4"));
         assert_eq!(script.matches("\nSAVEPOINT km0_item;").count(), 3);
