@@ -10,7 +10,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{DataPlace, Databases};
 use crate::demo::{self, DemoOptions};
-use crate::wiring::{self, Components, System};
+use crate::wiring::{self, Components, Retention, System};
 
 /// Kilómetro Cero: orders and stock over entrega (outbox, relay, idempotent consumer).
 #[derive(Debug, Parser)]
@@ -49,6 +49,25 @@ pub struct Cli {
         default_value_t = 10_000
     )]
     pub lease_ttl_ms: u64,
+
+    /// Hours a published outbox row is kept before the relay purges it.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_OUTBOX_RETENTION_HOURS",
+        default_value_t = 24
+    )]
+    pub outbox_retention_hours: u64,
+
+    /// Days a processed-message key is kept before the consumer purges it; must exceed the
+    /// broker's retention, or a very late redelivery would be applied again.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_INBOX_RETENTION_DAYS",
+        default_value_t = 14
+    )]
+    pub inbox_retention_days: u64,
 
     /// What to do.
     #[command(subcommand)]
@@ -133,6 +152,11 @@ pub struct DemoArgs {
     /// Orders to place.
     #[arg(long, default_value_t = 1000)]
     pub orders: usize,
+
+    /// Events to publish a second time after all are consumed (default: 2% of the orders),
+    /// to show the idempotent consumer absorbing them.
+    #[arg(long)]
+    pub redeliver: Option<usize>,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 16)]
     pub concurrency: usize,
@@ -171,7 +195,11 @@ impl Cli {
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let databases = cli.databases()?;
     let system = System::new(databases, cli.broker.clone())
-        .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)));
+        .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
+        .with_retention(Retention {
+            outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
+            inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
+        });
     // A crash test whose failpoint is misspelt must fail, not pass without crashing.
     if let Ok(spec) = std::env::var(entrega::failpoint::ENV) {
         entrega::failpoint::parse(&spec)
@@ -230,6 +258,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 timeout: Duration::from_secs(args.timeout),
                 seed: args.seed,
                 progress: !args.no_progress,
+                redeliver: args.redeliver.unwrap_or(args.orders / 50),
             };
             let report = demo::run(&system, &options).await?;
             print!("{}", report.render());

@@ -106,12 +106,17 @@ impl BrokerLog {
         }
     }
 
+    /// End offset (next offset to be written) of each partition of `topic`.
+    pub async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, StoreError> {
+        match self {
+            Self::Sqlite(log) => log.end_offsets(topic).await,
+            Self::Postgres(log) => log.end_offsets(topic).await,
+        }
+    }
+
     /// Messages ever appended to `topic` (0 if it does not exist).
     pub async fn topic_total(&self, topic: &str) -> Result<u64, StoreError> {
-        let ends = match self {
-            Self::Sqlite(log) => log.end_offsets(topic).await?,
-            Self::Postgres(log) => log.end_offsets(topic).await?,
-        };
+        let ends = self.end_offsets(topic).await?;
         Ok(ends
             .iter()
             .map(|(_, end)| u64::try_from(*end).unwrap_or(0))
@@ -122,12 +127,34 @@ impl BrokerLog {
 /// Lease period of relay lanes and consumer-group partitions unless told otherwise.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
 
+/// How long published outbox rows and processed-message keys are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Published outbox rows older than this are purged by the relay.
+    pub outbox: Duration,
+    /// Keys in `mensajes_procesados` older than this are purged by the consumer. Must exceed
+    /// the longest time a redelivery can arrive (the broker's retention), or a very late
+    /// duplicate would be applied again.
+    pub inbox: Duration,
+}
+
+impl Default for Retention {
+    /// One day of published outbox rows; 14 days of keys, as the seed suggests.
+    fn default() -> Self {
+        Self {
+            outbox: Duration::from_secs(24 * 3600),
+            inbox: Duration::from_secs(14 * 24 * 3600),
+        }
+    }
+}
+
 /// The databases of one km0 deployment.
 #[derive(Debug, Clone)]
 pub struct System {
     databases: Databases,
     broker_url: String,
     lease_ttl: Duration,
+    retention: Retention,
 }
 
 impl System {
@@ -137,7 +164,19 @@ impl System {
             databases,
             broker_url,
             lease_ttl: DEFAULT_LEASE_TTL,
+            retention: Retention::default(),
         }
+    }
+
+    /// Sets how long published outbox rows and processed-message keys are kept.
+    pub fn with_retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// How long published outbox rows and processed-message keys are kept.
+    pub fn retention(&self) -> Retention {
+        self.retention
     }
 
     /// Sets how long relay lanes and consumer partitions stay with a silent instance before
@@ -257,6 +296,7 @@ impl System {
             databases,
             broker_url,
             lease_ttl: self.lease_ttl,
+            retention: self.retention,
         })
     }
 

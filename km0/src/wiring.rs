@@ -10,9 +10,9 @@ use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting, Worker, Worke
 use entrega_core::SystemClock;
 use tokio::task::JoinHandle;
 
-pub use crate::system::{outbox_ports, BrokerLog, System, DEFAULT_LEASE_TTL};
+pub use crate::system::{outbox_ports, BrokerLog, Retention, System, DEFAULT_LEASE_TTL};
 
-use crate::services::inventario::{ConsumerStats, StockConsumer, GROUP};
+use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
 use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
 
 /// Longest wait of an idle relay for rows committed by other processes (the seed's 0.2 s).
@@ -211,6 +211,7 @@ async fn spawn_relay(
     config.routing = TopicRouting::default().route(AGGREGATE, TOPIC);
     config.lease_ttl = system.lease_ttl();
     config.poll_interval = RELAY_POLL;
+    config.retention = system.retention().outbox;
     let relay = Relay::new(
         outbox_ports(pedidos.db()),
         broker.publisher(),
@@ -235,6 +236,7 @@ async fn spawn_consumer(
         .context("opening the inventario database")?;
     let broker = system.broker_log().await.context("opening the broker")?;
     ensure_topics(&broker).await?;
+    spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
     let consumer = Arc::new(StockConsumer::new(stock));
     let stats = consumer.stats();
     let mut config = WorkerConfig::new(GROUP, TOPIC);
@@ -249,6 +251,25 @@ async fn spawn_consumer(
     tracing::info!(instance, "inventario consumer started");
     let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
     Ok((task, stats))
+}
+
+/// Deletes processed-message keys older than `retention`, now and then, until `stop`.
+/// A failed purge is logged and tried again next time: keys kept longer are harmless.
+fn spawn_inbox_purge(stock: StockStore, retention: Duration, stop: CancellationToken) {
+    let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    tokio::spawn(async move {
+        loop {
+            match stock.purge_keys(retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(purged = n, "old processed-message keys purged"),
+                Err(e) => tracing::warn!(error = %e, "purging processed-message keys failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    });
 }
 
 /// Runs `components` until SIGINT/SIGTERM (or until one of them fails).

@@ -133,11 +133,16 @@ async fn the_demo_holds_its_invariants(backend: &str) {
         timeout: Duration::from_secs(60),
         seed: 7,
         progress: false,
+        redeliver: 10,
     };
     let report = km0::demo::run(&system, &options).await.unwrap();
     assert!(report.passed(), "{}", report.render());
     assert_eq!(report.consumed, 120);
     assert_eq!(report.events_published, 120);
+    // Ten events went out twice, byte for byte; each was recognised, none applied again.
+    assert_eq!(report.redelivered, 10);
+    assert_eq!(report.duplicates, 10);
+    assert_eq!(report.messages_on_topic, 130);
     system.destroy().await.unwrap();
 }
 

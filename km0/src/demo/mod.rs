@@ -3,6 +3,7 @@
 
 mod client;
 mod plan;
+mod redeliver;
 mod report;
 
 use std::time::{Duration, Instant};
@@ -37,6 +38,9 @@ pub struct DemoOptions {
     pub seed: u64,
     /// Show progress bars.
     pub progress: bool,
+    /// Events to publish a second time once everything is consumed, as a relay that died
+    /// between publish and mark would; each must be absorbed as a duplicate.
+    pub redeliver: usize,
 }
 
 /// Figures that may already be non-zero in reused databases; the run reports differences.
@@ -161,6 +165,11 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     };
     watcher.abort();
     consuming.finish();
+    let redelivered = if drained {
+        redeliver_and_wait(&watch, &running, options.redeliver, deadline).await?
+    } else {
+        0
+    };
     let total_ms = elapsed_ms(started);
     let consumer_stats = running.consumer_stats();
     running.stop().await.context("stopping the services")?;
@@ -181,6 +190,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         messages_on_topic: after.on_topic.saturating_sub(before.on_topic),
         consumed: after.consumed.saturating_sub(before.consumed),
         duplicates: consumer_stats.map_or(0, |s| s.snapshot().duplicates),
+        redelivered,
         dead_letters: after.dead_letters.saturating_sub(before.dead_letters),
         outbox_pending: watch.outbox().await?.pending,
         drained,
@@ -199,6 +209,24 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         println!("databases kept: {}", system.describe());
     }
     Ok(report)
+}
+
+/// Publishes `count` consumed events again and waits (until `deadline`) for the consumer to
+/// have seen that many duplicates. Returns how many were published.
+async fn redeliver_and_wait(
+    watch: &Watch,
+    running: &crate::wiring::Running,
+    count: usize,
+    deadline: Instant,
+) -> anyhow::Result<u64> {
+    let sent = redeliver::redeliver(&watch.broker, TOPIC, count).await? as u64;
+    let Some(stats) = running.consumer_stats() else {
+        return Ok(sent);
+    };
+    while stats.snapshot().duplicates < sent && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(sent)
 }
 
 fn bar(len: u64, label: &'static str) -> ProgressBar {

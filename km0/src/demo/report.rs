@@ -68,6 +68,8 @@ pub struct DemoReport {
     pub consumed: u64,
     /// Deliveries the consumer recognised as already applied.
     pub duplicates: u64,
+    /// Events the demo published a second time on purpose.
+    pub redelivered: u64,
     /// Messages set aside on the dead-letter topic.
     pub dead_letters: u64,
     /// Outbox rows still unpublished at the end.
@@ -116,6 +118,14 @@ impl DemoReport {
                 },
             },
             Invariant {
+                name: "every redelivery absorbed",
+                holds: self.duplicates >= self.redelivered,
+                detail: format!(
+                    "{} duplicates absorbed of {} redelivered",
+                    self.duplicates, self.redelivered
+                ),
+            },
+            Invariant {
                 name: "outbox drained",
                 holds: self.outbox_pending == 0,
                 detail: format!("{} pending", self.outbox_pending),
@@ -142,7 +152,7 @@ impl DemoReport {
         } else {
             0.0
         };
-        let rows: [(&str, String); 9] = [
+        let rows: [(&str, String); 10] = [
             (
                 "orders accepted",
                 format!("{} of {}", self.orders_accepted, self.orders_planned),
@@ -151,6 +161,7 @@ impl DemoReport {
             ("events published", self.events_published.to_string()),
             ("messages on topic", self.messages_on_topic.to_string()),
             ("consumed", self.consumed.to_string()),
+            ("redelivered on purpose", self.redelivered.to_string()),
             ("duplicates absorbed", self.duplicates.to_string()),
             ("dead letters", self.dead_letters.to_string()),
             ("placing time", format!("{:.2}s", secs(self.placing_ms))),

@@ -5,6 +5,8 @@
 //! many events, with a savepoint per event so one refused order undoes only its own writes.
 
 use async_trait::async_trait;
+use std::time::Duration;
+
 use entrega_core::{MigrationSet, Processed, StoreError};
 use sqlx::{PgConnection, SqliteConnection};
 
@@ -215,7 +217,19 @@ impl StockStore {
         Ok(())
     }
 
-    /// Number of events recorded as processed by `consumer`.
+    /// Deletes processed-message keys older than `older_than`; returns how many.
+    pub async fn purge_keys(&self, older_than: Duration) -> Result<u64, StoreError> {
+        match &self.db {
+            Db::Sqlite(pool) => {
+                entrega_sqlite::SqliteInbox::purge_older_than(pool, older_than).await
+            }
+            Db::Postgres(pool) => {
+                entrega_postgres::PgInbox::purge_older_than(pool, older_than).await
+            }
+        }
+    }
+
+    /// Keys recorded for `consumer`: messages applied.
     pub async fn processed(&self, consumer: &str) -> Result<u64, StoreError> {
         match &self.db {
             Db::Sqlite(pool) => entrega_sqlite::SqliteInbox::count(pool, consumer).await,
