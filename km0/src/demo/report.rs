@@ -161,7 +161,7 @@ impl DemoReport {
             ("events published", self.events_published.to_string()),
             ("messages on topic", self.messages_on_topic.to_string()),
             ("consumed", self.consumed.to_string()),
-            ("redelivered on purpose", self.redelivered.to_string()),
+            ("redelivered (test)", self.redelivered.to_string()),
             ("duplicates absorbed", self.duplicates.to_string()),
             ("dead letters", self.dead_letters.to_string()),
             ("placing time", format!("{:.2}s", secs(self.placing_ms))),
@@ -171,7 +171,7 @@ impl DemoReport {
             ),
         ];
         for (name, value) in rows {
-            let _ = writeln!(out, "  {name:<20} {value}");
+            let _ = writeln!(out, "  {name:<22} {value}");
         }
         let _ = writeln!(
             out,
