@@ -99,7 +99,7 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
 }
 
 async fn measure(common: &Common, args: &ConsumeArgs, workers: usize) -> anyhow::Result<f64> {
-    let (system, _) = common.place.fresh()?;
+    let system = common.place.fresh();
     let result = drain(&system, args, workers).await;
     common.cleanup(&system).await?;
     let rate = result?;

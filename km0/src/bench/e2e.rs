@@ -116,7 +116,7 @@ pub(crate) async fn run(common: &Common, args: &E2eArgs) -> anyhow::Result<Bench
     let mut results = Vec::with_capacity(common.runs);
     for run in 1..=common.runs {
         progress(format!("e2e at {}/s, run {run}/{}", args.rate, common.runs));
-        let (system, _) = common.place.fresh()?;
+        let system = common.place.fresh();
         let result = load(&system, args).await;
         common.cleanup(&system).await?;
         let result = result?;

@@ -19,7 +19,7 @@ use clap::{Args, Subcommand};
 pub use consume::ConsumeArgs;
 pub use e2e::E2eArgs;
 pub use relay::RelayArgs;
-pub use report::{BenchReport, Measurement};
+pub use report::{BenchReport, Measurement, Target};
 
 use crate::config::{is_postgres, sqlite_path, with_database, DataPlace, Databases};
 use crate::wiring::System;
@@ -70,10 +70,10 @@ pub(crate) struct BenchPlace {
 impl BenchPlace {
     /// A fresh deployment for one measurement: `km0bench<id>_pedidos`, `_inventario` and
     /// `_broker` on PostgreSQL, or `<dir>/km0bench<id>/` on SQLite.
-    pub(crate) fn fresh(&self) -> anyhow::Result<(System, String)> {
+    pub(crate) fn fresh(&self) -> System {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let prefix = format!("km0bench{id}_");
-        let system = match &self.place {
+        match &self.place {
             DataPlace::PostgresServer(server) => System::new(
                 Databases {
                     place: self.place.clone(),
@@ -86,8 +86,7 @@ impl BenchPlace {
                 let broker = format!("sqlite://{}", dir.join("broker.db").display());
                 System::new(Databases::new(DataPlace::SqliteDir(dir)), broker)
             }
-        };
-        Ok((system, prefix))
+        }
     }
 
     /// The PostgreSQL server, when the benches run on one.

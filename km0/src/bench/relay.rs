@@ -109,7 +109,7 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
 
 /// One drain on fresh databases: events/s from the start of the relays to the last mark.
 async fn measure(common: &Common, args: &RelayArgs, relays: usize) -> anyhow::Result<f64> {
-    let (system, _) = common.place.fresh()?;
+    let system = common.place.fresh();
     let result = drain(&system, args, relays).await;
     common.cleanup(&system).await?;
     let rate = result?;
