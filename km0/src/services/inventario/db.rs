@@ -146,7 +146,14 @@ impl StockStore {
             Db::Postgres(pool) => {
                 let err = entrega_postgres::classify;
                 let mut tx = pool.begin().await.map_err(err)?;
-                let results = apply_items(&mut *tx, consumer, items).await;
+                let mut results = super::pg_batch::apply_items(&mut tx, consumer, items).await;
+                // A database error leaves a PostgreSQL transaction aborted (or, for a row that
+                // does not add up, must not commit): drop it, so no item takes effect.
+                if matches!(results.last(), Some(Err(ApplyError::Store(_)))) {
+                    if let Some(Err(ApplyError::Store(e))) = results.pop() {
+                        return Err(e);
+                    }
+                }
                 before_commit()?;
                 tx.commit().await.map_err(err)?;
                 Ok(results)

@@ -7,6 +7,7 @@
 mod db;
 mod domain;
 mod messaging;
+mod pg_batch;
 
 pub use db::{ApplyError, BatchItem, StockStore, BEFORE_COMMIT};
 pub use domain::{PlacedOrder, StockError, StockLine, INITIAL_STOCK};
