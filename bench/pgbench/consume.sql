@@ -2,12 +2,12 @@
 -- engine and km0 issue them, one turn per transaction of the script:
 --   1. PgSubscription::poll: the FETCH of up to :batch records of the held partitions
 --      (crates/entrega-postgres/src/log/subscription.rs);
---   2. StockStore::apply_batch: one transaction, and per message a savepoint, its own
---      idempotency key (PgInbox::claim) and the conditional stock update of each line
---      (km0/src/services/inventario/db.rs);
+--   2. StockStore::apply_batch on PostgreSQL: one transaction, and per message one
+--      statement that checks its idempotency key and every line, then claims the key and
+--      takes the units only if all can be served (km0/src/services/inventario/pg_batch.rs);
 --   3. the offset commit, fenced by the partition leases (log/leases.rs).
--- Per message that is five round trips (savepoint, key, two stock updates, release); per
--- batch three more (poll, begin, commit) and the offset commit.
+-- Per message that is one round trip; per batch four more (poll, begin, commit, and the
+-- offset commit).
 --
 -- The section between the @each-message markers is written once per message of a full batch
 -- by `km0 bench consume`, its placeholders replaced by the message number and its two
@@ -17,7 +17,8 @@
 --   * the poll's rows come back with their count and the next read positions attached
 --     (window functions, \aset) instead of being decoded in Rust;
 --   * keys are sequential ids of the same length as a UUID rather than the events' random
---     ids, and every order has lines @A@ and @B@ as in the data, without parsing the payload;
+--     ids, and message k takes products k and k + 1 as order k of the data does, without
+--     parsing the payload;
 --   * the log and the stock share one database and one connection;
 --   * the offset commit stamps clock_timestamp() instead of a bound epoch-ms parameter, and
 --     commits all six partitions.
@@ -60,13 +61,37 @@ BEGIN;
 -- @each-message
 \if :n >= @K@
 \set id :id + 1
-SAVEPOINT km0_item;
-INSERT INTO mensajes_procesados (id_mensaje, consumidor)
-VALUES ('00000000-0000-4000-8000-' || lpad(:id, 12, '0'), :consumer)
-ON CONFLICT DO NOTHING RETURNING 1;
-UPDATE stock SET unidades = unidades - :q WHERE producto = :p@A@ AND unidades >= :q;
-UPDATE stock SET unidades = unidades - :q WHERE producto = :p@B@ AND unidades >= :q;
-RELEASE SAVEPOINT km0_item;
+WITH lines AS (
+    SELECT producto, sum(cantidad)::int4 AS cantidad, min(ord) AS ord
+    FROM UNNEST(ARRAY[:p@A@, :p@B@]::text[], ARRAY[:q, :q]::int4[])
+         WITH ORDINALITY AS l(producto, cantidad, ord)
+    GROUP BY producto
+), dup AS (
+    SELECT 1 FROM mensajes_procesados
+    WHERE id_mensaje = '00000000-0000-4000-8000-' || lpad(:id, 12, '0') AND consumidor = :consumer
+), short AS (
+    SELECT l.producto, s.producto IS NULL AS unknown
+    FROM lines l LEFT JOIN stock s ON s.producto = l.producto
+    WHERE s.producto IS NULL OR s.unidades < l.cantidad
+    ORDER BY l.ord
+    LIMIT 1
+), claim AS (
+    INSERT INTO mensajes_procesados (id_mensaje, consumidor)
+    SELECT '00000000-0000-4000-8000-' || lpad(:id, 12, '0'), :consumer
+    WHERE NOT EXISTS (SELECT 1 FROM dup) AND NOT EXISTS (SELECT 1 FROM short)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+), taken AS (
+    UPDATE stock s SET unidades = s.unidades - l.cantidad
+    FROM lines l
+    WHERE s.producto = l.producto AND EXISTS (SELECT 1 FROM claim)
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM dup) AS duplicate,
+       (SELECT producto FROM short) AS short_product,
+       COALESCE((SELECT unknown FROM short), false) AS unknown,
+       (SELECT count(*) FROM claim) AS claimed,
+       (SELECT count(*) FROM taken) AS taken;
 \endif
 -- @end-each-message
 \if :n > 0

@@ -349,7 +349,7 @@ mod tests {
         assert!(piped.contains("\n\\startpipeline\n") && piped.contains("\n\\endpipeline\n"));
         assert!(script.contains(":n >= 3"));
         assert!(!script.contains(":n >= 4"));
-        assert_eq!(script.matches("\nSAVEPOINT km0_item;").count(), 3);
+        assert_eq!(script.matches("\nWITH lines AS (").count(), 3);
     }
 
     #[test]
