@@ -36,44 +36,59 @@ const POSTGRES_TABLE: &str = "CREATE TABLE IF NOT EXISTS km0_migrations (
 /// Arbitrary constant naming km0's migration lock among the database's advisory locks.
 const POSTGRES_LOCK_KEY: i64 = 0x006b_6d30_5f6d_6967;
 
+/// Creates the record table if needed, then runs and records every step of `steps` not yet
+/// recorded for `service`, inside the open transaction `$tx`. One body for both backends;
+/// `$sql` picks the step's statements for the backend.
+macro_rules! apply_steps {
+    ($tx:ident, $err:path, $table:expr, $sql:ident, $service:expr, $steps:expr) => {{
+        sqlx::raw_sql($table)
+            .execute(&mut *$tx)
+            .await
+            .map_err($err)?;
+        for step in $steps {
+            let done: Option<i64> = sqlx::query_scalar(
+                "SELECT version FROM km0_migrations WHERE service = $1 AND version = $2",
+            )
+            .bind($service)
+            .bind(step.version)
+            .fetch_optional(&mut *$tx)
+            .await
+            .map_err($err)?;
+            if done.is_some() {
+                continue;
+            }
+            sqlx::raw_sql(step.$sql)
+                .execute(&mut *$tx)
+                .await
+                .map_err($err)?;
+            sqlx::query(
+                "INSERT INTO km0_migrations (service, version, description) VALUES ($1, $2, $3)",
+            )
+            .bind($service)
+            .bind(step.version)
+            .bind(step.description)
+            .execute(&mut *$tx)
+            .await
+            .map_err($err)?;
+        }
+        $tx.commit().await.map_err($err)
+    }};
+}
+
 /// Applies the steps of `service` that this database has not recorded yet, in order, all in
 /// one transaction.
 pub async fn apply(db: &Db, service: &str, steps: &[Migration]) -> Result<(), StoreError> {
     match db {
         Db::Sqlite(pool) => {
-            let err = entrega_sqlite::classify;
             let mut tx = entrega_sqlite::begin_immediate(pool).await?;
-            sqlx::raw_sql(SQLITE_TABLE)
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-            for step in steps {
-                let done: Option<i64> = sqlx::query_scalar(
-                    "SELECT version FROM km0_migrations WHERE service = $1 AND version = $2",
-                )
-                .bind(service)
-                .bind(step.version)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(err)?;
-                if done.is_some() {
-                    continue;
-                }
-                sqlx::raw_sql(step.sqlite)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err)?;
-                sqlx::query(
-                    "INSERT INTO km0_migrations (service, version, description) VALUES ($1, $2, $3)",
-                )
-                .bind(service)
-                .bind(step.version)
-                .bind(step.description)
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-            }
-            tx.commit().await.map_err(err)
+            apply_steps!(
+                tx,
+                entrega_sqlite::classify,
+                SQLITE_TABLE,
+                sqlite,
+                service,
+                steps
+            )
         }
         Db::Postgres(pool) => {
             let err = entrega_postgres::classify;
@@ -85,37 +100,14 @@ pub async fn apply(db: &Db, service: &str, steps: &[Migration]) -> Result<(), St
                 .execute(&mut *tx)
                 .await
                 .map_err(err)?;
-            sqlx::raw_sql(POSTGRES_TABLE)
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-            for step in steps {
-                let done: Option<i64> = sqlx::query_scalar(
-                    "SELECT version FROM km0_migrations WHERE service = $1 AND version = $2",
-                )
-                .bind(service)
-                .bind(step.version)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(err)?;
-                if done.is_some() {
-                    continue;
-                }
-                sqlx::raw_sql(step.postgres)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(err)?;
-                sqlx::query(
-                    "INSERT INTO km0_migrations (service, version, description) VALUES ($1, $2, $3)",
-                )
-                .bind(service)
-                .bind(step.version)
-                .bind(step.description)
-                .execute(&mut *tx)
-                .await
-                .map_err(err)?;
-            }
-            tx.commit().await.map_err(err)
+            apply_steps!(
+                tx,
+                entrega_postgres::classify,
+                POSTGRES_TABLE,
+                postgres,
+                service,
+                steps
+            )
         }
     }
 }
