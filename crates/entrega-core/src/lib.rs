@@ -5,6 +5,7 @@ mod clock;
 mod envelope;
 mod error;
 pub mod headers;
+mod inspect;
 mod lease;
 mod outbox;
 mod outcome;
@@ -15,6 +16,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
 pub use headers::Headers;
+pub use inspect::{group_lag, LogInspector, PartitionLag};
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
     lane_of, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,

@@ -2,6 +2,7 @@
 //! with fenced partition leases, and `LISTEN`/`NOTIFY` wake-ups.
 
 mod admin;
+mod inspect;
 mod leases;
 mod publish;
 mod subscription;

@@ -3,6 +3,7 @@
 
 mod admin;
 mod group;
+mod inspect;
 mod publish;
 mod subscription;
 
