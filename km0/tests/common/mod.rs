@@ -4,6 +4,7 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod kafka;
 pub mod process;
 pub mod state;
 
