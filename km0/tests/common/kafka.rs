@@ -80,6 +80,11 @@ impl Tansu {
         }
     }
 
+    /// Its own address (not the advertised one).
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
     /// The port it listens on.
     pub fn port(&self) -> u16 {
         self.port

@@ -6,6 +6,7 @@
 
 pub mod kafka;
 pub mod process;
+pub mod proxy;
 pub mod state;
 
 use std::path::PathBuf;
