@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{DataPlace, Databases};
+use crate::config::{BrokerUrl, DataPlace, Databases};
 use crate::demo::{self, DemoOptions};
 use crate::wiring::{self, Components, Retention, System};
 
@@ -26,7 +26,9 @@ pub struct Cli {
     )]
     pub database: String,
 
-    /// The log broker's database: `sqlite://FILE` or `postgres://user@host:port/DB`.
+    /// The broker: the log transport's database (`sqlite://FILE` or
+    /// `postgres://user@host:port/DB`) or a Kafka cluster
+    /// (`kafka://host:port[,host:port...][?session_timeout_ms=6000&...]`).
     #[arg(
         long,
         global = true,
@@ -95,8 +97,28 @@ pub enum Command {
     },
     /// Places orders through the real HTTP API and checks every invariant at the end.
     Demo(DemoArgs),
-    /// Benchmarks on fresh databases at `--database` (see docs/BENCHMARKS.md).
+    /// Benchmarks on fresh databases at `--database`, on a fresh log database or on the
+    /// Kafka cluster of `--broker` (see docs/BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
+    /// Consumer lag per group and partition (committed offset, end offset, lag), and the
+    /// dead letters waiting on each topic's dead-letter topic.
+    Lag(LagArgs),
+}
+
+/// `km0 lag`.
+#[derive(Debug, Args)]
+pub struct LagArgs {
+    /// Consumer group to report (repeat for several); default km0's stock consumer
+    /// (`inventario`).
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
+    /// Topic to report (repeat for several); default `pedidos.eventos`. Each topic's
+    /// dead-letter topic `<topic>.dlq` is reported too.
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `km0 run <component>`.
@@ -194,6 +216,8 @@ impl Cli {
 /// Runs the parsed command; the exit code says whether it succeeded.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let databases = cli.databases()?;
+    // A bad `--broker` is reported before anything is opened.
+    BrokerUrl::parse(&cli.broker)?;
     let system = System::new(databases, cli.broker.clone())
         .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
         .with_retention(Retention {
@@ -223,8 +247,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             wiring::run_until_signal(&system, components, args.http).await?;
         }
         Command::Migrate => {
-            system.migrate().await.context("migrating")?;
-            println!("migrated: pedidos, inventario, broker");
+            let migrated = system.migrate().await.context("migrating")?;
+            println!("migrated: {}", migrated.join(", "));
         }
         Command::Outbox {
             command: OutboxCommand::Status { json },
@@ -270,8 +294,33 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Bench(args) => {
-            crate::bench::run(&cli.database, &args).await?;
+            crate::bench::run(&cli.database, &cli.broker, &args).await?;
         }
+        Command::Lag(args) => lag(&system, args).await?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `km0 lag`: the report of [`crate::lag`] for the requested groups and topics.
+async fn lag(system: &System, args: LagArgs) -> anyhow::Result<()> {
+    let groups = if args.groups.is_empty() {
+        vec![crate::services::inventario::GROUP.to_owned()]
+    } else {
+        args.groups
+    };
+    let topics = if args.topics.is_empty() {
+        vec![crate::services::pedidos::TOPIC.to_owned()]
+    } else {
+        args.topics
+    };
+    let broker = system.broker().await.context("opening the broker")?;
+    let report = crate::lag::lag_report(broker.inspector().as_ref(), &groups, &topics).await;
+    broker.close().await;
+    let report = report.context("reading offsets")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(())
 }

@@ -1,14 +1,16 @@
 //! Kilómetro Cero (km0): the reference order/inventory system built on entrega.
 //!
 //! `pedidos` stores orders and their events in one transaction (outbox); the relay publishes
-//! them to the log transport; `inventario` takes the stock once per event (idempotent
+//! them to the broker (the log transport in a database, or Kafka); `inventario` takes the stock once per event (idempotent
 //! consumer). Each runs in its own process (`km0 run ...`) or all together (`km0 up`,
 //! `km0 demo`).
 
 pub mod bench;
+pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod lag;
 mod schema;
 pub mod services;
 mod system;

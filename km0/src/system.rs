@@ -1,20 +1,18 @@
-//! One km0 deployment's databases: the services' stores, the outbox, and the broker's log.
+//! One km0 deployment: the services' databases, the outbox, and the broker.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use entrega::OutboxPorts;
-use entrega_core::{
-    now_ms, Clock, MigrationSet, OutboxStatus, Publisher, Record, StoreError, Subscriber,
-    SystemClock, TopicAdmin,
-};
-use entrega_postgres::{PgLog, PgOutbox};
-use entrega_sqlite::{SqliteLog, SqliteOutbox};
+use entrega_core::{now_ms, OutboxStatus, StoreError};
+use entrega_postgres::PgOutbox;
+use entrega_sqlite::SqliteOutbox;
 
+use crate::broker::{Broker, BrokerError};
 use crate::config::{
-    connect_broker, is_postgres, split_database, sqlite_path, with_database, DataPlace, Databases,
-    Db, Service,
+    is_postgres, split_database, sqlite_path, with_database, BrokerUrl, BrokerUrlError, DataPlace,
+    Databases, Db, Service,
 };
 use crate::services::inventario::StockStore;
 use crate::services::pedidos::OrderStore;
@@ -24,103 +22,6 @@ pub fn outbox_ports(db: &Db) -> OutboxPorts {
     match db {
         Db::Sqlite(pool) => OutboxPorts::new(Arc::new(SqliteOutbox::new(pool.clone()))),
         Db::Postgres(pool) => OutboxPorts::new(Arc::new(PgOutbox::new(pool.clone()))),
-    }
-}
-
-/// The log transport in the broker database, either backend.
-#[derive(Debug, Clone)]
-pub enum BrokerLog {
-    /// On SQLite.
-    Sqlite(SqliteLog),
-    /// On PostgreSQL.
-    Postgres(PgLog),
-}
-
-impl BrokerLog {
-    /// The log in `db`; a consumer group member silent for `lease_ttl` loses its partitions.
-    pub fn of(db: &Db, lease_ttl: Duration) -> Self {
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        match db {
-            Db::Sqlite(pool) => {
-                let config = entrega_sqlite::LogConfig {
-                    lease_ttl,
-                    heartbeat: lease_ttl / 3,
-                    ..entrega_sqlite::LogConfig::default()
-                };
-                Self::Sqlite(SqliteLog::with_config(pool.clone(), config, clock))
-            }
-            Db::Postgres(pool) => {
-                let config = entrega_postgres::LogConfig {
-                    lease_ttl,
-                    heartbeat: lease_ttl / 3,
-                    ..entrega_postgres::LogConfig::default()
-                };
-                Self::Postgres(PgLog::with_config(pool.clone(), config, clock))
-            }
-        }
-    }
-
-    /// Publishing side.
-    pub fn publisher(&self) -> Arc<dyn Publisher> {
-        match self {
-            Self::Sqlite(log) => Arc::new(log.clone()),
-            Self::Postgres(log) => Arc::new(log.clone()),
-        }
-    }
-
-    /// Consuming side.
-    pub fn subscriber(&self) -> Arc<dyn Subscriber> {
-        match self {
-            Self::Sqlite(log) => Arc::new(log.clone()),
-            Self::Postgres(log) => Arc::new(log.clone()),
-        }
-    }
-
-    /// Topic creation.
-    pub fn admin(&self) -> Arc<dyn TopicAdmin> {
-        match self {
-            Self::Sqlite(log) => Arc::new(log.clone()),
-            Self::Postgres(log) => Arc::new(log.clone()),
-        }
-    }
-
-    /// Closes the broker's pool.
-    pub async fn close(&self) {
-        match self {
-            Self::Sqlite(log) => log.pool().close().await,
-            Self::Postgres(log) => log.pool().close().await,
-        }
-    }
-
-    /// Up to `max` records of one partition from offset `from` on (tests, tooling).
-    pub async fn read(
-        &self,
-        topic: &str,
-        partition: u32,
-        from: i64,
-        max: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        match self {
-            Self::Sqlite(log) => log.read(topic, partition, from, max).await,
-            Self::Postgres(log) => log.read(topic, partition, from, max).await,
-        }
-    }
-
-    /// End offset (next offset to be written) of each partition of `topic`.
-    pub async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, StoreError> {
-        match self {
-            Self::Sqlite(log) => log.end_offsets(topic).await,
-            Self::Postgres(log) => log.end_offsets(topic).await,
-        }
-    }
-
-    /// Messages ever appended to `topic` (0 if it does not exist).
-    pub async fn topic_total(&self, topic: &str) -> Result<u64, StoreError> {
-        let ends = self.end_offsets(topic).await?;
-        Ok(ends
-            .iter()
-            .map(|(_, end)| u64::try_from(*end).unwrap_or(0))
-            .sum())
     }
 }
 
@@ -229,24 +130,32 @@ impl System {
         Ok(store)
     }
 
-    /// The broker's database, migrated.
-    pub async fn broker(&self) -> Result<Db, StoreError> {
-        let db = connect_broker(&self.broker_url).await?;
-        db.migrate_entrega(&[MigrationSet::Log]).await?;
-        Ok(db)
+    /// What `--broker` names, checked.
+    pub fn broker_kind(&self) -> Result<BrokerUrl, BrokerUrlError> {
+        BrokerUrl::parse(&self.broker_url)
     }
 
-    /// The broker's log transport, migrated.
-    pub async fn broker_log(&self) -> Result<BrokerLog, StoreError> {
-        Ok(BrokerLog::of(&self.broker().await?, self.lease_ttl))
+    /// The broker, connected (the log transport's database created if missing and migrated).
+    pub async fn broker(&self) -> Result<Broker, BrokerError> {
+        Broker::connect(&self.broker_kind()?, self.lease_ttl).await
     }
 
-    /// Migrates every database of the deployment.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    /// The same as [`System::broker`].
+    pub async fn broker_log(&self) -> Result<Broker, BrokerError> {
+        self.broker().await
+    }
+
+    /// Migrates every database of the deployment (the broker's too, when it is the log
+    /// transport in a database); returns what it migrated.
+    pub async fn migrate(&self) -> Result<Vec<&'static str>, BrokerError> {
         self.pedidos().await?.db().close().await;
         self.inventario().await?.db().close().await;
-        self.broker().await?.close().await;
-        Ok(())
+        let mut done = vec!["pedidos", "inventario"];
+        if !self.broker_kind()?.is_kafka() {
+            self.broker().await?.close().await;
+            done.push("broker");
+        }
+        Ok(done)
     }
 
     /// Backlog of the pedidos outbox.
@@ -259,7 +168,7 @@ impl System {
 
     /// The same deployment on databases of its own, named after `run`: a `demo-<run>`
     /// directory on SQLite, `<prefix>demo<run>_*` databases on PostgreSQL.
-    pub fn fresh(&self, run: &str) -> Result<Self, crate::config::UnsupportedUrl> {
+    pub fn fresh(&self, run: &str) -> Result<Self, BrokerUrlError> {
         let databases = match &self.databases.place {
             DataPlace::SqliteDir(dir) => Databases {
                 place: DataPlace::SqliteDir(dir.join(format!("demo-{run}"))),
@@ -273,7 +182,10 @@ impl System {
                 )),
             },
         };
-        let broker_url = if is_postgres(&self.broker_url) {
+        let broker_url = if self.broker_kind()?.is_kafka() {
+            // Topics live on the cluster: a fresh run shares them and counts from their ends.
+            self.broker_url.clone()
+        } else if is_postgres(&self.broker_url) {
             let name = split_database(&self.broker_url)
                 .1
                 .unwrap_or_else(|| "km0_broker".to_owned());
@@ -281,7 +193,9 @@ impl System {
         } else {
             let path = sqlite_path(&self.broker_url)
                 .map(PathBuf::from)
-                .ok_or_else(|| crate::config::UnsupportedUrl(self.broker_url.clone()))?;
+                .ok_or_else(|| BrokerUrlError::UnknownScheme {
+                    url: self.broker_url.clone(),
+                })?;
             let dir = path.parent().map(PathBuf::from).unwrap_or_default();
             let file = path
                 .file_name()
@@ -312,12 +226,19 @@ impl System {
                 DataPlace::PostgresServer(server) => pg_databases.push((server.clone(), name)),
             }
         }
-        if is_postgres(&self.broker_url) {
-            if let (server, Some(name)) = split_database(&self.broker_url) {
-                pg_databases.push((server, name));
+        match BrokerUrl::parse(&self.broker_url) {
+            Ok(BrokerUrl::PostgresLog(url)) => {
+                if let (server, Some(name)) = split_database(&url) {
+                    pg_databases.push((server, name));
+                }
             }
-        } else if let Some(path) = sqlite_path(&self.broker_url) {
-            sqlite_files.push(PathBuf::from(path));
+            Ok(BrokerUrl::SqliteLog(url)) => {
+                if let Some(path) = sqlite_path(&url) {
+                    sqlite_files.push(PathBuf::from(path));
+                }
+            }
+            // A cluster's topics are shared; nothing of this deployment's to remove there.
+            Ok(BrokerUrl::Kafka(_)) | Err(_) => {}
         }
         for file in &sqlite_files {
             for suffix in ["", "-wal", "-shm"] {

@@ -10,7 +10,8 @@ use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting, Worker, Worke
 use entrega_core::SystemClock;
 use tokio::task::JoinHandle;
 
-pub use crate::system::{outbox_ports, BrokerLog, Retention, System, DEFAULT_LEASE_TTL};
+pub use crate::broker::{Broker, BrokerError};
+pub use crate::system::{outbox_ports, Retention, System, DEFAULT_LEASE_TTL};
 
 use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
 use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
@@ -181,16 +182,23 @@ impl System {
 }
 
 /// Creates the topic of order events and its dead-letter topic if missing.
-pub async fn ensure_topics(broker: &BrokerLog) -> anyhow::Result<()> {
+pub async fn ensure_topics(broker: &Broker) -> anyhow::Result<()> {
+    ensure_topic_and_dlq(broker, TOPIC).await
+}
+
+/// Creates `topic` with km0's partition count, and its dead-letter topic `<topic>.dlq`, if
+/// missing.
+pub async fn ensure_topic_and_dlq(broker: &Broker, topic: &str) -> anyhow::Result<()> {
     let admin = broker.admin();
     admin
-        .ensure_topic(TOPIC, PARTITIONS)
+        .ensure_topic(topic, PARTITIONS)
         .await
-        .with_context(|| format!("creating topic {TOPIC}"))?;
+        .with_context(|| format!("creating topic {topic}"))?;
+    let dlq = format!("{topic}.dlq");
     admin
-        .ensure_topic(&dead_letter_topic(), 1)
+        .ensure_topic(&dlq, 1)
         .await
-        .context("creating the dead-letter topic")?;
+        .with_context(|| format!("creating the dead-letter topic {dlq}"))?;
     Ok(())
 }
 
@@ -204,7 +212,7 @@ async fn spawn_relay(
         .pedidos()
         .await
         .context("opening the pedidos database")?;
-    let broker = system.broker_log().await.context("opening the broker")?;
+    let broker = system.broker().await.context("opening the broker")?;
     ensure_topics(&broker).await?;
     let mut config = RelayConfig::new(SOURCE);
     config.instance_id = instance.to_owned();
@@ -234,7 +242,7 @@ async fn spawn_consumer(
         .inventario()
         .await
         .context("opening the inventario database")?;
-    let broker = system.broker_log().await.context("opening the broker")?;
+    let broker = system.broker().await.context("opening the broker")?;
     ensure_topics(&broker).await?;
     spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
     let consumer = Arc::new(StockConsumer::new(stock));

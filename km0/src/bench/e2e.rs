@@ -28,12 +28,12 @@ use uuid::Uuid;
 
 use super::report::{BenchReport, Measurement, Target};
 use super::workload::{fill_stock, order};
-use super::{progress, Common};
-use crate::services::inventario::{StockConsumer, GROUP, TOPIC};
+use super::{progress, BenchRun, Common};
+use crate::services::inventario::StockConsumer;
 use crate::services::pedidos::{
     AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS, SOURCE,
 };
-use crate::wiring::{ensure_topics, outbox_ports, BrokerLog, System};
+use crate::wiring::{ensure_topic_and_dlq, outbox_ports, Broker};
 
 /// The p99 latency must stay under this many milliseconds.
 const TARGET_P99_MS: f64 = 25.0;
@@ -116,9 +116,9 @@ pub(crate) async fn run(common: &Common, args: &E2eArgs) -> anyhow::Result<Bench
     let mut results = Vec::with_capacity(common.runs);
     for run in 1..=common.runs {
         progress(format!("e2e at {}/s, run {run}/{}", args.rate, common.runs));
-        let system = common.place.fresh();
-        let result = load(&system, args).await;
-        common.cleanup(&system).await?;
+        let bench_run = common.place.fresh();
+        let result = load(&bench_run, args).await;
+        common.cleanup(&bench_run).await?;
         let result = result?;
         progress(format!(
             "p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms over {} events",
@@ -159,9 +159,16 @@ pub(crate) async fn run(common: &Common, args: &E2eArgs) -> anyhow::Result<Bench
         bench: "e2e".to_owned(),
         backend: common.place.backend().to_owned(),
         setup: format!(
-            "orders committed at {}/s for {} s (after {} warm-up), relay + log broker + \
+            "orders committed at {}/s for {} s (after {} warm-up), relay + {} + \
              inventario worker in one process; latency = producer commit to consumer commit",
-            args.rate, args.duration, args.warmup
+            args.rate,
+            args.duration,
+            args.warmup,
+            if common.place.on_kafka() {
+                "kafka"
+            } else {
+                "log broker"
+            }
         ),
         settings: json!({
             "rate": args.rate,
@@ -176,16 +183,20 @@ fn ms(micros: u64) -> f64 {
     micros as f64 / 1000.0
 }
 
-async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
-    let pedidos = system.pedidos().await.context("opening pedidos")?;
-    let stock = system.inventario().await.context("opening inventario")?;
+async fn load(run: &BenchRun, args: &E2eArgs) -> anyhow::Result<RunResult> {
+    let pedidos = run.system.pedidos().await.context("opening pedidos")?;
+    let stock = run
+        .system
+        .inventario()
+        .await
+        .context("opening inventario")?;
     fill_stock(&stock).await?;
-    let broker = system.broker_log().await.context("opening the broker")?;
-    ensure_topics(&broker).await?;
+    let broker = run.system.broker().await.context("opening the broker")?;
+    ensure_topic_and_dlq(&broker, &run.topic).await?;
 
     let mut relay_config = RelayConfig::new(SOURCE);
     relay_config.instance_id = "bench-relay".to_owned();
-    relay_config.routing = TopicRouting::default().route(AGGREGATE, TOPIC);
+    relay_config.routing = TopicRouting::default().route(AGGREGATE, &run.topic);
     relay_config.poll_interval = Duration::from_millis(200);
     let relay = Relay::new(
         outbox_ports(pedidos.db()),
@@ -202,7 +213,7 @@ async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
         .route(ORDER_CREATED, handler)
         .ignore(ORDER_PAID)
         .ignore(ORDER_CANCELLED);
-    let mut worker_config = WorkerConfig::new(GROUP, TOPIC);
+    let mut worker_config = WorkerConfig::new(&run.group, &run.topic);
     worker_config.member = "bench-worker".to_owned();
     let worker = Worker::new(
         broker.subscriber(),
@@ -278,7 +289,7 @@ async fn load(system: &System, args: &E2eArgs) -> anyhow::Result<RunResult> {
         .context("worker task")?
         .context("worker")?;
 
-    let appended = append_times(&broker).await?;
+    let appended = append_times(&broker, &run.topic).await?;
     let consumed = consumed
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
@@ -321,15 +332,15 @@ impl Arrivals {
     }
 }
 
-/// When each event was appended to the topic, in epoch microseconds (the log stamps
-/// milliseconds), by `id_evento`.
-async fn append_times(broker: &BrokerLog) -> anyhow::Result<HashMap<Uuid, i64>> {
+/// When each event was appended to `topic`, in epoch microseconds (the log stamps
+/// milliseconds; Kafka records carry the producer's create time), by `id_evento`.
+async fn append_times(broker: &Broker, topic: &str) -> anyhow::Result<HashMap<Uuid, i64>> {
     const PAGE: usize = 1_000;
     let mut times = HashMap::new();
     for partition in 0..PARTITIONS {
         let mut from = 0;
         loop {
-            let records = broker.read(TOPIC, partition, from, PAGE).await?;
+            let records = broker.read(topic, partition, from, PAGE).await?;
             for record in &records {
                 if let Some(id) = record.headers.get(ID_EVENTO) {
                     times.insert(Uuid::parse_str(id)?, record.timestamp_ms * 1_000);

@@ -21,7 +21,9 @@ pub use e2e::E2eArgs;
 pub use relay::RelayArgs;
 pub use report::{BenchReport, Measurement, Target};
 
-use crate::config::{is_postgres, sqlite_path, with_database, DataPlace, Databases};
+use crate::config::{is_postgres, sqlite_path, with_database, BrokerUrl, DataPlace, Databases};
+use crate::services::inventario::GROUP;
+use crate::services::pedidos::TOPIC;
 use crate::wiring::System;
 
 /// `km0 bench ...`.
@@ -53,7 +55,7 @@ pub struct BenchArgs {
 /// The benches.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Relay drain: events/s publishing a prefilled outbox into the log broker.
+    /// Relay drain: events/s publishing a prefilled outbox into the broker.
     Relay(RelayArgs),
     /// Consume: messages/s of the inventario consumer draining a prefilled topic.
     Consume(ConsumeArgs),
@@ -61,20 +63,36 @@ pub enum BenchCommand {
     E2e(E2eArgs),
 }
 
-/// Where a bench run keeps its data: the place named by `--database`, under fresh names.
+/// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
+/// the broker: a fresh log database next to the others, or the Kafka cluster of `--broker`.
 #[derive(Debug, Clone)]
 pub(crate) struct BenchPlace {
     place: DataPlace,
+    /// The `kafka://` URL, when the benches run on Kafka.
+    kafka: Option<String>,
+}
+
+/// One measurement's deployment, and the names its events travel under.
+#[derive(Debug, Clone)]
+pub(crate) struct BenchRun {
+    /// Fresh databases (and a fresh log database, unless on Kafka).
+    pub(crate) system: System,
+    /// Topic of the order events: km0's own in a fresh log database; on a Kafka cluster,
+    /// whose topics outlive the run, one of the run's own.
+    pub(crate) topic: String,
+    /// Consumer group of the inventario worker (the run's own on Kafka, like its topic).
+    pub(crate) group: String,
 }
 
 impl BenchPlace {
     /// A fresh deployment for one measurement: `km0bench<id>_pedidos`, `_inventario` and
-    /// `_broker` on PostgreSQL, or `<dir>/km0bench<id>/` on SQLite.
-    pub(crate) fn fresh(&self) -> System {
+    /// `_broker` on PostgreSQL, or `<dir>/km0bench<id>/` on SQLite; on Kafka the broker is
+    /// the cluster, with topic `pedidos.eventos.km0bench<id>` and group `inventario-km0bench<id>`.
+    pub(crate) fn fresh(&self) -> BenchRun {
         let id = uuid::Uuid::new_v4().simple().to_string()[..10].to_owned();
         let prefix = format!("km0bench{id}_");
-        match &self.place {
-            DataPlace::PostgresServer(server) => System::new(
+        let (databases, log_url) = match &self.place {
+            DataPlace::PostgresServer(server) => (
                 Databases {
                     place: self.place.clone(),
                     prefix: Some(prefix.clone()),
@@ -84,8 +102,20 @@ impl BenchPlace {
             DataPlace::SqliteDir(dir) => {
                 let dir = dir.join(format!("km0bench{id}"));
                 let broker = format!("sqlite://{}", dir.join("broker.db").display());
-                System::new(Databases::new(DataPlace::SqliteDir(dir)), broker)
+                (Databases::new(DataPlace::SqliteDir(dir)), broker)
             }
+        };
+        match &self.kafka {
+            Some(url) => BenchRun {
+                system: System::new(databases, url.clone()),
+                topic: format!("{TOPIC}.km0bench{id}"),
+                group: format!("{GROUP}-km0bench{id}"),
+            },
+            None => BenchRun {
+                system: System::new(databases, log_url),
+                topic: TOPIC.to_owned(),
+                group: GROUP.to_owned(),
+            },
         }
     }
 
@@ -97,11 +127,18 @@ impl BenchPlace {
         }
     }
 
-    /// `postgres` or `sqlite`, for reports.
+    /// Whether the broker is a Kafka cluster.
+    pub(crate) fn on_kafka(&self) -> bool {
+        self.kafka.is_some()
+    }
+
+    /// `postgres`, `sqlite`, `postgres + kafka` or `sqlite + kafka`, for reports.
     pub(crate) fn backend(&self) -> &'static str {
-        match &self.place {
-            DataPlace::PostgresServer(_) => "postgres",
-            DataPlace::SqliteDir(_) => "sqlite",
+        match (&self.place, self.on_kafka()) {
+            (DataPlace::PostgresServer(_), false) => "postgres",
+            (DataPlace::SqliteDir(_), false) => "sqlite",
+            (DataPlace::PostgresServer(_), true) => "postgres + kafka",
+            (DataPlace::SqliteDir(_), true) => "sqlite + kafka",
         }
     }
 }
@@ -117,12 +154,12 @@ pub(crate) struct Common {
 
 impl Common {
     /// Removes a run's databases unless `--keep` was given.
-    pub(crate) async fn cleanup(&self, system: &System) -> anyhow::Result<()> {
+    pub(crate) async fn cleanup(&self, run: &BenchRun) -> anyhow::Result<()> {
         if self.keep {
-            eprintln!("kept: {}", system.describe());
+            eprintln!("kept: {}", run.system.describe());
             return Ok(());
         }
-        system
+        run.system
             .destroy()
             .await
             .context("removing the bench databases")
@@ -130,8 +167,9 @@ impl Common {
 }
 
 /// Runs the bench named by `args` on the deployment place of `database` (`--database`), prints
-/// its report and returns it.
-pub async fn run(database: &str, args: &BenchArgs) -> anyhow::Result<BenchReport> {
+/// its report and returns it. A `kafka://` `broker` (`--broker`) puts the events on that
+/// cluster; any other broker URL means a fresh log database per measurement.
+pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Result<BenchReport> {
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build measures the compiler, not km0; use --release");
     }
@@ -141,7 +179,11 @@ pub async fn run(database: &str, args: &BenchArgs) -> anyhow::Result<BenchReport
         let dir = sqlite_path(database).context("--database must be sqlite:// or postgres://")?;
         DataPlace::parse(&format!("sqlite://{dir}"))?
     };
-    let place = BenchPlace { place };
+    let kafka = match BrokerUrl::parse(broker)? {
+        BrokerUrl::Kafka(url) => Some(url),
+        BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_) => None,
+    };
+    let place = BenchPlace { place, kafka };
     let common = Common {
         pgbench: (!args.no_ceiling && place.postgres_server().is_some())
             .then(|| args.pgbench.clone()),

@@ -148,17 +148,19 @@ impl Pgbench<'_> {
     }
 }
 
-/// Relay ceiling: events/s of pgbench draining `events` prefilled events with `clients`
-/// clients, each owning `64 / clients` lanes, batches of `batch`.
+/// Relay ceiling: events/s of pgbench draining `events` prefilled events (over `aggregates`
+/// orders) with `clients` clients, each owning `64 / clients` lanes, batches of `batch`.
+/// On Kafka the appends go to the cluster, not to the database: the script keeps the outbox's
+/// statements only (the read and the fenced mark of each round).
 pub(crate) async fn relay_ceiling(
     common: &Common,
     binary: &str,
-    events: usize,
-    aggregates: usize,
-    batch: usize,
+    (events, aggregates, batch): (usize, usize, usize),
     clients: usize,
     timeout: Duration,
 ) -> anyhow::Result<f64> {
+    let kafka = common.place.on_kafka();
+    let script = relay_script(kafka);
     let (ceiling, pool) = CeilingDb::create(common).await?;
     let result = async {
         ceiling
@@ -190,7 +192,7 @@ pub(crate) async fn relay_ceiling(
         let start_ms = now_ms();
         pgbench
             .run_until(
-                RELAY_SCRIPT,
+                &script,
                 &pool,
                 "SELECT NOT EXISTS (SELECT 1 FROM outbox WHERE publicado_en IS NULL)",
                 timeout,
@@ -204,7 +206,7 @@ pub(crate) async fn relay_ceiling(
         let appended: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_log")
             .fetch_one(&pool)
             .await?;
-        if usize::try_from(appended)? != events {
+        if !kafka && usize::try_from(appended)? != events {
             bail!("pgbench appended {appended} of {events} events");
         }
         Ok(rate(events, start_ms, end_ms))
@@ -235,7 +237,7 @@ pub(crate) async fn consume_ceiling(
         workload::fill_stock(&stock).await?;
         let log = PgLog::new(pool.clone());
         log.ensure_topic(TOPIC, PARTITIONS).await?;
-        workload::prefill_topic(&log, &workload::topic_messages(messages, aggregates)).await?;
+        workload::prefill_topic(&log, &workload::topic_messages(TOPIC, messages, aggregates)).await?;
         workload::settle(&ceiling.db, &["entrega_log"]).await?;
         // One member holding every partition, as a lone worker would after balancing.
         sqlx::query(
@@ -302,6 +304,21 @@ pub(crate) async fn consume_ceiling(
     Ok(rate)
 }
 
+/// The relay script; without the appends to the log (between `BEGIN;` and `COMMIT;`) when
+/// the events go to Kafka.
+fn relay_script(kafka: bool) -> String {
+    const BEGIN: &str = "BEGIN;\n";
+    const END: &str = "COMMIT;\n";
+    match (kafka, RELAY_SCRIPT.find(BEGIN), RELAY_SCRIPT.find(END)) {
+        (true, Some(start), Some(end)) if start < end => format!(
+            "{}{}",
+            &RELAY_SCRIPT[..start],
+            &RELAY_SCRIPT[end + END.len()..]
+        ),
+        _ => RELAY_SCRIPT.to_owned(),
+    }
+}
+
 /// The consume script for batches of `batch`: the per-message section repeated, numbered,
 /// and the pipeline markers turned into pgbench's pipeline commands if `pipelined`.
 fn consume_script(batch: usize, pipelined: bool) -> String {
@@ -350,6 +367,16 @@ mod tests {
         assert!(script.contains(":n >= 3"));
         assert!(!script.contains(":n >= 4"));
         assert_eq!(script.matches("\nWITH lines AS (").count(), 3);
+    }
+
+    #[test]
+    fn the_kafka_relay_script_keeps_only_the_outbox_statements() {
+        let log = relay_script(false);
+        assert!(log.contains("INSERT INTO entrega_log"));
+        let kafka = relay_script(true);
+        assert!(!kafka.contains("entrega_log") && !kafka.contains("BEGIN;"));
+        assert!(kafka.contains("UPDATE outbox SET publicado_en"));
+        assert!(kafka.contains("FROM outbox"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! `km0 bench relay`: how fast the entrega relay drains a prefilled outbox into the log broker,
-//! with one and with several relay instances, against pgbench running the same statements.
+//! `km0 bench relay`: how fast the entrega relay drains a prefilled outbox into the broker,
+//! with one and with several relay instances, against pgbench running the same statements
+//! (on Kafka, the outbox's statements only: the appends go to the cluster).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,10 +14,10 @@ use serde_json::json;
 use super::pgbench::{rate, relay_ceiling};
 use super::report::{BenchReport, Measurement, Target};
 use super::workload::{outbox_events, prefill_outbox};
-use super::{progress, Common};
+use super::{progress, BenchRun, Common};
 use crate::config::Db;
-use crate::services::pedidos::{AGGREGATE, SOURCE, TOPIC};
-use crate::wiring::{ensure_topics, outbox_ports, System, DEFAULT_LEASE_TTL};
+use crate::services::pedidos::{AGGREGATE, SOURCE};
+use crate::wiring::{ensure_topic_and_dlq, outbox_ports, DEFAULT_LEASE_TTL};
 
 /// The relay must reach this share of the pgbench ceiling, in percent.
 const TARGET_PERCENT: f64 = 70.0;
@@ -58,9 +59,7 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
                     relay_ceiling(
                         common,
                         binary,
-                        args.events,
-                        args.aggregates,
-                        args.batch,
+                        (args.events, args.aggregates, args.batch),
                         relays,
                         timeout,
                     )
@@ -94,8 +93,15 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
         bench: "relay".to_owned(),
         backend: common.place.backend().to_owned(),
         setup: format!(
-            "drain {} events over {} aggregates into the log broker, batches of {}",
-            args.events, args.aggregates, args.batch
+            "drain {} events over {} aggregates into the {}, batches of {}",
+            args.events,
+            args.aggregates,
+            if common.place.on_kafka() {
+                "kafka broker"
+            } else {
+                "log broker"
+            },
+            args.batch
         ),
         settings: json!({
             "events": args.events,
@@ -109,18 +115,18 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
 
 /// One drain on fresh databases: events/s from the start of the relays to the last mark.
 async fn measure(common: &Common, args: &RelayArgs, relays: usize) -> anyhow::Result<f64> {
-    let system = common.place.fresh();
-    let result = drain(&system, args, relays).await;
-    common.cleanup(&system).await?;
+    let run = common.place.fresh();
+    let result = drain(&run, args, relays).await;
+    common.cleanup(&run).await?;
     let rate = result?;
     progress(format!("relay x{relays} (entrega): {rate:.0} events/s"));
     Ok(rate)
 }
 
-async fn drain(system: &System, args: &RelayArgs, instances: usize) -> anyhow::Result<f64> {
-    let pedidos = system.pedidos().await.context("opening pedidos")?;
-    let broker = system.broker_log().await.context("opening the broker")?;
-    ensure_topics(&broker).await?;
+async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Result<f64> {
+    let pedidos = run.system.pedidos().await.context("opening pedidos")?;
+    let broker = run.system.broker().await.context("opening the broker")?;
+    ensure_topic_and_dlq(&broker, &run.topic).await?;
     prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)).await?;
 
     let ids: Vec<String> = (0..instances).map(|i| format!("bench-relay-{i}")).collect();
@@ -138,7 +144,7 @@ async fn drain(system: &System, args: &RelayArgs, instances: usize) -> anyhow::R
         .map(|id| {
             let mut config = RelayConfig::new(SOURCE);
             config.instance_id = id.clone();
-            config.routing = TopicRouting::default().route(AGGREGATE, TOPIC);
+            config.routing = TopicRouting::default().route(AGGREGATE, &run.topic);
             config.batch_size = args.batch.max(1);
             config.lease_ttl = DEFAULT_LEASE_TTL;
             config.poll_interval = Duration::from_millis(200);
@@ -186,7 +192,7 @@ async fn drain(system: &System, args: &RelayArgs, instances: usize) -> anyhow::R
         .maintenance
         .status(now_ms())
         .await?;
-    let on_topic = broker.topic_total(TOPIC).await?;
+    let on_topic = broker.topic_total(&run.topic).await?;
     if status.pending != 0 || on_topic < want {
         bail!(
             "after the drain: {} pending, {on_topic} on the topic",

@@ -13,7 +13,7 @@ use entrega_sqlite::SqliteOutbox;
 
 use crate::config::Db;
 use crate::services::inventario::{StockStore, INITIAL_STOCK};
-use crate::services::pedidos::{order_created, NewOrder, OrderLine, ORDER_CREATED, SOURCE, TOPIC};
+use crate::services::pedidos::{order_created, NewOrder, OrderLine, ORDER_CREATED, SOURCE};
 
 /// Units given to every product before a bench, so no order is ever refused for stock.
 pub(crate) const BENCH_UNITS: i32 = 1_000_000_000;
@@ -59,8 +59,12 @@ pub(crate) fn outbox_events(events: usize, aggregates: usize) -> Vec<NewEvent> {
         .collect()
 }
 
-/// The same events as the relay would publish them on `pedidos.eventos`.
-pub(crate) fn topic_messages(messages: usize, aggregates: usize) -> Vec<OutgoingMessage> {
+/// The same events as the relay would publish them on `topic` (`pedidos.eventos`).
+pub(crate) fn topic_messages(
+    topic: &str,
+    messages: usize,
+    aggregates: usize,
+) -> Vec<OutgoingMessage> {
     outbox_events(messages, aggregates)
         .into_iter()
         .map(|event| {
@@ -73,7 +77,7 @@ pub(crate) fn topic_messages(messages: usize, aggregates: usize) -> Vec<Outgoing
                 data: event.payload,
             };
             OutgoingMessage {
-                topic: TOPIC.to_owned(),
+                topic: topic.to_owned(),
                 key: Some(event.aggregate_id),
                 headers: Headers::new()
                     .with(TIPO, ORDER_CREATED)

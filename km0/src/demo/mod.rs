@@ -19,7 +19,7 @@ use entrega_core::{now_ms, OutboxStatus};
 
 use crate::services::inventario::{StockStore, CONSUMER};
 use crate::services::pedidos::{OrderStore, TOPIC};
-use crate::wiring::{dead_letter_topic, outbox_ports, BrokerLog, Components, System};
+use crate::wiring::{dead_letter_topic, outbox_ports, Broker, Components, System};
 
 /// How a demo run goes.
 #[derive(Debug, Clone)]
@@ -68,7 +68,7 @@ struct Watch {
     stock: StockStore,
     orders: OrderStore,
     outbox: OutboxPorts,
-    broker: BrokerLog,
+    broker: Broker,
 }
 
 impl Watch {
@@ -78,7 +78,7 @@ impl Watch {
             stock: system.inventario().await.context("opening inventario")?,
             outbox: outbox_ports(orders.db()),
             orders,
-            broker: system.broker_log().await.context("opening the broker")?,
+            broker: system.broker().await.context("opening the broker")?,
         })
     }
 
@@ -112,6 +112,9 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     }
     print!("{}", plan.render());
     let before = Counters::read(&watch).await?;
+    // On a shared broker (Kafka) the topic may hold earlier runs' events: this run's start
+    // where it ends now.
+    let run_start = watch.broker.end_offsets(TOPIC).await?;
 
     let started = Instant::now();
     let running = system
@@ -166,7 +169,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     watcher.abort();
     consuming.finish();
     let redelivered = if drained {
-        redeliver_and_wait(&watch, &running, options.redeliver, deadline).await?
+        redeliver_and_wait(&watch, &running, &run_start, options.redeliver, deadline).await?
     } else {
         0
     };
@@ -216,10 +219,11 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
 async fn redeliver_and_wait(
     watch: &Watch,
     running: &crate::wiring::Running,
+    run_start: &[(u32, i64)],
     count: usize,
     deadline: Instant,
 ) -> anyhow::Result<u64> {
-    let sent = redeliver::redeliver(&watch.broker, TOPIC, count).await? as u64;
+    let sent = redeliver::redeliver(&watch.broker, TOPIC, run_start, count).await? as u64;
     let Some(stats) = running.consumer_stats() else {
         return Ok(sent);
     };

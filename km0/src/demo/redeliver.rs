@@ -4,20 +4,38 @@
 
 use entrega_core::OutgoingMessage;
 
-use crate::system::BrokerLog;
+use crate::broker::Broker;
 
-/// Publishes again up to `count` records of `topic`, taken round-robin across its partitions
-/// from the oldest, with their original key, headers and payload. Returns how many.
-pub async fn redeliver(broker: &BrokerLog, topic: &str, count: usize) -> anyhow::Result<usize> {
+/// Publishes again up to `count` records of `topic` written during this run (from the
+/// per-partition offsets in `from`, the ends before the run; partitions not listed start at
+/// 0), taken round-robin across partitions from the oldest, with their original key, headers
+/// and payload. Returns how many.
+pub async fn redeliver(
+    broker: &Broker,
+    topic: &str,
+    from: &[(u32, i64)],
+    count: usize,
+) -> anyhow::Result<usize> {
     if count == 0 {
         return Ok(0);
     }
-    let ends = broker.end_offsets(topic).await?;
-    let partitions = ends.iter().filter(|(_, end)| *end > 0).count().max(1);
-    let per_partition = count.div_ceil(partitions);
+    let start = |partition: u32| {
+        from.iter()
+            .find(|(p, _)| *p == partition)
+            .map_or(0, |(_, offset)| *offset)
+    };
+    let written: Vec<(u32, i64)> = broker
+        .end_offsets(topic)
+        .await?
+        .into_iter()
+        .filter(|(partition, end)| *end > start(*partition))
+        .collect();
+    let per_partition = count.div_ceil(written.len().max(1));
     let mut picked: Vec<OutgoingMessage> = Vec::with_capacity(count);
-    for (partition, _) in ends.iter().filter(|(_, end)| *end > 0) {
-        let records = broker.read(topic, *partition, 0, per_partition).await?;
+    for (partition, _) in &written {
+        let records = broker
+            .read(topic, *partition, start(*partition), per_partition)
+            .await?;
         picked.extend(records.into_iter().map(|r| OutgoingMessage {
             topic: r.topic,
             key: r.key,

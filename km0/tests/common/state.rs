@@ -13,7 +13,7 @@ use entrega_core::Record;
 use km0::config::Db;
 use km0::services::inventario::{StockStore, CONSUMER, GROUP};
 use km0::services::pedidos::TOPIC;
-use km0::wiring::{BrokerLog, System};
+use km0::wiring::{Broker, System};
 use serde_json::{json, Value};
 
 /// Polls `check` until it returns `Some`, failing the test after `limit`.
@@ -75,8 +75,8 @@ pub struct DbState {
     pub pedidos: Db,
     /// The inventario database (stock, processed messages).
     pub inventario: Db,
-    /// The broker's log.
-    pub broker: BrokerLog,
+    /// The broker.
+    pub broker: Broker,
 }
 
 impl DbState {
@@ -164,22 +164,17 @@ impl DbState {
 
     /// Next offset to be written per partition of `topic`.
     pub async fn end_offsets(&self, topic: &str) -> Vec<(u32, i64)> {
-        match &self.broker {
-            BrokerLog::Sqlite(log) => log.end_offsets(topic).await,
-            BrokerLog::Postgres(log) => log.end_offsets(topic).await,
-        }
-        .expect("end offsets")
+        self.broker.end_offsets(topic).await.expect("end offsets")
     }
 
     /// Committed next offsets of the inventario group per partition of the orders topic.
     pub async fn committed(&self) -> BTreeMap<u32, i64> {
-        match &self.broker {
-            BrokerLog::Sqlite(log) => log.committed(GROUP, TOPIC).await,
-            BrokerLog::Postgres(log) => log.committed(GROUP, TOPIC).await,
-        }
-        .expect("committed offsets")
-        .into_iter()
-        .collect()
+        self.broker
+            .committed(GROUP, TOPIC)
+            .await
+            .expect("committed offsets")
+            .into_iter()
+            .collect()
     }
 
     /// Whether the inventario group committed every record of the orders topic (and the topic

@@ -2,13 +2,18 @@
 //!
 //! `--database` names a *place* for the per-service databases: `sqlite://DIR` (one file per
 //! service in DIR) or `postgres://user@host:port` (one database per service on that server).
-//! `--broker` names the log transport's database itself: `sqlite://DIR/broker.db` or
-//! `postgres://user@host:port/km0_broker`. This is the only place that looks at URL schemes.
+//! `--broker` names the broker: the log transport's database itself (`sqlite://DIR/broker.db`
+//! or `postgres://user@host:port/km0_broker`) or a Kafka cluster (`kafka://host:port`, see
+//! [`BrokerUrl`]). This is the only place that looks at URL schemes.
+
+mod broker_url;
 
 use std::path::PathBuf;
 
 use entrega_core::{MigrationSet, StoreError};
 use sqlx::{PgPool, SqlitePool};
+
+pub use broker_url::{kafka_servers, BrokerUrl, BrokerUrlError, DEFAULT_KAFKA_PORT};
 
 /// The services of km0 that own a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
