@@ -1,0 +1,216 @@
+//! Reading a topic's positions and records without joining any consumer group.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use entrega_core::{LogInspector, Record, TransportError};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+
+use crate::error::{invalid, transport};
+use crate::meta::{blocking, partition_id, topic_info};
+use crate::record::to_record;
+use crate::KafkaConfig;
+
+/// End offsets, committed offsets and direct reads for operators, tooling and tests.
+///
+/// Reads use one consumer that is assigned the partition directly and never subscribes, so
+/// no group is joined and nothing is committed. Committed offsets are fetched by a client
+/// that only names the group.
+pub struct KafkaInspector {
+    config: KafkaConfig,
+    reader: Arc<Mutex<Option<BaseConsumer>>>,
+}
+
+impl KafkaInspector {
+    /// An inspector of the cluster in `config`; its clients are made on first use.
+    pub fn new(config: KafkaConfig) -> Self {
+        Self {
+            config,
+            reader: Arc::new(Mutex::new(None)),
+        }
+    }
+}
+
+/// The reader consumer, created on first use. Blocking.
+fn with_reader<T>(
+    config: &KafkaConfig,
+    slot: &Mutex<Option<BaseConsumer>>,
+    f: impl FnOnce(&BaseConsumer) -> Result<T, TransportError>,
+) -> Result<T, TransportError> {
+    let mut guard = slot
+        .lock()
+        .map_err(|_| invalid("inspector reader poisoned by an earlier failure"))?;
+    if guard.is_none() {
+        // The group is only named, never joined: librdkafka needs one to assign partitions.
+        let group = format!("{}.inspector", config.client_id);
+        let consumer: BaseConsumer = config
+            .reader(&group)
+            .create()
+            .map_err(|e| transport(e, ""))?;
+        *guard = Some(consumer);
+    }
+    match guard.as_ref() {
+        Some(consumer) => f(consumer),
+        None => Err(invalid("inspector reader missing")),
+    }
+}
+
+fn read_blocking(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: u32,
+    from: i64,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<Record>, TransportError> {
+    let id = partition_id(partition)?;
+    let (low, high) = match consumer.fetch_watermarks(topic, id, timeout) {
+        Ok(marks) => marks,
+        Err(e) => {
+            return match transport(e, topic) {
+                TransportError::UnknownTopic { .. } => Ok(Vec::new()),
+                other => Err(other),
+            }
+        }
+    };
+    let start = from.max(low);
+    if max == 0 || start >= high {
+        return Ok(Vec::new());
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, id, Offset::Offset(start))
+        .map_err(|e| transport(e, topic))?;
+    consumer.assign(&tpl).map_err(|e| transport(e, topic))?;
+    let result = fetch_range(consumer, topic, partition, start, high, max, timeout);
+    // Stop fetching in the background; the next read assigns what it needs.
+    let _ = consumer.unassign();
+    result
+}
+
+fn fetch_range(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: u32,
+    start: i64,
+    high: i64,
+    max: usize,
+    timeout: Duration,
+) -> Result<Vec<Record>, TransportError> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut out: Vec<Record> = Vec::new();
+    let mut next = start;
+    while out.len() < max && next < high {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(TransportError::unavailable(KafkaError::NoMessageReceived));
+        }
+        match consumer.poll(left.min(Duration::from_millis(200))) {
+            None => {}
+            Some(Ok(m)) => {
+                let Some(r) = to_record(&m) else { continue };
+                // Anything left over from an earlier assignment is not ours.
+                if r.topic == topic && r.partition == partition && r.offset >= next {
+                    next = r.offset + 1;
+                    out.push(r);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => return Err(transport(e, topic)),
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl LogInspector for KafkaInspector {
+    async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, TransportError> {
+        let (config, slot, topic) = (self.config.clone(), self.reader.clone(), topic.to_owned());
+        blocking(move || {
+            with_reader(&config, &slot, |consumer| {
+                let timeout = config.request_timeout;
+                let info = topic_info(consumer.client(), &topic, timeout)
+                    .map_err(|e| transport(e, &topic))?;
+                let Some(info) = info else {
+                    return Ok(Vec::new());
+                };
+                info.partitions
+                    .into_iter()
+                    .map(|p| {
+                        let (_, high) = consumer
+                            .fetch_watermarks(&topic, partition_id(p)?, timeout)
+                            .map_err(|e| transport(e, &topic))?;
+                        Ok((p, high))
+                    })
+                    .collect()
+            })
+        })
+        .await
+    }
+
+    async fn committed(&self, group: &str, topic: &str) -> Result<Vec<(u32, i64)>, TransportError> {
+        let (config, slot) = (self.config.clone(), self.reader.clone());
+        let (group, topic) = (group.to_owned(), topic.to_owned());
+        blocking(move || {
+            let timeout = config.request_timeout;
+            let info = with_reader(&config, &slot, |consumer| {
+                topic_info(consumer.client(), &topic, timeout).map_err(|e| transport(e, &topic))
+            })?;
+            let Some(info) = info else {
+                return Ok(Vec::new());
+            };
+            let mut tpl = TopicPartitionList::new();
+            for p in &info.partitions {
+                tpl.add_partition(&topic, partition_id(*p)?);
+            }
+            // A client that names the group but never subscribes only asks for its offsets.
+            let asker: BaseConsumer = config
+                .reader(&group)
+                .create()
+                .map_err(|e| transport(e, &topic))?;
+            let offsets = asker
+                .committed_offsets(tpl, timeout)
+                .map_err(|e| transport(e, &topic))?;
+            Ok(offsets
+                .elements_for_topic(&topic)
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(n) => Some((u32::try_from(e.partition()).ok()?, n)),
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: i64,
+        max: usize,
+    ) -> Result<Vec<Record>, TransportError> {
+        let (config, slot, topic) = (self.config.clone(), self.reader.clone(), topic.to_owned());
+        blocking(move || {
+            with_reader(&config, &slot, |consumer| {
+                read_blocking(
+                    consumer,
+                    &topic,
+                    partition,
+                    from,
+                    max,
+                    config.request_timeout,
+                )
+            })
+        })
+        .await
+    }
+}
+
+impl std::fmt::Debug for KafkaInspector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaInspector").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,43 @@
+//! The Kafka transport of entrega, on librdkafka (`rdkafka`).
+//!
+//! [`Kafka`] is a cheap-clone handle over one cluster, built from a [`KafkaConfig`] (or a
+//! `kafka://host:port?...` URL). It hands out the `entrega-core` seams:
+//!
+//! - [`KafkaPublisher`]: an idempotent producer (`acks=all`, Java-compatible `murmur2_random`
+//!   placement); `publish` returns only after every message of the batch is acknowledged.
+//! - [`KafkaSubscriber`] / [`KafkaSubscription`]: one consumer per group member, dynamic
+//!   membership, cooperative-sticky rebalancing, offsets committed only explicitly.
+//! - [`KafkaAdmin`]: topic creation that waits until the topic is usable.
+//! - [`KafkaInspector`]: end offsets, committed offsets and direct reads, without joining
+//!   any group.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use entrega_kafka::{Kafka, KafkaConfig};
+//!
+//! let kafka = Kafka::connect(KafkaConfig::from_url("kafka://127.0.0.1:9092")?)?;
+//! let partitions = kafka.admin().ensure_topic("pedidos.eventos", 3).await?;
+//! # let _ = partitions;
+//! # Ok(())
+//! # }
+//! ```
+
+mod admin;
+mod config;
+mod error;
+mod group;
+mod handle;
+mod inspector;
+mod meta;
+mod publisher;
+mod record;
+mod subscriber;
+mod subscription;
+
+pub use admin::KafkaAdmin;
+pub use config::{KafkaConfig, KafkaUrlError};
+pub use handle::Kafka;
+pub use inspector::KafkaInspector;
+pub use publisher::KafkaPublisher;
+pub use subscriber::KafkaSubscriber;
+pub use subscription::KafkaSubscription;
