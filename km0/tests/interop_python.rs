@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use km0::services::inventario::{CONSUMER, GROUP, INITIAL_STOCK};
 use km0::services::pedidos::TOPIC;
+use serde_json::{json, Value};
 use sqlx::PgPool;
 
 use common::kafka::Tansu;
@@ -240,4 +241,102 @@ async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_die
     inventario.terminate().await;
     seed.close().await;
     inventario_db.close().await;
+}
+
+/// The seed consumer's envelope check is live: the intact event is applied and committed;
+/// each broken copy is refused (exit 2), applies nothing and stays uncommitted.
+#[tokio::test]
+async fn the_seed_consumer_refuses_envelopes_that_break_the_contract() {
+    let broker = Tansu::start();
+    let bootstrap = broker.bootstrap();
+    let mut dbs = Databases::new();
+    let id = uuid::Uuid::new_v4().to_string();
+    let upper = id.to_uppercase();
+    let envelope = |id_evento: &str, version: Value| {
+        json!({"id_evento": id_evento, "tipo": "pedido.creado", "version": version,
+               "fecha_ms": 1_767_225_600_000_i64, "origen": "pedidos",
+               "datos": {"id": "P-RAW-1", "lineas": [{"producto": "calabacin", "cantidad": 1}]}})
+        .to_string()
+    };
+    // (what, value, header id_evento, exit status of the consumer)
+    let cases = [
+        ("intact", envelope(&id, json!(1)), id.clone(), 0),
+        (
+            "header id_evento differs",
+            envelope(&id, json!(1)),
+            uuid::Uuid::new_v4().to_string(),
+            2,
+        ),
+        ("version is text", envelope(&id, json!("1")), id.clone(), 2),
+        (
+            "uuid not canonical",
+            envelope(&upper, json!(1)),
+            upper.clone(),
+            2,
+        ),
+    ];
+    for (n, (what, value, header, exit)) in cases.iter().enumerate() {
+        let topic = format!("{TOPIC}.raw{n}");
+        let group = format!("raw-{n}");
+        let header = format!("id_evento={header}");
+        let dsn = dbs
+            .create(&format!("entrega_t_{}_raw", uuid::Uuid::new_v4().simple()))
+            .await;
+        run_ok(
+            "produce_raw.py",
+            &[
+                "--bootstrap",
+                &bootstrap,
+                "--topic",
+                &topic,
+                "--key",
+                "P-RAW-1",
+                "--value",
+                value,
+                "--header",
+                "tipo=pedido.creado",
+                "--header",
+                &header,
+            ],
+        )
+        .await;
+        let ran = run_script(
+            "seed_consumer.py",
+            &[
+                "--bootstrap",
+                &bootstrap,
+                "--dsn",
+                &dsn,
+                "--topic",
+                &topic,
+                "--group",
+                &group,
+                "--expect",
+                "1",
+                "--timeout",
+                "60",
+            ],
+        )
+        .await;
+        assert_eq!(
+            ran.status.code(),
+            Some(*exit),
+            "{what}: {}\n{}",
+            ran.summary,
+            ran.stderr
+        );
+        let db = PgPool::connect(&dsn).await.expect("consumer database");
+        let keys = processed_keys(&db).await;
+        let stats = topic_stats(&broker, &topic, &group).await;
+        if *exit == 0 {
+            assert_eq!(keys, vec![id.clone()], "{what}");
+            assert!(caught_up(&stats), "{what}: committed: {stats}");
+        } else {
+            assert_eq!(ran.summary["invalid"], 1, "{what}: {}", ran.summary);
+            assert!(keys.is_empty(), "{what}: nothing applied");
+            assert_eq!(stock(&db).await, initial_stock(), "{what}");
+            assert!(!caught_up(&stats), "{what}: left uncommitted: {stats}");
+        }
+        db.close().await;
+    }
 }
