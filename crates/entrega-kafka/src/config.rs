@@ -215,7 +215,19 @@ impl KafkaConfig {
 
     /// A group member's properties.
     pub(crate) fn member(&self, group: &str, member: &str) -> ClientConfig {
-        let mut c = self.base(member);
+        let mut c = self.consumer(group, member);
+        c.set("partition.assignment.strategy", "cooperative-sticky");
+        self.finish(c)
+    }
+
+    /// A client that reads offsets or records of `group` without ever joining it.
+    pub(crate) fn reader(&self, group: &str) -> ClientConfig {
+        let c = self.consumer(group, &self.client_id);
+        self.finish(c)
+    }
+
+    fn consumer(&self, group: &str, client_id: &str) -> ClientConfig {
+        let mut c = self.base(client_id);
         let session = self.session_timeout.as_millis().max(1);
         // Heartbeat often enough to learn of a rebalance quickly, and within the session.
         let heartbeat = (session / 5).clamp(1, 3_000);
@@ -224,21 +236,9 @@ impl KafkaConfig {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            .set("partition.assignment.strategy", "cooperative-sticky")
             .set("session.timeout.ms", session.to_string())
             .set("heartbeat.interval.ms", heartbeat.to_string());
-        self.finish(c)
-    }
-
-    /// A client that reads offsets or records of `group` without ever joining it.
-    pub(crate) fn reader(&self, group: &str) -> ClientConfig {
-        let mut c = self.base(&self.client_id);
-        c.set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("enable.partition.eof", "false")
-            .set("auto.offset.reset", "earliest");
-        self.finish(c)
+        c
     }
 
     /// The admin client's properties.

@@ -58,39 +58,62 @@ fn with_reader<T>(
     }
 }
 
-fn read_blocking(
+/// How long the queue must stay empty, once the reported end is reached, to be sure the last
+/// fetched batch has been handed over in full.
+const DRAIN_QUIET: Duration = Duration::from_millis(20);
+
+/// Records of one partition and where it ends.
+struct Scan {
+    records: Vec<Record>,
+    end: i64,
+}
+
+/// Reads up to `max` records of one partition from `from` on, and finds its true end. Blocking.
+///
+/// Kafka reports the end (high watermark) as the offset after the last record. Some
+/// Kafka-protocol brokers (tansu) report the base offset of the last record batch plus one
+/// instead, which hides the rest of that batch. So the scan always fetches from the last batch
+/// reported at the latest and reads until the records fetched run out: on Kafka that costs one
+/// record, elsewhere it finds the records the watermark leaves out.
+fn scan(
     consumer: &BaseConsumer,
     topic: &str,
     partition: u32,
     from: i64,
     max: usize,
     timeout: Duration,
-) -> Result<Vec<Record>, TransportError> {
+) -> Result<Scan, TransportError> {
     let id = partition_id(partition)?;
     let (low, high) = match consumer.fetch_watermarks(topic, id, timeout) {
         Ok(marks) => marks,
         Err(e) => {
             return match transport(e, topic) {
-                TransportError::UnknownTopic { .. } => Ok(Vec::new()),
+                TransportError::UnknownTopic { .. } => Ok(Scan {
+                    records: Vec::new(),
+                    end: 0,
+                }),
                 other => Err(other),
             }
         }
     };
-    let start = from.max(low);
-    if max == 0 || start >= high {
-        return Ok(Vec::new());
+    if high <= low || max == 0 {
+        return Ok(Scan {
+            records: Vec::new(),
+            end: high,
+        });
     }
+    let start = from.max(low);
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, id, Offset::Offset(start))
+    tpl.add_partition_offset(topic, id, Offset::Offset(start.min(high - 1)))
         .map_err(|e| transport(e, topic))?;
     consumer.assign(&tpl).map_err(|e| transport(e, topic))?;
-    let result = fetch_range(consumer, topic, partition, start, high, max, timeout);
-    // Stop fetching in the background; the next read assigns what it needs.
+    let result = fetch_until_end(consumer, topic, partition, start, high, max, timeout);
+    // Stop fetching in the background; the next scan assigns what it needs.
     let _ = consumer.unassign();
     result
 }
 
-fn fetch_range(
+fn fetch_until_end(
     consumer: &BaseConsumer,
     topic: &str,
     partition: u32,
@@ -98,30 +121,43 @@ fn fetch_range(
     high: i64,
     max: usize,
     timeout: Duration,
-) -> Result<Vec<Record>, TransportError> {
+) -> Result<Scan, TransportError> {
     let deadline = std::time::Instant::now() + timeout;
-    let mut out: Vec<Record> = Vec::new();
-    let mut next = start;
-    while out.len() < max && next < high {
+    let mut records: Vec<Record> = Vec::new();
+    let mut next = i64::MIN;
+    while records.len() < max {
+        let reached = next >= high;
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return Err(TransportError::unavailable(KafkaError::NoMessageReceived));
         }
-        match consumer.poll(left.min(Duration::from_millis(200))) {
+        let wait = if reached {
+            DRAIN_QUIET
+        } else {
+            left.min(Duration::from_millis(200))
+        };
+        match consumer.poll(wait) {
+            None if reached => break,
             None => {}
             Some(Ok(m)) => {
                 let Some(r) = to_record(&m) else { continue };
                 // Anything left over from an earlier assignment is not ours.
-                if r.topic == topic && r.partition == partition && r.offset >= next {
-                    next = r.offset + 1;
-                    out.push(r);
+                if r.topic != topic || r.partition != partition || r.offset < next {
+                    continue;
+                }
+                next = r.offset + 1;
+                if r.offset >= start {
+                    records.push(r);
                 }
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => return Err(transport(e, topic)),
         }
     }
-    Ok(out)
+    Ok(Scan {
+        records,
+        end: next.max(high),
+    })
 }
 
 #[async_trait]
@@ -139,10 +175,8 @@ impl LogInspector for KafkaInspector {
                 info.partitions
                     .into_iter()
                     .map(|p| {
-                        let (_, high) = consumer
-                            .fetch_watermarks(&topic, partition_id(p)?, timeout)
-                            .map_err(|e| transport(e, &topic))?;
-                        Ok((p, high))
+                        let found = scan(consumer, &topic, p, i64::MAX, usize::MAX, timeout)?;
+                        Ok((p, found.end))
                     })
                     .collect()
             })
@@ -195,14 +229,15 @@ impl LogInspector for KafkaInspector {
         let (config, slot, topic) = (self.config.clone(), self.reader.clone(), topic.to_owned());
         blocking(move || {
             with_reader(&config, &slot, |consumer| {
-                read_blocking(
+                let found = scan(
                     consumer,
                     &topic,
                     partition,
                     from,
                     max,
                     config.request_timeout,
-                )
+                )?;
+                Ok(found.records)
             })
         })
         .await

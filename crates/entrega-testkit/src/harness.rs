@@ -142,9 +142,53 @@ impl Default for LogSettings {
     }
 }
 
+/// How a log transport's group membership behaves in time, for the scenarios whose pace
+/// depends on it. The default describes the database-backed logs, whose members rebalance on
+/// the harness clock at every poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogCapabilities {
+    /// Longest wait of one scenario poll. Scenarios poll a bounded number of times, so this
+    /// sets how much real time they give a rebalance: brokers whose joins, rebalances and
+    /// member expiry take real seconds (Kafka) need a longer wait than clock-driven logs.
+    pub poll_wait: Duration,
+    /// Whether a lone member holds its partitions after its first poll. When false (a group
+    /// join completing in the background, as with Kafka), scenarios keep polling until the
+    /// assignment they need shows up.
+    pub assigned_on_first_poll: bool,
+}
+
+impl Default for LogCapabilities {
+    fn default() -> Self {
+        Self {
+            poll_wait: Duration::from_millis(50),
+            assigned_on_first_poll: true,
+        }
+    }
+}
+
+impl LogCapabilities {
+    /// Builder form: sets [`LogCapabilities::poll_wait`].
+    pub fn with_poll_wait(mut self, wait: Duration) -> Self {
+        self.poll_wait = wait;
+        self
+    }
+
+    /// Builder form: sets [`LogCapabilities::assigned_on_first_poll`].
+    pub fn with_assigned_on_first_poll(mut self, yes: bool) -> Self {
+        self.assigned_on_first_poll = yes;
+        self
+    }
+}
+
 /// Creates fresh, isolated log transports.
 #[async_trait]
 pub trait LogHarness: Send + Sync {
+    /// How the transport's groups behave in time; the default suits clock-driven logs.
+    fn capabilities(&self) -> LogCapabilities {
+        LogCapabilities::default()
+    }
+
     /// A new log with no topics, configured with `settings`, reading time from `clock`.
     async fn log(
         &self,

@@ -23,8 +23,8 @@ mod wait;
 
 pub use fault::{Fault, FlakyPublisher, InjectedFault};
 pub use harness::{
-    BoxError, HeldTx, InboxFixture, InboxHarness, LogFixture, LogHarness, LogSettings,
-    OutboxFixture, OutboxHarness, RowState, Scenario, TxEnd,
+    BoxError, HeldTx, InboxFixture, InboxHarness, LogCapabilities, LogFixture, LogHarness,
+    LogSettings, OutboxFixture, OutboxHarness, RowState, Scenario, TxEnd,
 };
 pub use runner::{run_all_inbox, run_all_log, run_all_outbox};
 pub use suite::{inbox, log, outbox};

@@ -4,10 +4,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use entrega_core::{ManualClock, Subscription, TransportError};
+use entrega_core::{Subscription, TransportError};
 use tokio::time::Instant;
 
-use super::log_support::{collect, key_for, message, next_offsets, run, step, POLL_WAIT};
+use super::log_support::{
+    collect, key_for, message, next_offsets, run, settle, step, Pace, POLL_WAIT,
+};
 use crate::ensure;
 use crate::harness::{BoxError, LogFixture, LogHarness, Scenario};
 
@@ -32,7 +34,7 @@ async fn publish_to(
 async fn converge(
     a: &mut Box<dyn Subscription>,
     b: &mut Box<dyn Subscription>,
-    clock: &ManualClock,
+    clock: &Pace,
     partitions: u32,
 ) -> Result<(), BoxError> {
     for _ in 0..100 {
@@ -192,7 +194,7 @@ pub async fn silent_member_loses_partitions(h: &dyn LogHarness) -> Scenario {
             let mut last_seen: BTreeMap<u32, i64> = BTreeMap::new();
             for _ in 0..100 {
                 clock.advance(1_000);
-                for r in b.poll(100, POLL_WAIT).await? {
+                for r in b.poll(100, clock.poll_wait()).await? {
                     first_seen.entry(r.partition).or_insert(r.offset);
                     last_seen.insert(r.partition, r.offset);
                 }
@@ -296,7 +298,7 @@ pub async fn pause_holds_one_partition(h: &dyn LogHarness) -> Scenario {
             let (topic, partitions) = ("pausa", 2);
             fx.admin().ensure_topic(topic, partitions).await?;
             let mut a = fx.subscriber().subscribe(GROUP, topic, "a").await?;
-            step(&mut a, &clock).await?;
+            settle(&mut a, &clock, 2).await?;
             ensure!(
                 a.assignment() == vec![0, 1],
                 "a lone member holds {:?}",

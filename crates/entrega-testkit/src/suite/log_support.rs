@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use entrega_core::{
     now_ms, partition_for, Headers, ManualClock, OutgoingMessage, Record, Subscription,
 };
 
-use crate::harness::{BoxError, LogFixture, LogHarness, LogSettings, Scenario};
+use crate::harness::{BoxError, LogCapabilities, LogFixture, LogHarness, LogSettings, Scenario};
 
 /// How far the clock moves before each poll: past the heartbeat, so every poll rebalances.
 pub(crate) const STEP_MS: i64 = 200;
@@ -19,15 +20,46 @@ pub(crate) const POLL_WAIT: Duration = Duration::from_millis(50);
 
 pub(crate) type Body<'a> = Pin<Box<dyn Future<Output = Scenario> + Send + 'a>>;
 
+/// The scenario's clock together with the transport's [`LogCapabilities`]; derefs to the clock.
+#[derive(Clone)]
+pub(crate) struct Pace {
+    clock: ManualClock,
+    caps: LogCapabilities,
+}
+
+impl Pace {
+    /// Longest wait of one poll.
+    pub(crate) fn poll_wait(&self) -> Duration {
+        self.caps.poll_wait
+    }
+
+    /// Whether a lone member holds its partitions after one poll.
+    pub(crate) fn assigned_on_first_poll(&self) -> bool {
+        self.caps.assigned_on_first_poll
+    }
+}
+
+impl Deref for Pace {
+    type Target = ManualClock;
+
+    fn deref(&self) -> &ManualClock {
+        &self.clock
+    }
+}
+
 pub(crate) async fn run<F>(h: &dyn LogHarness, body: F) -> Scenario
 where
-    F: for<'a> FnOnce(&'a dyn LogFixture, ManualClock) -> Body<'a>,
+    F: for<'a> FnOnce(&'a dyn LogFixture, Pace) -> Body<'a>,
 {
     let clock = ManualClock::new(now_ms());
     let fx = h
         .log(LogSettings::default(), Arc::new(clock.clone()))
         .await?;
-    let result = body(fx.as_ref(), clock).await;
+    let pace = Pace {
+        clock,
+        caps: h.capabilities(),
+    };
+    let result = body(fx.as_ref(), pace).await;
     let teardown = fx.teardown().await;
     result.and(teardown)
 }
@@ -53,16 +85,35 @@ pub(crate) fn message(topic: &str, key: Option<&str>, payload: &str) -> Outgoing
 /// Moves the clock one step and polls once.
 pub(crate) async fn step(
     sub: &mut Box<dyn Subscription>,
-    clock: &ManualClock,
+    clock: &Pace,
 ) -> Result<Vec<Record>, BoxError> {
     clock.advance(STEP_MS);
-    Ok(sub.poll(100, POLL_WAIT).await?)
+    Ok(sub.poll(100, clock.poll_wait()).await?)
+}
+
+/// Polls once, or, where joins complete in the background, until the member holds
+/// `partitions` partitions (at most 100 polls); returns the records polled meanwhile.
+pub(crate) async fn settle(
+    sub: &mut Box<dyn Subscription>,
+    clock: &Pace,
+    partitions: usize,
+) -> Result<Vec<Record>, BoxError> {
+    let mut got = step(sub, clock).await?;
+    if !clock.assigned_on_first_poll() {
+        for _ in 0..100 {
+            if sub.assignment().len() >= partitions {
+                break;
+            }
+            got.extend(step(sub, clock).await?);
+        }
+    }
+    Ok(got)
 }
 
 /// Polls (moving the clock) until `want` records arrived or `rounds` polls were made.
 pub(crate) async fn collect(
     sub: &mut Box<dyn Subscription>,
-    clock: &ManualClock,
+    clock: &Pace,
     want: usize,
     rounds: usize,
 ) -> Result<Vec<Record>, BoxError> {
