@@ -29,7 +29,7 @@ use sqlx::PgPool;
 use common::kafka::Tansu;
 use common::state::{eventually, order, place, taken};
 use interop_python::km0_kafka::{Databases, Km0Kafka};
-use interop_python::python::{caught_up, dead_letters, run_ok, run_script, topic_stats};
+use interop_python::python::{argv, caught_up, dead_letters, run_ok, run_script, topic_stats};
 
 /// Longest wait for km0 to apply what is on the topic.
 const CONSUMED_WITHIN: Duration = Duration::from_secs(120);
@@ -109,25 +109,11 @@ async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
 
     let bootstrap = broker.bootstrap();
     let group = format!("seed-{}", uuid::Uuid::new_v4().simple());
-    let expect = ORDERS.to_string();
-    let summary = run_ok(
-        "seed_consumer.py",
-        &[
-            "--bootstrap",
-            &bootstrap,
-            "--dsn",
-            &seed_url,
-            "--topic",
-            TOPIC,
-            "--group",
-            &group,
-            "--expect",
-            &expect,
-            "--timeout",
-            "90",
-        ],
-    )
-    .await;
+    let args = format!(
+        "--bootstrap {bootstrap} --dsn {seed_url} --topic {TOPIC} --group {group} \
+         --expect {ORDERS} --timeout 90"
+    );
+    let summary = run_ok("seed_consumer.py", &argv(&args)).await;
     assert_eq!(summary["invalid"], 0, "{summary}");
     assert_eq!(summary["processed"], ORDERS, "{summary}");
 
@@ -167,23 +153,12 @@ async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_die
         .await;
 
     let bootstrap = broker.bootstrap();
-    let orders = ORDERS.to_string();
-    let relay = [
-        "--bootstrap",
-        &bootstrap,
-        "--dsn",
-        &seed_url,
-        "--topic",
-        TOPIC,
-        "--orders",
-        &orders,
-    ];
+    let relay = argv(&format!(
+        "--bootstrap {bootstrap} --dsn {seed_url} --topic {TOPIC} --orders {ORDERS}"
+    ));
     // First pass: orders created, events published and flushed, then death before the mark.
-    let crashed = run_script(
-        "seed_relay.py",
-        &[&relay[..], &["--crash-before-mark"]].concat(),
-    )
-    .await;
+    let crash = [&relay[..], &argv("--crash-before-mark")].concat();
+    let crashed = run_script("seed_relay.py", &crash).await;
     assert_eq!(
         crashed.status.code(),
         Some(RELAY_CRASHED),
@@ -243,13 +218,54 @@ async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_die
     inventario_db.close().await;
 }
 
+/// One message published as given, then `seed_consumer.py --expect 1` on its own topic,
+/// group and database; asserts the exit status and the state it left.
+async fn consume_one(broker: &Tansu, n: usize, dsn: &str, case: &Case) {
+    let (what, exit) = (case.what, case.exit);
+    let bootstrap = broker.bootstrap();
+    let (topic, group) = (format!("{TOPIC}.raw{n}"), format!("raw-{n}"));
+    let mut raw = argv(&format!(
+        "--bootstrap {bootstrap} --topic {topic} --key P-RAW-1 \
+         --header tipo=pedido.creado --header id_evento={}",
+        case.header
+    ));
+    raw.extend(["--value".to_owned(), case.value.clone()]);
+    run_ok("produce_raw.py", &raw).await;
+    let consumer = argv(&format!(
+        "--bootstrap {bootstrap} --dsn {dsn} --topic {topic} --group {group} \
+         --expect 1 --timeout 60"
+    ));
+    let ran = run_script("seed_consumer.py", &consumer).await;
+    let out = format!("{what}: {}\n{}", ran.summary, ran.stderr);
+    assert_eq!(ran.status.code(), Some(exit), "{out}");
+    let db = PgPool::connect(dsn).await.expect("consumer database");
+    let keys = processed_keys(&db).await;
+    let stats = topic_stats(broker, &topic, &group).await;
+    if exit == 0 {
+        assert_eq!(keys, vec![case.header.clone()], "{out}");
+        assert!(caught_up(&stats), "{what}: committed: {stats}");
+    } else {
+        assert_eq!(ran.summary["invalid"], 1, "{out}");
+        assert!(keys.is_empty(), "{what}: nothing applied");
+        assert_eq!(stock(&db).await, initial_stock(), "{what}");
+        assert!(!caught_up(&stats), "{what}: left uncommitted: {stats}");
+    }
+    db.close().await;
+}
+
+/// A message for [`consume_one`]: its value, its `id_evento` header, the expected exit.
+struct Case {
+    what: &'static str,
+    value: String,
+    header: String,
+    exit: i32,
+}
+
 /// The seed consumer's envelope check is live: the intact event is applied and committed;
 /// each broken copy is refused (exit 2), applies nothing and stays uncommitted.
 #[tokio::test]
 async fn the_seed_consumer_refuses_envelopes_that_break_the_contract() {
     let broker = Tansu::start();
-    let bootstrap = broker.bootstrap();
-    let mut dbs = Databases::new();
     let id = uuid::Uuid::new_v4().to_string();
     let upper = id.to_uppercase();
     let envelope = |id_evento: &str, version: Value| {
@@ -258,85 +274,37 @@ async fn the_seed_consumer_refuses_envelopes_that_break_the_contract() {
                "datos": {"id": "P-RAW-1", "lineas": [{"producto": "calabacin", "cantidad": 1}]}})
         .to_string()
     };
-    // (what, value, header id_evento, exit status of the consumer)
+    let case = |what, value, header: &str, exit| Case {
+        what,
+        value,
+        header: header.to_owned(),
+        exit,
+    };
+    let other = uuid::Uuid::new_v4().to_string();
     let cases = [
-        ("intact", envelope(&id, json!(1)), id.clone(), 0),
-        (
+        case("intact", envelope(&id, json!(1)), &id, 0),
+        case(
             "header id_evento differs",
             envelope(&id, json!(1)),
-            uuid::Uuid::new_v4().to_string(),
+            &other,
             2,
         ),
-        ("version is text", envelope(&id, json!("1")), id.clone(), 2),
-        (
-            "uuid not canonical",
-            envelope(&upper, json!(1)),
-            upper.clone(),
-            2,
-        ),
+        case("version is text", envelope(&id, json!("1")), &id, 2),
+        case("uuid not canonical", envelope(&upper, json!(1)), &upper, 2),
     ];
-    for (n, (what, value, header, exit)) in cases.iter().enumerate() {
-        let topic = format!("{TOPIC}.raw{n}");
-        let group = format!("raw-{n}");
-        let header = format!("id_evento={header}");
-        let dsn = dbs
-            .create(&format!("entrega_t_{}_raw", uuid::Uuid::new_v4().simple()))
-            .await;
-        run_ok(
-            "produce_raw.py",
-            &[
-                "--bootstrap",
-                &bootstrap,
-                "--topic",
-                &topic,
-                "--key",
-                "P-RAW-1",
-                "--value",
-                value,
-                "--header",
-                "tipo=pedido.creado",
-                "--header",
-                &header,
-            ],
-        )
-        .await;
-        let ran = run_script(
-            "seed_consumer.py",
-            &[
-                "--bootstrap",
-                &bootstrap,
-                "--dsn",
-                &dsn,
-                "--topic",
-                &topic,
-                "--group",
-                &group,
-                "--expect",
-                "1",
-                "--timeout",
-                "60",
-            ],
-        )
-        .await;
-        assert_eq!(
-            ran.status.code(),
-            Some(*exit),
-            "{what}: {}\n{}",
-            ran.summary,
-            ran.stderr
-        );
-        let db = PgPool::connect(&dsn).await.expect("consumer database");
-        let keys = processed_keys(&db).await;
-        let stats = topic_stats(&broker, &topic, &group).await;
-        if *exit == 0 {
-            assert_eq!(keys, vec![id.clone()], "{what}");
-            assert!(caught_up(&stats), "{what}: committed: {stats}");
-        } else {
-            assert_eq!(ran.summary["invalid"], 1, "{what}: {}", ran.summary);
-            assert!(keys.is_empty(), "{what}: nothing applied");
-            assert_eq!(stock(&db).await, initial_stock(), "{what}");
-            assert!(!caught_up(&stats), "{what}: left uncommitted: {stats}");
-        }
-        db.close().await;
+    let mut dbs = Databases::new();
+    let mut dsns = Vec::new();
+    for _ in &cases {
+        let name = format!("entrega_t_{}_raw", uuid::Uuid::new_v4().simple());
+        dsns.push(dbs.create(&name).await);
     }
+    // Independent topics, groups and databases: the cases run side by side.
+    futures::future::join_all(
+        cases
+            .iter()
+            .zip(&dsns)
+            .enumerate()
+            .map(|(n, (case, dsn))| consume_one(&broker, n, dsn, case)),
+    )
+    .await;
 }

@@ -52,7 +52,13 @@ pub struct Ran {
     pub stderr: String,
 }
 
-pub async fn run_script(script: &str, args: &[&str]) -> Ran {
+/// A command line split at whitespace (none of the tests' arguments holds any).
+pub fn argv(line: &str) -> Vec<String> {
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
+/// Runs `interop/<script>` with `args`, bounded by [`SCRIPT_WITHIN`].
+pub async fn run_script(script: &str, args: &[String]) -> Ran {
     let run = Command::new(python())
         .arg(repo_root().join("interop").join(script))
         .args(args)
@@ -77,7 +83,7 @@ pub async fn run_script(script: &str, args: &[&str]) -> Ran {
 }
 
 /// Runs a script that must succeed; its JSON summary.
-pub async fn run_ok(script: &str, args: &[&str]) -> Value {
+pub async fn run_ok(script: &str, args: &[String]) -> Value {
     let ran = run_script(script, args).await;
     assert!(
         ran.status.success(),
@@ -92,14 +98,9 @@ pub async fn run_ok(script: &str, args: &[&str]) -> Value {
 /// The topic read to its end, with the committed offsets of `group` (`topic_stats.py`).
 pub async fn topic_stats(broker: &Tansu, topic: &str, group: &str) -> Value {
     let bootstrap = broker.bootstrap();
-    let args = [
-        "--bootstrap",
-        &bootstrap,
-        "--topic",
-        topic,
-        "--group",
-        group,
-    ];
+    let args = argv(&format!(
+        "--bootstrap {bootstrap} --topic {topic} --group {group}"
+    ));
     run_ok("topic_stats.py", &args).await
 }
 
@@ -115,11 +116,8 @@ pub fn caught_up(stats: &Value) -> bool {
 pub async fn dead_letters(broker: &Tansu) -> i64 {
     let bootstrap = broker.bootstrap();
     let dlq = format!("{TOPIC}.dlq");
-    let ran = run_script(
-        "topic_stats.py",
-        &["--bootstrap", &bootstrap, "--topic", &dlq],
-    )
-    .await;
+    let args = argv(&format!("--bootstrap {bootstrap} --topic {dlq}"));
+    let ran = run_script("topic_stats.py", &args).await;
     if ran.stderr.contains("UNKNOWN_TOPIC_OR_PART") {
         return 0;
     }
