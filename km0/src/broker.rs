@@ -12,6 +12,8 @@ use entrega_core::{
 use entrega_postgres::PgLog;
 use entrega_sqlite::SqliteLog;
 
+use entrega_kafka::Kafka;
+
 use crate::config::{connect_broker, BrokerUrl, BrokerUrlError, Db};
 
 /// Why the broker could not be opened.
@@ -36,11 +38,15 @@ pub enum Broker {
     Sqlite(SqliteLog),
     /// The log transport on PostgreSQL.
     Postgres(PgLog),
+    /// A Kafka cluster.
+    Kafka(Kafka),
 }
 
 impl Broker {
     /// Opens the broker named by `url`: the log transport's database is created if missing
-    /// and migrated; a group member of the log silent for `lease_ttl` loses its partitions.
+    /// and migrated, and a group member of the log silent for `lease_ttl` loses its
+    /// partitions; Kafka's clients are built (they connect in the background) with the
+    /// URL's settings, its group members keeping their partitions for `session_timeout_ms`.
     pub async fn connect(url: &BrokerUrl, lease_ttl: Duration) -> Result<Self, BrokerError> {
         match url {
             BrokerUrl::SqliteLog(url) | BrokerUrl::PostgresLog(url) => {
@@ -48,9 +54,7 @@ impl Broker {
                 db.migrate_entrega(&[MigrationSet::Log]).await?;
                 Ok(Self::log(&db, lease_ttl))
             }
-            BrokerUrl::Kafka(url) => Err(BrokerError::Url(BrokerUrlError::UnknownScheme {
-                url: url.clone(),
-            })),
+            BrokerUrl::Kafka(_, config) => Ok(Self::Kafka(Kafka::connect(config.clone())?)),
         }
     }
 
@@ -82,6 +86,7 @@ impl Broker {
         match self {
             Self::Sqlite(_) => "sqlite log",
             Self::Postgres(_) => "postgres log",
+            Self::Kafka(_) => "kafka",
         }
     }
 
@@ -90,6 +95,7 @@ impl Broker {
         match self {
             Self::Sqlite(log) => Some(Db::Sqlite(log.pool().clone())),
             Self::Postgres(log) => Some(Db::Postgres(log.pool().clone())),
+            Self::Kafka(_) => None,
         }
     }
 
@@ -98,6 +104,7 @@ impl Broker {
         match self {
             Self::Sqlite(log) => Arc::new(log.clone()),
             Self::Postgres(log) => Arc::new(log.clone()),
+            Self::Kafka(kafka) => kafka.publisher(),
         }
     }
 
@@ -106,6 +113,7 @@ impl Broker {
         match self {
             Self::Sqlite(log) => Arc::new(log.clone()),
             Self::Postgres(log) => Arc::new(log.clone()),
+            Self::Kafka(kafka) => kafka.subscriber(),
         }
     }
 
@@ -114,6 +122,7 @@ impl Broker {
         match self {
             Self::Sqlite(log) => Arc::new(log.clone()),
             Self::Postgres(log) => Arc::new(log.clone()),
+            Self::Kafka(kafka) => kafka.admin(),
         }
     }
 
@@ -122,6 +131,7 @@ impl Broker {
         match self {
             Self::Sqlite(log) => Arc::new(log.clone()),
             Self::Postgres(log) => Arc::new(log.clone()),
+            Self::Kafka(kafka) => kafka.inspector(),
         }
     }
 
@@ -130,6 +140,9 @@ impl Broker {
         match self {
             Self::Sqlite(log) => log.pool().close().await,
             Self::Postgres(log) => log.pool().close().await,
+            // Publishing waits for every acknowledgement: nothing is left to flush, and the
+            // clients go with the last clone of the handle.
+            Self::Kafka(_) => {}
         }
     }
 

@@ -238,7 +238,7 @@ impl System {
                 }
             }
             // A cluster's topics are shared; nothing of this deployment's to remove there.
-            Ok(BrokerUrl::Kafka(_)) | Err(_) => {}
+            Ok(BrokerUrl::Kafka(..)) | Err(_) => {}
         }
         for file in &sqlite_files {
             for suffix in ["", "-wal", "-shm"] {

@@ -18,6 +18,7 @@ use km0::services::inventario::GROUP;
 use km0::services::pedidos::{PARTITIONS, TOPIC};
 use km0::wiring::{dead_letter_topic, ensure_topics, System};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 
@@ -102,22 +103,40 @@ fn kafka_client(bootstrap: &str, group: &str) -> BaseConsumer {
         .unwrap()
 }
 
+/// The end of each partition of `topic` as the offset after the last record a plain consumer
+/// reads from the beginning (the high watermark some Kafka-protocol brokers report stops at
+/// the last record batch's base offset).
 fn kafka_ends(bootstrap: &str, topic: &str) -> BTreeMap<u32, i64> {
     let client = kafka_client(bootstrap, "lag-test-reader");
-    let timeout = Duration::from_secs(10);
-    let metadata = client.fetch_metadata(Some(topic), timeout).unwrap();
-    let partitions: Vec<i32> = metadata
+    let metadata = client
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let mut ends = BTreeMap::new();
+    let mut all = TopicPartitionList::new();
+    for p in metadata
         .topics()
         .iter()
         .flat_map(|t| t.partitions().iter().map(|p| p.id()))
-        .collect();
-    partitions
-        .into_iter()
-        .map(|p| {
-            let (_, high) = client.fetch_watermarks(topic, p, timeout).unwrap();
-            (u32::try_from(p).unwrap(), high)
-        })
-        .collect()
+    {
+        all.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+        ends.insert(u32::try_from(p).unwrap(), 0);
+    }
+    client.assign(&all).unwrap();
+    // Read until nothing more arrives for a while.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = Instant::now();
+    while last.elapsed() < Duration::from_secs(2) && Instant::now() < deadline {
+        if let Some(message) = client.poll(Duration::from_millis(100)) {
+            let message = message.unwrap();
+            let end = ends
+                .entry(u32::try_from(message.partition()).unwrap())
+                .or_insert(0);
+            *end = (*end).max(message.offset() + 1);
+            last = Instant::now();
+        }
+    }
+    ends
 }
 
 fn kafka_committed(bootstrap: &str, group: &str, topic: &str) -> BTreeMap<u32, i64> {

@@ -180,7 +180,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         DataPlace::parse(&format!("sqlite://{dir}"))?
     };
     let kafka = match BrokerUrl::parse(broker)? {
-        BrokerUrl::Kafka(url) => Some(url),
+        BrokerUrl::Kafka(url, _) => Some(url),
         BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_) => None,
     };
     let place = BenchPlace { place, kafka };

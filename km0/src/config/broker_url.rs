@@ -1,10 +1,9 @@
 //! What a `--broker` URL names: the log transport in a database (`sqlite://FILE`,
 //! `postgres://USER@HOST:PORT/DB`) or a Kafka cluster (`kafka://HOST:PORT[,HOST:PORT...][?PROPS]`).
 
-use super::{is_postgres, sqlite_path};
+use entrega_kafka::{KafkaConfig, KafkaUrlError};
 
-/// Port of a Kafka bootstrap server given without one.
-pub const DEFAULT_KAFKA_PORT: u16 = 9092;
+use super::{is_postgres, sqlite_path};
 
 /// The broker named by a `--broker` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +13,9 @@ pub enum BrokerUrl {
     /// The log transport in a PostgreSQL database (`postgres://USER@HOST:PORT/DB`; database
     /// `km0_broker` when the URL names none), created if missing.
     PostgresLog(String),
-    /// A Kafka cluster; the URL is kept whole (bootstrap servers and client properties).
-    Kafka(String),
+    /// A Kafka cluster: its URL and the client settings read from it (bootstrap servers,
+    /// `session_timeout_ms` and the other parameters of [`KafkaConfig::from_url`]).
+    Kafka(String, KafkaConfig),
 }
 
 /// A `--broker` URL km0 cannot use.
@@ -37,19 +37,14 @@ pub enum BrokerUrlError {
         /// The URL as given.
         url: String,
     },
-    /// `kafka://` without a host, or with an empty entry in its server list.
-    #[error("broker url `{url}` names no host")]
-    MissingHost {
+    /// A `kafka://` URL that does not read: no host, a bad port, a malformed parameter.
+    #[error("broker url `{url}`: {source}")]
+    Kafka {
         /// The URL as given.
         url: String,
-    },
-    /// A Kafka server whose port is not a number from 1 to 65535.
-    #[error("broker url `{url}`: `{port}` is not a valid port")]
-    BadPort {
-        /// The URL as given.
-        url: String,
-        /// The offending port text.
-        port: String,
+        /// What is wrong with it.
+        #[source]
+        source: KafkaUrlError,
     },
 }
 
@@ -67,9 +62,13 @@ impl BrokerUrl {
         if is_postgres(url) {
             return Ok(Self::PostgresLog(url.to_owned()));
         }
-        if let Some(rest) = url.strip_prefix("kafka://") {
-            kafka_servers(url, rest)?;
-            return Ok(Self::Kafka(url.to_owned()));
+        if is_kafka(url) {
+            return KafkaConfig::from_url(url)
+                .map(|config| Self::Kafka(url.to_owned(), config))
+                .map_err(|source| BrokerUrlError::Kafka {
+                    url: url.to_owned(),
+                    source,
+                });
         }
         Err(BrokerUrlError::UnknownScheme {
             url: url.to_owned(),
@@ -79,56 +78,27 @@ impl BrokerUrl {
     /// The URL as given.
     pub fn as_str(&self) -> &str {
         match self {
-            Self::SqliteLog(url) | Self::PostgresLog(url) | Self::Kafka(url) => url,
+            Self::SqliteLog(url) | Self::PostgresLog(url) | Self::Kafka(url, _) => url,
         }
     }
 
     /// Whether this is a Kafka cluster rather than the log transport in a database.
     pub fn is_kafka(&self) -> bool {
-        matches!(self, Self::Kafka(_))
+        matches!(self, Self::Kafka(..))
     }
 }
 
-/// The `host:port` pairs of a `kafka://` URL's authority (`rest` is the URL after the
-/// scheme), the port defaulting to [`DEFAULT_KAFKA_PORT`].
-pub fn kafka_servers(url: &str, rest: &str) -> Result<Vec<(String, u16)>, BrokerUrlError> {
-    let authority = rest.split(['?', '/']).next().unwrap_or_default();
-    let missing_host = || BrokerUrlError::MissingHost {
-        url: url.to_owned(),
-    };
-    if authority.is_empty() {
-        return Err(missing_host());
-    }
-    authority
-        .split(',')
-        .map(|server| {
-            let (host, port) = match server.rsplit_once(':') {
-                // `[::1]:9092`: the colon inside brackets is part of the host.
-                Some((host, port)) if !port.contains(']') => (host, Some(port)),
-                _ => (server, None),
-            };
-            if host.is_empty() || host == "[]" {
-                return Err(missing_host());
-            }
-            let port = match port {
-                None => DEFAULT_KAFKA_PORT,
-                Some(text) => text
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|p| *p != 0)
-                    .ok_or_else(|| BrokerUrlError::BadPort {
-                        url: url.to_owned(),
-                        port: text.to_owned(),
-                    })?,
-            };
-            Ok((host.to_owned(), port))
-        })
-        .collect()
+/// Whether a URL names a Kafka cluster.
+pub fn is_kafka(url: &str) -> bool {
+    url.get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("kafka://"))
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -141,57 +111,32 @@ mod tests {
             BrokerUrl::parse("postgres://p@h:5432/b").unwrap(),
             BrokerUrl::PostgresLog("postgres://p@h:5432/b".into())
         );
-        let kafka = BrokerUrl::parse("kafka://127.0.0.1:9092?session_timeout_ms=6000").unwrap();
-        assert!(kafka.is_kafka());
-        assert_eq!(
-            kafka.as_str(),
-            "kafka://127.0.0.1:9092?session_timeout_ms=6000"
-        );
-    }
-
-    #[test]
-    fn kafka_server_lists_parse_with_default_ports() {
-        let url = "kafka://a:1,b,[::1]:9093?x=y";
-        assert_eq!(
-            kafka_servers(url, &url["kafka://".len()..]).unwrap(),
-            vec![
-                ("a".to_owned(), 1),
-                ("b".to_owned(), DEFAULT_KAFKA_PORT),
-                ("[::1]".to_owned(), 9093)
-            ]
-        );
+        let url = "kafka://127.0.0.1:9092,h2:9093?session_timeout_ms=7000";
+        let BrokerUrl::Kafka(kept, config) = BrokerUrl::parse(url).unwrap() else {
+            panic!("not kafka");
+        };
+        assert_eq!(kept, url);
+        assert_eq!(config.bootstrap, "127.0.0.1:9092,h2:9093");
+        assert_eq!(config.session_timeout, Duration::from_secs(7));
     }
 
     #[test]
     fn bad_urls_are_typed_errors() {
-        for url in [
-            "kafka://",
-            "kafka://?a=b",
-            "kafka://:9092",
-            "kafka://a:1,,b:2",
-        ] {
-            assert!(
-                matches!(
-                    BrokerUrl::parse(url),
-                    Err(BrokerUrlError::MissingHost { .. })
-                ),
-                "{url}"
-            );
-        }
-        for (url, port) in [
-            ("kafka://h:x", "x"),
-            ("kafka://h:70000", "70000"),
-            ("kafka://h:0", "0"),
-            ("kafka://h:", ""),
-        ] {
-            assert_eq!(
-                BrokerUrl::parse(url),
-                Err(BrokerUrlError::BadPort {
-                    url: url.to_owned(),
-                    port: port.to_owned()
-                })
-            );
-        }
+        let kafka = |url: &str| match BrokerUrl::parse(url) {
+            Err(BrokerUrlError::Kafka { source, .. }) => source,
+            other => panic!("{url}: {other:?}"),
+        };
+        assert_eq!(kafka("kafka://"), KafkaUrlError::NoBrokers);
+        assert_eq!(kafka("kafka://?a=b"), KafkaUrlError::NoBrokers);
+        assert!(matches!(
+            kafka("kafka://:9092"),
+            KafkaUrlError::Broker { .. }
+        ));
+        assert!(matches!(
+            kafka("kafka://h:70000"),
+            KafkaUrlError::Port { .. }
+        ));
+        assert!(matches!(kafka("kafka://h:x"), KafkaUrlError::Port { .. }));
         assert!(matches!(
             BrokerUrl::parse("amqp://h"),
             Err(BrokerUrlError::UnknownScheme { .. })
@@ -201,6 +146,9 @@ mod tests {
             Err(BrokerUrlError::MissingFile { .. })
         ));
         let message = BrokerUrl::parse("kafka://h:x").unwrap_err().to_string();
-        assert!(message.contains("`x` is not a valid port"), "{message}");
+        assert!(
+            message.starts_with("broker url `kafka://h:x`:") && message.contains("h:x"),
+            "{message}"
+        );
     }
 }

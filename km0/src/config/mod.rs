@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use entrega_core::{MigrationSet, StoreError};
 use sqlx::{PgPool, SqlitePool};
 
-pub use broker_url::{kafka_servers, BrokerUrl, BrokerUrlError, DEFAULT_KAFKA_PORT};
+pub use broker_url::{is_kafka, BrokerUrl, BrokerUrlError};
 
 /// The services of km0 that own a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
