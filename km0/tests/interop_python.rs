@@ -87,7 +87,6 @@ fn lines_of(i: i64) -> Vec<(&'static str, i64)> {
 }
 
 #[tokio::test]
-#[ignore = "until km0 takes --broker kafka://"]
 async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
     const ORDERS: i64 = 12;
     let broker = Tansu::start();
@@ -140,7 +139,6 @@ async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
 }
 
 #[tokio::test]
-#[ignore = "until km0 takes --broker kafka://"]
 async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_died_unmarked() {
     const ORDERS: i64 = 15;
     let broker = Tansu::start();
