@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod kafka;
+pub mod kafka_state;
 pub mod process;
 pub mod proxy;
 pub mod state;

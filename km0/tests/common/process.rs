@@ -37,7 +37,19 @@ impl Deployment {
     /// Fresh databases of `backend` (`sqlite` or `postgres`); processes use a lease period
     /// of `lease_ttl_ms`, so a killed instance's lanes and partitions are taken over quickly.
     pub fn new(backend: &str, lease_ttl_ms: u64) -> Self {
-        let system = super::test_system(backend);
+        Self::build(super::test_system(backend), backend, lease_ttl_ms)
+    }
+
+    /// Fresh databases of `backend` with the broker at `broker_url` instead of the log
+    /// transport (e.g. `kafka://127.0.0.1:<port>` of a test's own tansu).
+    pub fn with_broker(backend: &str, broker_url: &str, lease_ttl_ms: u64) -> Self {
+        let databases = super::test_system(backend).databases().clone();
+        let system = System::new(databases, broker_url.to_owned())
+            .with_lease_ttl(Duration::from_millis(lease_ttl_ms));
+        Self::build(system, backend, lease_ttl_ms)
+    }
+
+    fn build(system: System, backend: &str, lease_ttl_ms: u64) -> Self {
         let database = match &system.databases().place {
             DataPlace::SqliteDir(dir) => format!("sqlite://{}", dir.display()),
             DataPlace::PostgresServer(server) => server.clone(),
@@ -230,6 +242,16 @@ impl Km0 {
             .find_map(|w| w.strip_prefix("pedidos="))
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("no pedidos address in `{line}`"))
+    }
+
+    /// Its process id while it runs (to signal it, e.g. SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running process")
+    }
+
+    /// The exit status if the process has ended, `None` while it runs.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
     }
 
     /// Waits (bounded) for the process to end by itself, e.g. at a failpoint set to `exit`.

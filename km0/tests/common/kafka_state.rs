@@ -1,0 +1,289 @@
+//! What a Kafka process test asserts on, read with a plain librdkafka client of the test's
+//! own, never through km0: end and committed offsets and every record of a topic
+//! ([`KafkaView`]); the orders the tests place ([`orders`]) and the end state they must reach
+//! ([`checks`]). Plus a tansu broker that advertises another port, so a
+//! [`super::proxy::Proxy`] can stand between it and its clients.
+
+#![allow(clippy::panic)]
+
+pub mod checks;
+pub mod orders;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::message::{Headers as _, Message as _};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// Longest wait of one request to the broker.
+const REQUEST: Duration = Duration::from_secs(10);
+/// Longest time to read a whole topic.
+const READ_ALL_WITHIN: Duration = Duration::from_secs(60);
+/// How long no record may come, once every partition reached its reported watermark, before
+/// a read counts as complete. A fetched batch is handed over at once, so this is short; a
+/// read also stops five times this long after the watermarks were reached, on a topic that
+/// is being written to.
+const QUIET: Duration = Duration::from_millis(100);
+
+/// One record of a topic, as far as the tests care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaRecord {
+    /// Its partition.
+    pub partition: u32,
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// Its key (`agregado_id`).
+    pub key: Option<String>,
+    /// The `id_evento` header.
+    pub id_evento: Option<String>,
+    /// The `tipo` header.
+    pub tipo: Option<String>,
+}
+
+/// Reads a cluster through `bootstrap` without joining any group.
+#[derive(Debug, Clone)]
+pub struct KafkaView {
+    bootstrap: String,
+}
+
+impl KafkaView {
+    /// A view of the cluster at `bootstrap` (`host:port`).
+    pub fn new(bootstrap: impl Into<String>) -> Self {
+        Self {
+            bootstrap: bootstrap.into(),
+        }
+    }
+
+    fn client(&self, group: &str) -> BaseConsumer {
+        ClientConfig::new()
+            .set("bootstrap.servers", &self.bootstrap)
+            .set("group.id", group)
+            .set("client.id", "km0-test-view")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("kafka client")
+    }
+
+    /// Partitions of `topic` (empty if it does not exist).
+    fn partitions(client: &BaseConsumer, topic: &str) -> Vec<i32> {
+        let metadata = client
+            .fetch_metadata(Some(topic), REQUEST)
+            .expect("topic metadata");
+        metadata
+            .topics()
+            .iter()
+            .filter(|t| t.name() == topic && t.error().is_none())
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect()
+    }
+
+    /// End offset (next offset to be written) per partition of `topic`. Read, not taken
+    /// from the reported high watermark alone: tansu reports the base offset of the last
+    /// record batch plus one, which leaves out the rest of that batch.
+    pub async fn ends(&self, topic: &str) -> BTreeMap<u32, i64> {
+        let (view, topic) = (self.clone(), topic.to_owned());
+        blocking(move || view.scan(&topic, false).1).await
+    }
+
+    /// Committed next offset of `group` per partition of `topic` it has committed.
+    pub async fn committed(&self, group: &str, topic: &str) -> BTreeMap<u32, i64> {
+        let (view, group, topic) = (self.clone(), group.to_owned(), topic.to_owned());
+        blocking(move || {
+            let client = view.client(&group);
+            let mut wanted = TopicPartitionList::new();
+            for p in Self::partitions(&client, &topic) {
+                wanted.add_partition(&topic, p);
+            }
+            client
+                .committed_offsets(wanted, REQUEST)
+                .expect("committed offsets")
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(next) => Some((to_u32(e.partition()), next)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Whether `group` committed every record `topic` holds (and the topic exists).
+    pub async fn caught_up(&self, group: &str, topic: &str) -> bool {
+        let ends = self.ends(topic).await;
+        let committed = self.committed(group, topic).await;
+        !ends.is_empty()
+            && ends
+                .iter()
+                .all(|(p, end)| *end == 0 || committed.get(p) == Some(end))
+    }
+
+    /// Every record of `topic`, partition by partition, in offset order.
+    pub async fn records(&self, topic: &str) -> Vec<KafkaRecord> {
+        let (view, topic) = (self.clone(), topic.to_owned());
+        blocking(move || view.scan(&topic, true).0).await
+    }
+
+    /// Reads every partition of `topic` from its start (`all`) or from the last record the
+    /// high watermark admits, until no record comes for [`QUIET`] after every partition
+    /// reached its reported watermark. Returns the records read and each partition's end:
+    /// at least the end when the read began.
+    fn scan(&self, topic: &str, all: bool) -> (Vec<KafkaRecord>, BTreeMap<u32, i64>) {
+        let client = self.client(&format!("km0-test-reader-{}", uuid::Uuid::new_v4()));
+        let mut ends = BTreeMap::new();
+        // Partitions with records, and the watermark each must be read up to.
+        let mut assigned: BTreeMap<u32, i64> = BTreeMap::new();
+        let mut assignment = TopicPartitionList::new();
+        for p in Self::partitions(&client, topic) {
+            let (low, high) = client
+                .fetch_watermarks(topic, p, REQUEST)
+                .expect("watermarks");
+            ends.insert(to_u32(p), high);
+            if high > low {
+                assigned.insert(to_u32(p), high);
+                let from = if all { low } else { high - 1 };
+                assignment
+                    .add_partition_offset(topic, p, Offset::Offset(from))
+                    .expect("partition offset");
+            }
+        }
+        let reported = ends.clone();
+        let mut read: BTreeMap<u32, i64> = BTreeMap::new();
+        if assignment.count() == 0 {
+            return (Vec::new(), ends);
+        }
+        client.assign(&assignment).expect("assign");
+        let mut by_partition: BTreeMap<u32, Vec<KafkaRecord>> = BTreeMap::new();
+        let deadline = Instant::now() + READ_ALL_WITHIN;
+        let mut quiet_since: Option<Instant> = None;
+        let mut reached_at: Option<Instant> = None;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "could not read {topic} to its end offsets {reported:?}"
+            );
+            let reached = assigned
+                .iter()
+                .all(|(p, high)| read.get(p).is_some_and(|next| next >= high));
+            if reached {
+                let since = *reached_at.get_or_insert_with(Instant::now);
+                // Records keep coming on a topic being written: stop at some point.
+                if since.elapsed() >= QUIET * 5 {
+                    break;
+                }
+            }
+            match client.poll(Duration::from_millis(20)) {
+                None if reached => {
+                    let since = *quiet_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= QUIET {
+                        break;
+                    }
+                }
+                None => {}
+                Some(Err(e)) => panic!("reading {topic}: {e}"),
+                Some(Ok(m)) => {
+                    quiet_since = None;
+                    let partition = to_u32(m.partition());
+                    let end = ends.entry(partition).or_insert(0);
+                    *end = (*end).max(m.offset() + 1);
+                    let next = read.entry(partition).or_insert(0);
+                    *next = (*next).max(m.offset() + 1);
+                    if all {
+                        by_partition
+                            .entry(partition)
+                            .or_default()
+                            .push(to_record(&m, partition));
+                    }
+                }
+            }
+        }
+        let records = by_partition
+            .into_values()
+            .flat_map(|mut rs| {
+                rs.sort_by_key(|r| r.offset);
+                rs.dedup_by_key(|r| r.offset);
+                rs
+            })
+            .collect();
+        (records, ends)
+    }
+}
+
+fn to_record(m: &rdkafka::message::BorrowedMessage<'_>, partition: u32) -> KafkaRecord {
+    let header = |name: &str| {
+        m.headers().and_then(|hs| {
+            hs.iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+    };
+    KafkaRecord {
+        partition,
+        offset: m.offset(),
+        key: m.key().map(|k| String::from_utf8_lossy(k).into_owned()),
+        id_evento: header("id_evento"),
+        tipo: header("tipo"),
+    }
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.expect("blocking task")
+}
+
+fn to_u32(p: i32) -> u32 {
+    u32::try_from(p).expect("partition id")
+}
+
+/// A tansu broker that listens on a free port but tells clients to connect to `advertised`
+/// (a proxy's port), killed when dropped.
+pub struct AdvertisedTansu {
+    child: Child,
+    port: u16,
+}
+
+impl AdvertisedTansu {
+    /// Starts tansu (in-memory storage) advertising `127.0.0.1:<advertised>` and waits until
+    /// it accepts connections on its own port.
+    pub fn start(advertised: u16) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new(super::kafka::tansu_bin())
+            .args(["broker", "--listener-url"])
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .arg("--advertised-listener-url")
+            .arg(format!("tcp://127.0.0.1:{advertised}"))
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        let broker = Self { child, port };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(broker.addr()).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        broker
+    }
+
+    /// Its own address, where the proxy forwards to.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+}
+
+impl Drop for AdvertisedTansu {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
