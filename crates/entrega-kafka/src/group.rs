@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use entrega_core::Record;
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::topic_partition_list::TopicPartitionList;
 
 /// What one member holds and has buffered.
@@ -112,11 +112,18 @@ impl ConsumerContext for GroupContext {
         }
     }
 
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 let new = self.partitions(tpl);
                 tracing::debug!(topic = %self.topic, partitions = ?new, "partitions assigned");
+                // A partition paused while held before, then revoked, comes back flowing: its
+                // pause ended with the revocation.
+                if tpl.count() > 0 {
+                    if let Err(e) = consumer.resume(tpl) {
+                        tracing::debug!(topic = %self.topic, error = %e, "resume on assign failed");
+                    }
+                }
                 lock(&self.state).held.extend(new);
             }
             Rebalance::Revoke(_) => {}
