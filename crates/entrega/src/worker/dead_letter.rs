@@ -3,9 +3,9 @@
 use entrega_core::headers::{
     INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
 };
-use entrega_core::{OutgoingMessage, Record};
+use entrega_core::{OutgoingMessage, Record, TransportError};
 
-use super::WorkerConfig;
+use super::{Worker, WorkerConfig};
 
 /// Longest `motivo` header, in bytes; reasons can embed large error texts.
 const MAX_REASON_BYTES: usize = 1000;
@@ -31,6 +31,26 @@ pub(super) fn dead_letter(
         headers,
         payload: record.payload.clone(),
     }
+}
+
+/// Publishes dead letters, creating the dead-letter topic first when it is missing and the
+/// worker may create topics.
+pub(super) async fn publish_dead_letters(
+    worker: &Worker,
+    batch: &[OutgoingMessage],
+) -> Result<(), TransportError> {
+    let first = worker.publisher.publish(batch).await;
+    let Err(TransportError::UnknownTopic { .. }) = &first else {
+        return first;
+    };
+    let Some(admin) = &worker.admin else {
+        return first;
+    };
+    let cfg = &worker.config;
+    admin
+        .ensure_topic(&cfg.dlq_topic(), cfg.dlq_partitions)
+        .await?;
+    worker.publisher.publish(batch).await
 }
 
 /// At most `max` bytes of `text`, cut at a character boundary.

@@ -1,53 +1,23 @@
 //! One subscription's processing: from a poll's records to final outcomes and offsets.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use entrega_core::{Envelope, HandlerError, OutgoingMessage, Record, Subscription, TransportError};
+use entrega_core::{OutgoingMessage, Record, Subscription, TransportError};
 
-use super::dead_letter::dead_letter;
-use super::panics::{guarded_batch, NoResult};
-use super::router::{Message, Route};
+use super::dead_letter::{dead_letter, publish_dead_letters};
+use super::item::{prepare, run_handler, Decision, Item, Target};
+use super::tracker::Tracker;
 use super::{Worker, WorkerStats};
 use crate::failpoint;
 
-/// Where one record goes before any handler runs.
-enum Target {
-    Handler(usize),
-    Ignored,
-    Dead(String),
-}
-
-struct Item {
-    record: Record,
-    attempt: u32,
-    target: Target,
-    message: Option<Message>,
-}
-
-/// The outcome of one record, before it is applied to offsets and positions.
-enum Decision {
-    Ack,
-    Ignore,
-    Dead(String),
-    Retry(Duration),
-    NotAttempted,
-}
-
-impl Decision {
-    /// Whether later records of the same partition must wait (they come again in order).
-    fn blocks(&self) -> bool {
-        matches!(self, Self::Retry(_) | Self::NotAttempted)
-    }
-}
-
 pub(super) struct Session<'w> {
-    worker: &'w Worker,
-    sub: Box<dyn Subscription>,
-    /// Per partition: the offset being retried and the attempts made on it.
-    attempts: HashMap<u32, (i64, u32)>,
+    pub(super) worker: &'w Worker,
+    pub(super) sub: Box<dyn Subscription>,
+    /// Attempts of retried messages and final messages above a rewind point.
+    pub(super) tracker: Tracker,
     /// Next offsets whose outcomes are final but not yet committed.
-    uncommitted: BTreeMap<u32, i64>,
+    pub(super) uncommitted: BTreeMap<u32, i64>,
 }
 
 impl<'w> Session<'w> {
@@ -55,7 +25,7 @@ impl<'w> Session<'w> {
         Self {
             worker,
             sub,
-            attempts: HashMap::new(),
+            tracker: Tracker::default(),
             uncommitted: BTreeMap::new(),
         }
     }
@@ -72,52 +42,26 @@ impl<'w> Session<'w> {
         self.sub.close().await
     }
 
-    fn stats(&self) -> &WorkerStats {
+    pub(super) fn stats(&self) -> &WorkerStats {
         &self.worker.stats
     }
 
-    fn prepare(&self, record: Record) -> Item {
-        let attempt = match self.attempts.get(&record.partition) {
-            Some((offset, made)) if *offset == record.offset => made + 1,
-            _ => 1,
-        };
-        let envelope = match Envelope::parse_with(&record.payload, &self.worker.config.limits) {
-            Ok(envelope) => envelope,
-            Err(e) => {
-                return Item {
-                    record,
-                    attempt,
-                    target: Target::Dead(e.to_string()),
-                    message: None,
-                }
-            }
-        };
-        let target = match self.worker.router.resolve(&envelope.kind) {
-            Route::Handler(index) => Target::Handler(index),
-            Route::Ignored => Target::Ignored,
-            Route::Unknown => Target::Dead(format!("unknown tipo `{}`", envelope.kind)),
-        };
-        let message = matches!(target, Target::Handler(_)).then(|| Message {
-            envelope,
-            topic: record.topic.clone(),
-            partition: record.partition,
-            offset: record.offset,
-            key: record.key.clone(),
-            headers: record.headers.clone(),
-            attempt,
-        });
-        Item {
-            record,
-            attempt,
-            target,
-            message,
+    /// Decides and applies the outcome of every record of one poll: in order, or as per-key
+    /// chains when the worker runs keys concurrently.
+    pub(super) async fn process(&mut self, records: Vec<Record>) {
+        self.tracker.retain(&self.sub.assignment());
+        let items: Vec<Item> = records
+            .into_iter()
+            .map(|r| prepare(self.worker, &self.tracker, r))
+            .collect();
+        match self.worker.config.key_concurrency {
+            0 | 1 => self.process_in_order(items).await,
+            limit => self.process_by_key(items, limit).await,
         }
     }
 
-    /// Decides and applies the outcome of every record of one poll, in order, handing
-    /// consecutive records of one handler over as a batch.
-    pub(super) async fn process(&mut self, records: Vec<Record>) {
-        let mut items: Vec<Item> = records.into_iter().map(|r| self.prepare(r)).collect();
+    /// Runs the records in order, handing consecutive records of one handler over as a batch.
+    async fn process_in_order(&mut self, mut items: Vec<Item>) {
         let mut blocked: HashSet<u32> = HashSet::new();
         let mut i = 0;
         while i < items.len() {
@@ -140,55 +84,18 @@ impl<'w> Session<'w> {
                         }
                         j += 1;
                     }
-                    let decisions = self.run_handler(index, &mut items, &group).await;
+                    let msgs = group
+                        .iter()
+                        .filter_map(|k| items[*k].message.take())
+                        .collect();
+                    let decisions = run_handler(self.worker, index, msgs).await;
                     (group, decisions, j)
                 }
-                Target::Ignored => (vec![i], vec![Decision::Ignore], i + 1),
-                Target::Dead(ref reason) => (vec![i], vec![Decision::Dead(reason.clone())], i + 1),
+                _ => (vec![i], vec![items[i].decide_alone()], i + 1),
             };
             self.settle(&items, &group, decisions, &mut blocked).await;
             i = next;
         }
-    }
-
-    async fn run_handler(
-        &mut self,
-        index: usize,
-        items: &mut [Item],
-        group: &[usize],
-    ) -> Vec<Decision> {
-        let msgs: Vec<Message> = group
-            .iter()
-            .filter_map(|k| items[*k].message.take())
-            .collect();
-        let Some(handler) = self.worker.router.handler(index) else {
-            return msgs.iter().map(|_| Decision::NotAttempted).collect();
-        };
-        let mut results = guarded_batch(handler.as_ref(), &msgs).await;
-        if let Err(e) = failpoint::hit(failpoint::WORKER_AFTER_HANDLER) {
-            results = vec![Err(HandlerError::transient(e))];
-        }
-        if results.is_empty() && !msgs.is_empty() {
-            // Treated as a failure of the first message, or the batch would spin forever.
-            results.push(Err(HandlerError::transient(NoResult)));
-        }
-        let cfg = &self.worker.config;
-        msgs.iter()
-            .enumerate()
-            .map(|(k, msg)| match results.get(k) {
-                None => Decision::NotAttempted,
-                Some(Ok(())) => Decision::Ack,
-                Some(Err(e)) if e.is_transient() && msg.attempt < cfg.max_attempts => {
-                    Decision::Retry(cfg.backoff.delay(msg.attempt))
-                }
-                Some(Err(e)) if e.is_transient() => Decision::Dead(format!(
-                    "transient exhausted after {} attempts: {}",
-                    msg.attempt,
-                    e.inner()
-                )),
-                Some(Err(e)) => Decision::Dead(e.to_string()),
-            })
-            .collect()
     }
 
     /// Applies one group's decisions: dead letters are published first (a failed publish
@@ -218,7 +125,7 @@ impl<'w> Session<'w> {
         }
         if !dead.is_empty() {
             let batch: Vec<OutgoingMessage> = dead.iter().map(|(_, m)| m.clone()).collect();
-            if let Err(e) = self.publish_dead_letters(&batch).await {
+            if let Err(e) = publish_dead_letters(self.worker, &batch).await {
                 tracing::warn!(error = %e, "dead-letter publish failed; retrying the messages");
                 for (k, _) in &dead {
                     let attempt = items[group[*k]].attempt;
@@ -236,53 +143,26 @@ impl<'w> Session<'w> {
                 Decision::Ack => WorkerStats::bump(&self.stats().acked),
                 Decision::Ignore => WorkerStats::bump(&self.stats().ignored),
                 Decision::Dead(_) => WorkerStats::bump(&self.stats().dead_lettered),
+                Decision::Skip => WorkerStats::bump(&self.stats().skipped),
                 Decision::Retry(after) => {
                     WorkerStats::bump(&self.stats().retried);
                     self.sub.seek(partition, offset);
                     self.sub.pause_for(partition, after);
-                    self.attempts.insert(partition, (offset, item.attempt));
+                    self.tracker.failed(partition, offset, item.attempt);
                     blocked.insert(partition);
                     continue;
                 }
                 Decision::NotAttempted => {
                     self.sub.seek(partition, offset);
-                    // Not an attempt: the next delivery gets the same number again.
-                    match item.attempt {
-                        1 => self.attempts.remove(&partition),
-                        n => self.attempts.insert(partition, (offset, n - 1)),
-                    };
+                    self.tracker.not_attempted(partition, offset, item.attempt);
                     blocked.insert(partition);
                     continue;
                 }
             }
-            if self
-                .attempts
-                .get(&partition)
-                .is_some_and(|(o, _)| *o == offset)
-            {
-                self.attempts.remove(&partition);
-            }
+            self.tracker.finished(partition, offset);
             let next = self.uncommitted.entry(partition).or_insert(offset + 1);
             *next = (*next).max(offset + 1);
         }
-    }
-
-    async fn publish_dead_letters(
-        &mut self,
-        batch: &[OutgoingMessage],
-    ) -> Result<(), TransportError> {
-        let first = self.worker.publisher.publish(batch).await;
-        let Err(TransportError::UnknownTopic { .. }) = &first else {
-            return first;
-        };
-        let Some(admin) = &self.worker.admin else {
-            return first;
-        };
-        let cfg = &self.worker.config;
-        admin
-            .ensure_topic(&cfg.dlq_topic(), cfg.dlq_partitions)
-            .await?;
-        self.worker.publisher.publish(batch).await
     }
 
     /// Commits every final offset not yet committed. Offsets of partitions this member no

@@ -15,6 +15,14 @@ pub struct WorkerStats {
     pub ignored: AtomicU64,
     /// Offset commits that failed (the offsets are committed again later).
     pub commit_errors: AtomicU64,
+    /// Messages delivered again after their partition was rewound to an earlier unfinished
+    /// message of another key, whose outcome was already final: not handled again, and not
+    /// counted again as acked, ignored or dead-lettered.
+    pub skipped: AtomicU64,
+    /// Handler calls running right now (a gauge).
+    pub in_flight: AtomicU64,
+    /// The most handler calls seen running at once; at most `key_concurrency`.
+    pub max_in_flight: AtomicU64,
 }
 
 impl WorkerStats {
@@ -38,7 +46,34 @@ impl WorkerStats {
         self.ignored.load(Ordering::Relaxed)
     }
 
+    /// Redelivered messages skipped because their outcome was already final.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// The most handler calls seen running at once.
+    pub fn max_in_flight(&self) -> u64 {
+        self.max_in_flight.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a handler call as running until the guard is dropped (also when the call is
+    /// cancelled).
+    pub(crate) fn enter(&self) -> InFlight<'_> {
+        let now = self.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        InFlight(self)
+    }
+}
+
+/// A running handler call; see [`WorkerStats::enter`].
+pub(crate) struct InFlight<'a>(&'a WorkerStats);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
