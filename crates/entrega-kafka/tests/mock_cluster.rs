@@ -105,6 +105,18 @@ async fn produce_errors_that_can_pass_are_retried() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_local_queue_waits_instead_of_failing() {
+    let mock = cluster();
+    let config = KafkaConfig::new(mock.bootstrap_servers())
+        .with_override("queue.buffering.max.messages", "5");
+    let kafka = Kafka::connect(config).unwrap();
+    let batch = messages(200, "q");
+    kafka.publisher().publish(&batch).await.unwrap();
+    let want: Vec<String> = (0..200).map(|i| format!("q-{i}")).collect();
+    assert_eq!(stored(&kafka).await, want);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_to_a_missing_topic_is_unknown_topic() {
     let mock = cluster();
     let kafka = kafka(&mock);
