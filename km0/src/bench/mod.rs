@@ -11,6 +11,7 @@ mod e2e;
 mod pgbench;
 mod relay;
 mod report;
+mod timed_publisher;
 mod workload;
 
 use anyhow::Context as _;

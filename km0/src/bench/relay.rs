@@ -2,17 +2,19 @@
 //! with one and with several relay instances, against pgbench running the same statements
 //! (on Kafka, the outbox's statements only: the appends go to the cluster).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting};
-use entrega_core::{now_ms, SystemClock};
+use entrega_core::{now_ms, Publisher, SystemClock};
 use serde_json::json;
 
 use super::pgbench::{rate, relay_ceiling};
 use super::report::{BenchReport, Measurement, Target};
+use super::timed_publisher::TimedPublisher;
 use super::workload::{outbox_events, prefill_outbox};
 use super::{progress, BenchRun, Common};
 use crate::config::Db;
@@ -50,10 +52,13 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
     for &relays in &args.relays {
         let relays = relays.max(1);
         let mut engine = Vec::with_capacity(common.runs);
+        let mut in_publish = Vec::with_capacity(common.runs);
         let mut ceiling = Vec::with_capacity(common.runs);
         for run in 1..=common.runs {
             progress(format!("relay x{relays}, run {run}/{}", common.runs));
-            engine.push(measure(common, args, relays).await?);
+            let drained = measure(common, args, relays).await?;
+            engine.push(drained.rate);
+            in_publish.push(drained.publish_percent);
             if let Some(binary) = &common.pgbench {
                 ceiling.push(
                     relay_ceiling(
@@ -76,6 +81,11 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
             format!("relay x{relays} (entrega)"),
             "events/s",
             engine,
+        ));
+        rows.push(Measurement::new(
+            format!("relay x{relays}: time waiting for the broker"),
+            "%",
+            in_publish,
         ));
         if !ceiling.is_empty() {
             rows.push(Measurement::new(
@@ -113,17 +123,29 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
     })
 }
 
-/// One drain on fresh databases: events/s from the start of the relays to the last mark.
-async fn measure(common: &Common, args: &RelayArgs, relays: usize) -> anyhow::Result<f64> {
+/// What one drain measured.
+struct Drained {
+    /// Events/s from the start of the relays to the last mark.
+    rate: f64,
+    /// Share of the relays' time spent in `publish` (waiting for the broker's
+    /// confirmations), the rest going to the outbox's statements and the relay itself.
+    publish_percent: f64,
+}
+
+/// One drain on fresh databases.
+async fn measure(common: &Common, args: &RelayArgs, relays: usize) -> anyhow::Result<Drained> {
     let run = common.place.fresh();
     let result = drain(&run, args, relays).await;
     common.cleanup(&run).await?;
-    let rate = result?;
-    progress(format!("relay x{relays} (entrega): {rate:.0} events/s"));
-    Ok(rate)
+    let drained = result?;
+    progress(format!(
+        "relay x{relays} (entrega): {:.0} events/s, {:.0}% of the time in publish",
+        drained.rate, drained.publish_percent
+    ));
+    Ok(drained)
 }
 
-async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Result<f64> {
+async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Result<Drained> {
     let pedidos = run.system.pedidos().await.context("opening pedidos")?;
     let broker = run.system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, &run.topic).await?;
@@ -139,6 +161,11 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
             leases.balance(id, now_ms(), DEFAULT_LEASE_TTL).await?;
         }
     }
+    let busy_us = Arc::new(AtomicU64::new(0));
+    let publisher: Arc<dyn Publisher> = Arc::new(TimedPublisher::new(
+        broker.publisher(),
+        Arc::clone(&busy_us),
+    ));
     let relays: Vec<Arc<Relay>> = ids
         .iter()
         .map(|id| {
@@ -150,7 +177,7 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
             config.poll_interval = Duration::from_millis(200);
             Arc::new(Relay::new(
                 outbox_ports(pedidos.db()),
-                broker.publisher(),
+                Arc::clone(&publisher),
                 Arc::new(SystemClock),
                 config,
             ))
@@ -159,6 +186,7 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
 
     let stop = CancellationToken::new();
     let start_ms = now_ms();
+    let started = Instant::now();
     let mut tasks = Vec::with_capacity(relays.len());
     for relay in &relays {
         let (relay, stop) = (Arc::clone(relay), stop.clone());
@@ -182,11 +210,14 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
         // In-process counters: looking costs nothing, so look often.
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
+    let drain_us = started.elapsed().as_micros() as f64;
     stop.cancel();
     for task in tasks {
         task.await.context("relay task")?.context("relay")?;
     }
     drained?;
+    let publish_percent =
+        100.0 * busy_us.load(Ordering::Relaxed) as f64 / (drain_us * instances as f64).max(1.0);
 
     let status = crate::wiring::outbox_ports(pedidos.db())
         .maintenance
@@ -202,7 +233,10 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
     let end_ms = last_mark_ms(pedidos.db()).await?;
     pedidos.db().close().await;
     broker.close().await;
-    Ok(rate(args.events, start_ms, end_ms))
+    Ok(Drained {
+        rate: rate(args.events, start_ms, end_ms),
+        publish_percent,
+    })
 }
 
 /// When the last outbox row was marked published, in epoch ms.
