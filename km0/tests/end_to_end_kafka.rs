@@ -64,7 +64,7 @@ fn lines(n: usize) -> Vec<(&'static str, i64)> {
     const PRODUCTS: [&str; 4] = ["tomate-rosa", "calabacin", "queso-fresco", "vino-crianza"];
     let quantity = i64::try_from(n % 3 + 1).unwrap();
     let mut lines = vec![(PRODUCTS[n % 4], quantity)];
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         lines.push((PRODUCTS[(n + 1) % 4], 1));
     }
     lines
@@ -91,7 +91,7 @@ async fn orders_flow_through_kafka_once_each_in_order(backend: &str) {
         placed.push(order_lines);
         enqueue(&state.pedidos, &id, ORDER_PAID).await;
         let mut kinds = vec![ORDER_CREATED, ORDER_PAID];
-        if n % 3 == 0 {
+        if n.is_multiple_of(3) {
             enqueue(&state.pedidos, &id, ORDER_CANCELLED).await;
             kinds.push(ORDER_CANCELLED);
         }
