@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::time::Instant;
 
 use crate::error::{invalid, transport};
-use crate::meta::{blocking, topic_info, TopicInfo};
+use crate::meta::{after, blocking, topic_info, TopicInfo};
 use crate::KafkaConfig;
 
 /// How often to look at the metadata of a topic just created.
@@ -45,7 +45,7 @@ impl KafkaAdmin {
 
     /// Waits until every partition of `topic` has a leader, so a produce right after works.
     async fn wait_ready(&self, topic: &str) -> Result<u32, TransportError> {
-        let deadline = Instant::now() + self.request_timeout;
+        let deadline = Instant::from_std(after(self.request_timeout));
         loop {
             if let Some(info) = self.info(topic).await? {
                 if info.ready {

@@ -10,7 +10,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::error::{invalid, transport};
-use crate::meta::{blocking, partition_id, topic_info};
+use crate::meta::{after, blocking, partition_id, topic_info};
 use crate::record::to_record;
 use crate::KafkaConfig;
 
@@ -122,7 +122,7 @@ fn fetch_until_end(
     max: usize,
     timeout: Duration,
 ) -> Result<Scan, TransportError> {
-    let deadline = std::time::Instant::now() + timeout;
+    let deadline = after(timeout);
     let mut records: Vec<Record> = Vec::new();
     let mut next = i64::MIN;
     while records.len() < max {

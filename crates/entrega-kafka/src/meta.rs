@@ -63,8 +63,31 @@ pub(crate) fn topic_info<C: ClientContext>(
     Ok(Some(TopicInfo { partitions, ready }))
 }
 
+/// The instant `d` from now; a duration too long to represent means "a century from now"
+/// rather than a panic.
+pub(crate) fn after(d: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// A partition number as librdkafka takes it.
 pub(crate) fn partition_id(partition: u32) -> Result<i32, TransportError> {
     i32::try_from(partition)
         .map_err(|_| crate::error::invalid(format!("partition {partition} is out of range")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn far_deadlines_do_not_overflow() {
+        let now = std::time::Instant::now();
+        assert!(after(Duration::MAX) > now + Duration::from_secs(3600));
+        assert!(after(Duration::from_secs(1)) > now);
+        assert!(partition_id(u32::MAX).is_err());
+        assert_eq!(partition_id(7).ok(), Some(7));
+    }
 }

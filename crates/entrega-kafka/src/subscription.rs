@@ -12,7 +12,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::error::{commit_error, invalid, transport};
 use crate::group::{lock, GroupContext, Shared};
-use crate::meta::{blocking, partition_id};
+use crate::meta::{after, blocking, partition_id};
 use crate::record::to_record;
 
 /// Longest single wait inside librdkafka, so pauses that end are noticed promptly.
@@ -99,7 +99,7 @@ fn fill(
     max: usize,
     wait: Duration,
 ) -> Result<(), TransportError> {
-    let deadline = Instant::now() + wait;
+    let deadline = after(wait);
     loop {
         apply_controls(consumer, topic, state).map_err(|e| transport(e, topic))?;
         let now = Instant::now();
@@ -140,7 +140,7 @@ fn fill(
 fn leave(consumer: &GroupConsumer, timeout: Duration) -> Result<(), KafkaError> {
     consumer.unsubscribe();
     consumer.close_queue()?;
-    let deadline = Instant::now() + timeout;
+    let deadline = after(timeout);
     while !consumer.closed() && Instant::now() < deadline {
         // Serves the revoke callback and the leave-group round trip.
         let _ = consumer.poll(POLL_SLICE);
@@ -225,7 +225,7 @@ impl Subscription for KafkaSubscription {
         if !s.held.contains(&partition) {
             return;
         }
-        s.paused.insert(partition, Instant::now() + until);
+        s.paused.insert(partition, after(until));
         drop(s);
         // Stops fetching; buffered records stay and are held back by the local pause.
         if let Ok(id) = i32::try_from(partition) {
