@@ -133,6 +133,12 @@ impl Publisher for KafkaPublisher {
                 Ok(Err((e, _))) => Some(transport(e, topic)),
                 Err(canceled) => Some(TransportError::unavailable(canceled)),
             };
+            if let Some(TransportError::UnknownTopic { topic }) = &failure {
+                // Deleted since it was looked up: look it up again next time.
+                if let Ok(mut known) = self.known.lock() {
+                    known.remove(topic);
+                }
+            }
             if first_error.is_none() {
                 first_error = failure;
             }
