@@ -31,8 +31,17 @@ pub struct Running {
 
 impl Running {
     pub fn start(log: &dyn LogFixture, publisher: Arc<dyn Publisher>, router: Router) -> Self {
+        Self::start_with(log, publisher, router, config())
+    }
+
+    pub fn start_with(
+        log: &dyn LogFixture,
+        publisher: Arc<dyn Publisher>,
+        router: Router,
+        config: WorkerConfig,
+    ) -> Self {
         let worker =
-            Worker::new(log.subscriber(), publisher, router, config()).with_admin(log.admin());
+            Worker::new(log.subscriber(), publisher, router, config).with_admin(log.admin());
         let stats = worker.stats();
         let token = CancellationToken::new();
         let run_token = token.clone();
