@@ -39,6 +39,9 @@ impl Message {
 
 /// Applies events. Errors are classified: transient ones are retried with backoff, permanent
 /// ones go to the dead-letter topic.
+///
+/// With [`crate::WorkerConfig::key_concurrency`] above 1, calls for different keys run at the
+/// same time (never two for one key); a batch then holds messages of a single key.
 #[async_trait]
 pub trait Handler: Send + Sync {
     /// Applies one event. Return only after its effect (and its idempotency key) committed.
