@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 pub mod handlers;
+pub mod keys_steps;
 pub mod observed;
 pub mod relay_steps;
 pub mod worker_steps;
