@@ -71,6 +71,18 @@ pub struct Cli {
     )]
     pub inbox_retention_days: u64,
 
+    /// Keys whose events the inventario worker applies at once (per-key chains, each in
+    /// order); 1 applies one batch at a time. Orders share the same few stock rows, so
+    /// concurrent batches wait on each other's row locks: above 1 is slower for km0's stock.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_KEY_CONCURRENCY",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub key_concurrency: u16,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -220,6 +232,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     BrokerUrl::parse(&cli.broker)?;
     let system = System::new(databases, cli.broker.clone())
         .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
+        .with_key_concurrency(usize::from(cli.key_concurrency))
         .with_retention(Retention {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),

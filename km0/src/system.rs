@@ -56,6 +56,7 @@ pub struct System {
     broker_url: String,
     lease_ttl: Duration,
     retention: Retention,
+    key_concurrency: usize,
 }
 
 impl System {
@@ -66,7 +67,20 @@ impl System {
             broker_url,
             lease_ttl: DEFAULT_LEASE_TTL,
             retention: Retention::default(),
+            key_concurrency: 1,
         }
+    }
+
+    /// Sets how many keys' events the inventario worker applies at once (1: one batch at a
+    /// time, in offset order per partition).
+    pub fn with_key_concurrency(mut self, key_concurrency: usize) -> Self {
+        self.key_concurrency = key_concurrency.max(1);
+        self
+    }
+
+    /// How many keys' events the inventario worker applies at once.
+    pub fn key_concurrency(&self) -> usize {
+        self.key_concurrency
     }
 
     /// Sets how long published outbox rows and processed-message keys are kept.
@@ -211,6 +225,7 @@ impl System {
             broker_url,
             lease_ttl: self.lease_ttl,
             retention: self.retention,
+            key_concurrency: self.key_concurrency,
         })
     }
 

@@ -247,7 +247,7 @@ async fn spawn_consumer(
     spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
     let consumer = Arc::new(StockConsumer::new(stock));
     let stats = consumer.stats();
-    let mut config = WorkerConfig::new(GROUP, TOPIC);
+    let mut config = WorkerConfig::new(GROUP, TOPIC).with_key_concurrency(system.key_concurrency());
     config.member = instance.to_owned();
     let worker = Worker::new(
         broker.subscriber(),
@@ -256,7 +256,11 @@ async fn spawn_consumer(
         config,
     )
     .with_admin(broker.admin());
-    tracing::info!(instance, "inventario consumer started");
+    tracing::info!(
+        instance,
+        key_concurrency = system.key_concurrency(),
+        "inventario consumer started"
+    );
     let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
     Ok((task, stats))
 }

@@ -155,9 +155,9 @@ async fn orders_flow_through_kafka_once_each_in_order(backend: &str) {
     system.destroy().await.unwrap();
 }
 
-async fn the_demo_holds_its_invariants_on_kafka(backend: &str) {
+async fn the_demo_holds_its_invariants_on_kafka(backend: &str, key_concurrency: usize) {
     let tansu = Tansu::start();
-    let system = on_kafka(backend, &tansu);
+    let system = on_kafka(backend, &tansu).with_key_concurrency(key_concurrency);
     let options = DemoOptions {
         orders: 150,
         concurrency: 8,
@@ -185,7 +185,13 @@ mod postgres {
 
     #[tokio::test]
     async fn the_demo_holds_its_invariants_on_kafka() {
-        super::the_demo_holds_its_invariants_on_kafka("postgres").await;
+        super::the_demo_holds_its_invariants_on_kafka("postgres", 1).await;
+    }
+
+    /// Several orders' events applied at once: still each exactly once.
+    #[tokio::test]
+    async fn the_demo_holds_its_invariants_on_kafka_with_key_concurrency() {
+        super::the_demo_holds_its_invariants_on_kafka("postgres", 8).await;
     }
 }
 

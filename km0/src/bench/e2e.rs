@@ -1,14 +1,16 @@
 //! `km0 bench e2e`: commit-to-consume latency at a fixed arrival rate.
 //!
 //! A producer commits orders (`OrderStore::create`: the order and its outbox row in one
-//! transaction) at a fixed rate while the relay, the log broker and the inventario worker run
-//! in this process. Arrivals are scheduled by their intended start time and each runs in its
-//! own task, so a slow system does not slow the arrivals down (no coordinated omission).
+//! transaction) at a fixed rate while the relay, the broker (or its client) and the inventario
+//! worker run in this process. Arrivals are scheduled by their intended start time and each
+//! runs in its own task, so a slow system does not slow the arrivals down (no coordinated
+//! omission); see [`super::arrivals`]. The warm-up orders are consumed before the measured
+//! ones start.
 //! An event's latency runs from its producer's commit returning to the consumer's transaction
 //! for it committing, recorded per `id_evento` by a thin wrapper around the stock consumer.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -22,12 +24,11 @@ use entrega_core::headers::ID_EVENTO;
 use entrega_core::{HandlerError, SystemClock};
 use hdrhistogram::Histogram;
 use serde_json::json;
-use tokio::task::JoinSet;
-use tokio::time::Instant;
 use uuid::Uuid;
 
+use super::arrivals::{all_consumed, now_us, record, Instants, Producer};
 use super::report::{BenchReport, Measurement, Target};
-use super::workload::{fill_stock, order};
+use super::workload::fill_stock;
 use super::{progress, BenchRun, Common};
 use crate::services::inventario::StockConsumer;
 use crate::services::pedidos::{
@@ -54,21 +55,6 @@ pub struct E2eArgs {
     /// Seconds to wait for the last orders to be consumed.
     #[arg(long, default_value_t = 60)]
     pub drain_timeout: u64,
-}
-
-/// Commit and completion times per event id, in epoch microseconds (comparable with the log's
-/// append time); the first completion counts.
-type Instants = Arc<Mutex<HashMap<Uuid, i64>>>;
-
-fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
-fn record(map: &Instants, id: Uuid, at: i64) {
-    let mut map = map.lock().unwrap_or_else(PoisonError::into_inner);
-    map.entry(id).or_insert(at);
 }
 
 /// The stock consumer, noting when each event's transaction committed.
@@ -232,69 +218,36 @@ async fn load(run: &BenchRun, args: &E2eArgs) -> anyhow::Result<RunResult> {
         async move { worker.run(stop).await }
     });
 
-    let total = args.warmup + usize::try_from(u64::from(args.rate) * args.duration)?;
-    let interval = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
-    let committed: Instants = Arc::default();
-    let mut noted = Arrivals {
-        warmup: args.warmup,
-        commit: Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?,
-        warm: HashSet::new(),
-    };
-    let mut arrivals = JoinSet::new();
-    let run_tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let start = Instant::now();
-    for i in 0..total {
-        let intended = start + interval.mul_f64(i as f64);
-        tokio::time::sleep_until(intended).await;
-        let (store, committed) = (pedidos.clone(), Arc::clone(&committed));
-        let order = order(format!("E-{run_tag}-{i:07}"), i);
-        arrivals.spawn(async move {
-            let id = store.create(&order).await?;
-            record(&committed, id, now_us());
-            Ok::<_, anyhow::Error>((i, id, intended.elapsed()))
-        });
-        // Collect finished arrivals as we go, so the set stays small.
-        while let Some(done) = arrivals.try_join_next() {
-            noted.note(done)?;
-        }
+    // Warm-up first, until all of it is consumed: connections, leases, caches, and on Kafka
+    // the group's join (seconds), none of which the measured events should wait for.
+    let mut producer = Producer::new(pedidos.clone(), args.rate)?;
+    let limit = Duration::from_secs(args.drain_timeout);
+    let measured = usize::try_from(u64::from(args.rate) * args.duration)?;
+    let stopped = || relay_task.is_finished() || worker_task.is_finished();
+    let phases = async {
+        producer.arrive(0..args.warmup, true).await?;
+        all_consumed(&producer, &consumed, limit, stopped).await?;
+        let secs = producer
+            .arrive(args.warmup..args.warmup + measured, false)
+            .await?;
+        all_consumed(&producer, &consumed, limit, stopped).await?;
+        Ok::<_, anyhow::Error>(secs)
     }
-    while let Some(done) = arrivals.join_next().await {
-        noted.note(done)?;
-    }
-    let arrival_secs = start.elapsed().as_secs_f64();
-
-    let ids: Vec<(Uuid, i64)> = {
-        let map = committed.lock().unwrap_or_else(PoisonError::into_inner);
-        map.iter().map(|(id, at)| (*id, *at)).collect()
-    };
-    let deadline = Instant::now() + Duration::from_secs(args.drain_timeout);
-    loop {
-        let done = {
-            let map = consumed.lock().unwrap_or_else(PoisonError::into_inner);
-            ids.iter().all(|(id, _)| map.contains_key(id))
-        };
-        if done {
-            break;
-        }
-        if Instant::now() >= deadline || relay_task.is_finished() || worker_task.is_finished() {
-            stop.cancel();
-            bail!("not every order was consumed");
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    .await;
     stop.cancel();
     relay_task.await.context("relay task")?.context("relay")?;
     worker_task
         .await
         .context("worker task")?
         .context("worker")?;
+    let arrival_secs = phases?;
 
     let appended = append_times(&broker, &run.topic).await?;
     let consumed = consumed
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let legs = Legs::measure(&ids, &consumed, &appended, &noted.warm)?;
+    let legs = Legs::measure(&producer.events(), &consumed, &appended, &producer.warm)?;
     pedidos.db().close().await;
     stock.db().close().await;
     broker.close().await;
@@ -302,34 +255,9 @@ async fn load(run: &BenchRun, args: &E2eArgs) -> anyhow::Result<RunResult> {
         latency: legs.total,
         relay: legs.relay,
         consumer: legs.consumer,
-        commit: noted.commit,
-        achieved_rate: total as f64 / arrival_secs,
+        commit: producer.commit,
+        achieved_rate: measured as f64 / arrival_secs,
     })
-}
-
-/// What the producer's tasks reported: commit latencies and which events were warm-up.
-struct Arrivals {
-    warmup: usize,
-    commit: Histogram<u64>,
-    warm: HashSet<Uuid>,
-}
-
-impl Arrivals {
-    fn note(
-        &mut self,
-        done: Result<anyhow::Result<(usize, Uuid, Duration)>, tokio::task::JoinError>,
-    ) -> anyhow::Result<()> {
-        let (i, id, took) = done
-            .context("producer task")?
-            .context("committing an order")?;
-        if i < self.warmup {
-            self.warm.insert(id);
-        } else {
-            self.commit
-                .saturating_record(u64::try_from(took.as_micros())?.max(1));
-        }
-        Ok(())
-    }
 }
 
 /// When each event was appended to `topic`, in epoch microseconds (the log stamps

@@ -6,6 +6,7 @@
 //! identically prefilled database: that is the ceiling the engine is compared with.
 //! Each configuration is measured `--runs` times and the median is reported.
 
+mod arrivals;
 mod consume;
 mod e2e;
 mod pgbench;
