@@ -2,17 +2,19 @@
 //! consumer's batch transaction) drains a prefilled `pedidos.eventos`, against pgbench
 //! running the same statements.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
 use entrega::{CancellationToken, Worker, WorkerConfig};
-use entrega_core::now_ms;
+use entrega_core::{now_ms, Subscriber};
 use serde_json::json;
 
 use super::pgbench::{consume_ceiling, rate};
 use super::report::{BenchReport, Measurement, Target};
+use super::timed_subscriber::{BrokerTime, TimedSubscriber};
 use super::workload::{fill_stock, prefill_topic, settle, topic_messages};
 use super::{progress, BenchRun, Common};
 use crate::config::Db;
@@ -47,12 +49,17 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
     let timeout = Duration::from_secs(args.timeout);
     let workers = args.workers.max(1);
     let mut engine = Vec::with_capacity(common.runs);
+    let mut in_poll = Vec::with_capacity(common.runs);
+    let mut in_commit = Vec::with_capacity(common.runs);
     let mut ceiling = Vec::with_capacity(common.runs);
     let mut pipelined = Vec::with_capacity(common.runs);
     let sizes = (args.messages, args.aggregates, args.batch);
     for run in 1..=common.runs {
         progress(format!("consume x{workers}, run {run}/{}", common.runs));
-        engine.push(measure(common, args, workers).await?);
+        let drained = measure(common, args, workers).await?;
+        engine.push(drained.rate);
+        in_poll.push(drained.poll_percent);
+        in_commit.push(drained.commit_percent);
         // The ceiling is one client: the stock rows every order touches serialise consumers.
         if let Some(binary) = common.pgbench.as_deref().filter(|_| workers == 1) {
             ceiling.push(consume_ceiling(common, binary, sizes, false, timeout).await?);
@@ -64,11 +71,12 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
         .zip(&ceiling)
         .map(|(e, c)| 100.0 * e / c)
         .collect();
-    let mut rows =
-        vec![
-            Measurement::new(format!("consume x{workers} (entrega)"), "msgs/s", engine)
-                .with_target(|m| Target::at_least(TARGET_RATE, m)),
-        ];
+    let mut rows = vec![
+        Measurement::new(format!("consume x{workers} (entrega)"), "msgs/s", engine)
+            .with_target(|m| Target::at_least(TARGET_RATE, m)),
+        Measurement::new("time in poll", "%", in_poll),
+        Measurement::new("time in offset commit", "%", in_commit),
+    ];
     if !ceiling.is_empty() {
         // On Kafka the poll and the offset commit leave the database: the ceilings, which
         // run the log transport's turn (two of its ~100 statements per batch), still bound
@@ -111,16 +119,30 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
     })
 }
 
-async fn measure(common: &Common, args: &ConsumeArgs, workers: usize) -> anyhow::Result<f64> {
+/// What one drain measured.
+struct Drained {
+    /// Messages/s from the group's first hand-out of partitions to the last offset commit.
+    rate: f64,
+    /// Share of the workers' time spent in `poll` (records from the broker).
+    poll_percent: f64,
+    /// Share of the workers' time spent committing offsets; the rest is the consumer's
+    /// transactions and the worker itself.
+    commit_percent: f64,
+}
+
+async fn measure(common: &Common, args: &ConsumeArgs, workers: usize) -> anyhow::Result<Drained> {
     let run = common.place.fresh();
     let result = drain(&run, args, workers).await;
     common.cleanup(&run).await?;
-    let rate = result?;
-    progress(format!("consume x{workers} (entrega): {rate:.0} msgs/s"));
-    Ok(rate)
+    let drained = result?;
+    progress(format!(
+        "consume x{workers} (entrega): {:.0} msgs/s, {:.0}% in poll, {:.0}% in commit",
+        drained.rate, drained.poll_percent, drained.commit_percent
+    ));
+    Ok(drained)
 }
 
-async fn drain(run: &BenchRun, args: &ConsumeArgs, workers: usize) -> anyhow::Result<f64> {
+async fn drain(run: &BenchRun, args: &ConsumeArgs, workers: usize) -> anyhow::Result<Drained> {
     let stock = run
         .system
         .inventario()
@@ -140,15 +162,19 @@ async fn drain(run: &BenchRun, args: &ConsumeArgs, workers: usize) -> anyhow::Re
 
     let consumer = Arc::new(StockConsumer::new(stock.clone()));
     let stats = consumer.stats();
+    let time = Arc::new(BrokerTime::default());
+    let subscriber: Arc<dyn Subscriber> =
+        Arc::new(TimedSubscriber::new(broker.subscriber(), Arc::clone(&time)));
     let stop = CancellationToken::new();
     let start_ms = now_ms();
+    let started = Instant::now();
     let mut tasks = Vec::with_capacity(workers);
     for i in 0..workers {
         let mut config = WorkerConfig::new(&run.group, &run.topic);
         config.member = format!("bench-worker-{i}");
         config.max_batch = args.batch.max(1);
         let worker = Worker::new(
-            broker.subscriber(),
+            Arc::clone(&subscriber),
             broker.publisher(),
             consumer.router(),
             config,
@@ -178,6 +204,13 @@ async fn drain(run: &BenchRun, args: &ConsumeArgs, workers: usize) -> anyhow::Re
         let pause = if processed >= want { 1 } else { 5 };
         tokio::time::sleep(Duration::from_millis(pause)).await;
     };
+    // From the group's first hand-out of partitions: forming a Kafka group takes seconds
+    // (nothing on the log transport), which is not the consumer's throughput.
+    let joined = time.joined.get().copied().unwrap_or(started);
+    let join_ms = i64::try_from(joined.duration_since(started).as_millis()).unwrap_or(0);
+    let busy_us = (joined.elapsed().as_micros() as f64 * workers as f64).max(1.0);
+    let share = |total: &AtomicU64| 100.0 * total.load(Ordering::Relaxed) as f64 / busy_us;
+    let (poll_percent, commit_percent) = (share(&time.poll_us), share(&time.commit_us));
     stop.cancel();
     for task in tasks {
         task.await.context("worker task")?.context("worker")?;
@@ -198,7 +231,11 @@ async fn drain(run: &BenchRun, args: &ConsumeArgs, workers: usize) -> anyhow::Re
     };
     stock.db().close().await;
     broker.close().await;
-    Ok(rate(args.messages, start_ms, end_ms))
+    Ok(Drained {
+        rate: rate(args.messages, start_ms + join_ms, end_ms),
+        poll_percent,
+        commit_percent,
+    })
 }
 
 /// Messages the run's group has committed past, over every partition.

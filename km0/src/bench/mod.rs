@@ -13,6 +13,7 @@ mod pgbench;
 mod relay;
 mod report;
 mod timed_publisher;
+mod timed_subscriber;
 mod workload;
 
 use anyhow::Context as _;
