@@ -48,7 +48,9 @@ const BRAKE_PRODUCT: &str = "tomate-rosa";
 /// up; it can only do so once its batch is done.
 const JOINING: Duration = Duration::from_secs(6);
 /// How long the brake is let go at a time until every consumer has a batch in flight.
-const PULSE: Duration = Duration::from_millis(250);
+const PULSE: Duration = Duration::from_millis(100);
+/// How long each pulse waits, the brake on, for all three consumers to be held.
+const PULSE_WAIT: Duration = Duration::from_secs(5);
 /// Longest wait for consumers to reach an expected state.
 const WITHIN: Duration = Duration::from_secs(45);
 /// Longest wait for everything to be consumed at the end.
@@ -177,17 +179,17 @@ async fn partitions_move_with_batches_in_flight_without_loss_or_double_effect() 
         tokio::time::sleep(PULSE).await;
         brake.engage().await;
         pulses += 1;
-        let all_three = entrega_testkit::wait_until(Duration::from_secs(3), || async {
-            brake.waiting().await == 3
-        })
-        .await;
+        let all_three =
+            entrega_testkit::wait_until(PULSE_WAIT, || async { brake.waiting().await == 3 }).await;
         if all_three {
             break;
         }
         assert!(
-            pulses < 20,
-            "never all three consumers with a batch in flight (waiting: {})",
-            brake.waiting().await
+            pulses < 15,
+            "never all three consumers with a batch in flight (waiting: {}, committed {} of \
+             {events})",
+            brake.waiting().await,
+            committed_total(&view).await
         );
         brake.release().await;
     }
