@@ -24,10 +24,10 @@ pub enum BrokerError {
     #[error(transparent)]
     Url(#[from] BrokerUrlError),
     /// The log transport's database could not be opened or migrated.
-    #[error("opening the log broker's database: {0}")]
+    #[error("opening the log broker's database")]
     Store(#[from] StoreError),
     /// The Kafka client could not be set up.
-    #[error("connecting to kafka: {0}")]
+    #[error("setting up the kafka clients")]
     Transport(#[from] TransportError),
 }
 
