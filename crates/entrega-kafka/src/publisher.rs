@@ -1,7 +1,7 @@
 //! Publishing with an idempotent producer, returning only once every message is acknowledged.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -24,7 +24,8 @@ const QUEUE_FULL_BACKOFF: Duration = Duration::from_millis(5);
 /// Before a batch is enqueued, every topic in it is looked up once (then remembered): a batch
 /// naming a missing topic fails with [`TransportError::UnknownTopic`] and enqueues nothing.
 pub struct KafkaPublisher {
-    producer: FutureProducer,
+    producer: RwLock<FutureProducer>,
+    config: KafkaConfig,
     known: Mutex<HashSet<String>>,
     request_timeout: Duration,
     delivery_timeout: Duration,
@@ -35,11 +36,55 @@ impl KafkaPublisher {
     pub fn new(config: &KafkaConfig) -> Result<Self, TransportError> {
         let producer: FutureProducer = config.producer().create().map_err(|e| transport(e, ""))?;
         Ok(Self {
-            producer,
+            producer: RwLock::new(producer),
+            config: config.clone(),
             known: Mutex::new(HashSet::new()),
             request_timeout: config.request_timeout,
             delivery_timeout: config.delivery_timeout,
         })
+    }
+
+    /// The producer in use.
+    fn producer(&self) -> FutureProducer {
+        self.producer
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces `used` with a new producer if it hit a fatal error, or was fenced (its epoch
+    /// bump after a delivery timed out refused): librdkafka never recovers such an instance,
+    /// every later message fails the same way.
+    fn renew_if_broken(&self, used: &FutureProducer, failure: Option<&KafkaError>) {
+        let fenced = failure
+            .and_then(KafkaError::rdkafka_error_code)
+            .filter(|c| {
+                matches!(
+                    c,
+                    RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch
+                )
+            });
+        let Some((code, reason)) = used
+            .client()
+            .fatal_error()
+            .or_else(|| fenced.map(|c| (c, c.to_string())))
+        else {
+            return;
+        };
+        let mut current = self
+            .producer
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !std::ptr::eq(current.client().native_ptr(), used.client().native_ptr()) {
+            return;
+        }
+        match self.config.producer().create::<FutureProducer>() {
+            Ok(fresh) => {
+                tracing::warn!(?code, %reason, "kafka producer failed for good; replaced");
+                *current = fresh;
+            }
+            Err(e) => tracing::warn!(error = %e, "replacing the failed kafka producer"),
+        }
     }
 
     fn is_known(&self, topic: &str) -> bool {
@@ -54,7 +99,7 @@ impl KafkaPublisher {
             .filter(|t| !self.is_known(t))
             .collect();
         for topic in unknown {
-            let producer = self.producer.clone();
+            let producer = self.producer();
             let name = topic.to_owned();
             let timeout = self.request_timeout;
             let info = blocking(move || {
@@ -83,7 +128,11 @@ impl KafkaPublisher {
     }
 
     /// Hands one message to librdkafka, waiting while its local queue is full.
-    async fn enqueue(&self, m: &OutgoingMessage) -> Result<DeliveryFuture, TransportError> {
+    async fn enqueue(
+        &self,
+        producer: &FutureProducer,
+        m: &OutgoingMessage,
+    ) -> Result<DeliveryFuture, TransportError> {
         let started = Instant::now();
         loop {
             let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
@@ -99,7 +148,7 @@ impl KafkaPublisher {
             if let Some(key) = &m.key {
                 record = record.key(key.as_str());
             }
-            match self.producer.send_result(record) {
+            match producer.send_result(record) {
                 Ok(delivery) => return Ok(delivery),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
                     if started.elapsed() < self.delivery_timeout =>
@@ -120,17 +169,30 @@ impl Publisher for KafkaPublisher {
             return Ok(());
         }
         self.check_topics(batch).await?;
+        let producer = self.producer();
         let mut pending = Vec::with_capacity(batch.len());
         for m in batch {
-            pending.push((m.topic.as_str(), self.enqueue(m).await?));
+            match self.enqueue(&producer, m).await {
+                Ok(delivery) => pending.push((m.topic.as_str(), delivery)),
+                Err(e) => {
+                    self.renew_if_broken(&producer, None);
+                    return Err(e);
+                }
+            }
         }
         // Await every report, even after a failure, so `Ok` can only mean all were stored
         // and the first error names the first message that was not.
         let mut first_error = None;
+        let mut first_kafka_error = None;
         for (topic, delivery) in pending {
             let failure = match delivery.await {
                 Ok(Ok(_)) => None,
-                Ok(Err((e, _))) => Some(transport(e, topic)),
+                Ok(Err((e, _))) => {
+                    if first_kafka_error.is_none() {
+                        first_kafka_error = Some(e.clone());
+                    }
+                    Some(transport(e, topic))
+                }
                 Err(canceled) => Some(TransportError::unavailable(canceled)),
             };
             if let Some(TransportError::UnknownTopic { topic }) = &failure {
@@ -142,6 +204,9 @@ impl Publisher for KafkaPublisher {
             if first_error.is_none() {
                 first_error = failure;
             }
+        }
+        if first_error.is_some() {
+            self.renew_if_broken(&producer, first_kafka_error.as_ref());
         }
         first_error.map_or(Ok(()), Err)
     }

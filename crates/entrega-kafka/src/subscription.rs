@@ -127,11 +127,19 @@ fn fill(
                 }
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
-            Some(Err(e)) if ready > 0 => {
-                tracing::warn!(%topic, error = %e, "consumer error after records were fetched");
-                return Ok(());
+            Some(Err(e)) => {
+                let error = transport(e, topic);
+                if !error.is_transient() {
+                    return Err(error);
+                }
+                // Broker-down and transport events are news, not failures of this poll:
+                // librdkafka reconnects by itself, and events queued during an outage would
+                // otherwise each cost the caller a backoff after the brokers are back.
+                tracing::warn!(%topic, %error, "consumer event");
+                if ready > 0 {
+                    return Ok(());
+                }
             }
-            Some(Err(e)) => return Err(transport(e, topic)),
         }
     }
 }

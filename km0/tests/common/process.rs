@@ -112,6 +112,7 @@ impl Deployment {
             .env_remove("KM0_BROKER")
             .env_remove("KM0_DB_PREFIX")
             .env_remove("KM0_LEASE_TTL_MS")
+            .env_remove("KM0_KEY_CONCURRENCY")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
