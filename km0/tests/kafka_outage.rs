@@ -21,9 +21,10 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::kafka::Tansu;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Outcome, Placed};
-use common::kafka_state::{AdvertisedTansu, KafkaView};
+use common::kafka_state::KafkaView;
 use common::process::{Deployment, Km0};
 use common::proxy::Proxy;
 use common::state::{eventually, DbState};
@@ -197,7 +198,7 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let outage = outage();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
     let proxy_addr = listener.local_addr().expect("proxy addr");
-    let tansu = AdvertisedTansu::start(proxy_addr.port());
+    let tansu = Tansu::start_advertising(proxy_addr.port());
     let proxy = Proxy::start_on(listener, proxy_addr, tansu.addr());
     let url = format!("kafka://{proxy_addr}?session_timeout_ms={SESSION_TIMEOUT_MS}");
     let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);

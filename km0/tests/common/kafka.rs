@@ -45,27 +45,29 @@ impl Tansu {
     /// Starts a broker on a free port and waits until it accepts connections.
     pub fn start() -> Self {
         let port = free_port();
-        let child = Self::spawn(port);
-        let broker = Self { child, port };
-        broker.wait_listening();
-        broker
+        Self::launch(port, port)
     }
 
-    fn spawn(port: u16) -> Child {
-        let url = format!("tcp://127.0.0.1:{port}");
-        Command::new(tansu_bin())
-            .args([
-                "broker",
-                "--listener-url",
-                &url,
-                "--advertised-listener-url",
-                &url,
-            ])
+    /// Starts a broker on a free port that tells clients to connect to
+    /// `127.0.0.1:<advertised>` instead (a [`super::proxy::Proxy`] in front of it, say).
+    pub fn start_advertising(advertised: u16) -> Self {
+        Self::launch(free_port(), advertised)
+    }
+
+    fn launch(port: u16, advertised: u16) -> Self {
+        let child = Command::new(tansu_bin())
+            .args(["broker", "--listener-url"])
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .arg("--advertised-listener-url")
+            .arg(format!("tcp://127.0.0.1:{advertised}"))
             .args(["--storage-engine", "memory://tansu/"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start tansu")
+            .expect("start tansu");
+        let broker = Self { child, port };
+        broker.wait_listening();
+        broker
     }
 
     fn wait_listening(&self) {

@@ -1,8 +1,7 @@
 //! What a Kafka process test asserts on, read with a plain librdkafka client of the test's
 //! own, never through km0: end and committed offsets and every record of a topic
 //! ([`KafkaView`]); the orders the tests place ([`orders`]) and the end state they must reach
-//! ([`checks`]). Plus a tansu broker that advertises another port, so a
-//! [`super::proxy::Proxy`] can stand between it and its clients.
+//! ([`checks`]).
 
 #![allow(clippy::panic)]
 
@@ -10,8 +9,6 @@ pub mod checks;
 pub mod orders;
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -239,51 +236,4 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 fn to_u32(p: i32) -> u32 {
     u32::try_from(p).expect("partition id")
-}
-
-/// A tansu broker that listens on a free port but tells clients to connect to `advertised`
-/// (a proxy's port), killed when dropped.
-pub struct AdvertisedTansu {
-    child: Child,
-    port: u16,
-}
-
-impl AdvertisedTansu {
-    /// Starts tansu (in-memory storage) advertising `127.0.0.1:<advertised>` and waits until
-    /// it accepts connections on its own port.
-    pub fn start(advertised: u16) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new(super::kafka::tansu_bin())
-            .args(["broker", "--listener-url"])
-            .arg(format!("tcp://127.0.0.1:{port}"))
-            .arg("--advertised-listener-url")
-            .arg(format!("tcp://127.0.0.1:{advertised}"))
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu");
-        let broker = Self { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(broker.addr()).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        broker
-    }
-
-    /// Its own address, where the proxy forwards to.
-    pub fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-}
-
-impl Drop for AdvertisedTansu {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
