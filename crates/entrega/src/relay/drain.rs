@@ -174,7 +174,7 @@ impl Relay {
             headers: Headers::new()
                 .with(TIPO, row.kind.clone())
                 .with(ID_EVENTO, row.id.to_string()),
-            payload: row.envelope(&self.config.source).to_bytes(),
+            payload: row.envelope_bytes(&self.config.source),
         }
     }
 }
