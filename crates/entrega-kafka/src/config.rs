@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 
+use crate::scope::Role;
+
 /// How to reach a Kafka cluster and how the clients behave.
 ///
 /// Build it with [`KafkaConfig::new`] or [`KafkaConfig::from_url`], then adjust it with the
@@ -195,9 +197,14 @@ impl KafkaConfig {
         c
     }
 
-    fn finish(&self, mut c: ClientConfig) -> ClientConfig {
+    /// Applies the overrides that concern a client of this `role`: a property librdkafka
+    /// knows to be only a producer's (or only a consumer's) is left out of the other
+    /// clients, so that one URL can carry both kinds without warnings from every client.
+    fn finish(&self, mut c: ClientConfig, role: Role) -> ClientConfig {
         for (name, value) in &self.overrides {
-            c.set(name, value);
+            if role.takes(name) {
+                c.set(name, value);
+            }
         }
         c
     }
@@ -210,20 +217,20 @@ impl KafkaConfig {
             .set("max.in.flight.requests.per.connection", "5")
             .set("partitioner", "murmur2_random")
             .set("message.timeout.ms", ms(self.delivery_timeout));
-        self.finish(c)
+        self.finish(c, Role::Producer)
     }
 
     /// A group member's properties.
     pub(crate) fn member(&self, group: &str, member: &str) -> ClientConfig {
         let mut c = self.consumer(group, member);
         c.set("partition.assignment.strategy", "cooperative-sticky");
-        self.finish(c)
+        self.finish(c, Role::Consumer)
     }
 
     /// A client that reads offsets or records of `group` without ever joining it.
     pub(crate) fn reader(&self, group: &str) -> ClientConfig {
         let c = self.consumer(group, &self.client_id);
-        self.finish(c)
+        self.finish(c, Role::Consumer)
     }
 
     fn consumer(&self, group: &str, client_id: &str) -> ClientConfig {
@@ -244,7 +251,7 @@ impl KafkaConfig {
     /// The admin client's properties.
     pub(crate) fn admin(&self) -> ClientConfig {
         let c = self.base(&self.client_id);
-        self.finish(c)
+        self.finish(c, Role::Admin)
     }
 }
 
@@ -346,6 +353,26 @@ mod tests {
         assert_eq!(c.delivery_timeout, Duration::from_secs(30));
         let ipv6 = KafkaConfig::from_url("kafka://[::1]:9092").unwrap();
         assert_eq!(ipv6.bootstrap, "[::1]:9092");
+    }
+
+    #[test]
+    fn overrides_reach_only_the_clients_they_concern() {
+        let c = KafkaConfig::new("h:1")
+            .with_override("linger.ms", "0")
+            .with_override("fetch.wait.max.ms", "5")
+            .with_override("socket.keepalive.enable", "true");
+        let (producer, member, reader, admin) =
+            (c.producer(), c.member("g", "m"), c.reader("g"), c.admin());
+        assert_eq!(producer.get("linger.ms"), Some("0"));
+        assert_eq!(producer.get("fetch.wait.max.ms"), None);
+        assert_eq!(member.get("fetch.wait.max.ms"), Some("5"));
+        assert_eq!(member.get("linger.ms"), None);
+        assert_eq!(reader.get("fetch.wait.max.ms"), Some("5"));
+        assert_eq!(admin.get("linger.ms"), None);
+        assert_eq!(admin.get("fetch.wait.max.ms"), None);
+        for client in [&producer, &member, &reader, &admin] {
+            assert_eq!(client.get("socket.keepalive.enable"), Some("true"));
+        }
     }
 
     #[test]

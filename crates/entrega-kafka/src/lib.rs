@@ -31,6 +31,7 @@ mod inspector;
 mod meta;
 mod publisher;
 mod record;
+mod scope;
 mod subscriber;
 mod subscription;
 
