@@ -22,18 +22,15 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::kafka::Tansu;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
-use common::kafka_state::orders::{all_accepted, fill_stock, Load};
-use common::kafka_state::KafkaView;
-use common::process::{Deployment, Km0};
+use common::kafka_state::orders::{all_accepted, Load};
+use common::kafka_state::{KafkaRig, KafkaView};
+use common::process::Km0;
 use common::state::eventually;
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::{PARTITIONS, TOPIC};
 
 /// Session timeout of the group members: a dead member keeps its partitions this long.
-const SESSION_TIMEOUT_MS: u64 = 6_000;
-const LEASE_TTL_MS: u64 = 1_000;
 /// How fast orders are placed.
 const PER_SECOND: u32 = 30;
 /// Orders placed after the survivors took the dead member's partitions over.
@@ -109,12 +106,13 @@ async fn stalled_while_frozen(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_consumers_one_killed_every_order_applied_once_in_order() {
-    let tansu = Tansu::start();
-    let url = format!("{}?session_timeout_ms={SESSION_TIMEOUT_MS}", tansu.url());
-    let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
-    let state = deployment.state().await;
-    let view = KafkaView::new(tansu.bootstrap());
-    let start = fill_stock(&state).await;
+    let KafkaRig {
+        tansu: _broker,
+        deployment,
+        state,
+        view,
+        start,
+    } = KafkaRig::start().await;
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let relay = deployment.start("relay", "relay-1").await;

@@ -24,15 +24,13 @@ use std::time::{Duration, Instant};
 use common::kafka::Tansu;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Outcome, Placed};
-use common::kafka_state::KafkaView;
+use common::kafka_state::{KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
 use common::process::{Deployment, Km0};
 use common::proxy::Proxy;
 use common::state::{eventually, DbState};
 use km0::wiring::Broker;
 use serde_json::json;
 
-const SESSION_TIMEOUT_MS: u64 = 6_000;
-const LEASE_TTL_MS: u64 = 1_000;
 /// The outage asked for; `KM0_OUTAGE_SECS` overrides it.
 const OUTAGE_SECS: u64 = 60;
 /// Orders per second, before and during the outage.

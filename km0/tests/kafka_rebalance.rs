@@ -25,19 +25,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::kafka::Tansu;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
-use common::kafka_state::orders::{all_accepted, fill_stock, Load};
-use common::kafka_state::KafkaView;
-use common::process::Deployment;
+use common::kafka_state::orders::{all_accepted, Load};
+use common::kafka_state::{KafkaRig, KafkaView};
 use common::state::eventually;
 use km0::config::Db;
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::TOPIC;
 use sqlx::{PgPool, Postgres, Transaction};
 
-const SESSION_TIMEOUT_MS: u64 = 6_000;
-const LEASE_TTL_MS: u64 = 1_000;
 /// Orders in the backlog (two events each), and how fast they are placed.
 const BACKLOG: usize = 1500;
 const PER_SECOND: u32 = 300;
@@ -119,12 +115,13 @@ async fn committed_total(view: &KafkaView) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_move_with_batches_in_flight_without_loss_or_double_effect() {
-    let tansu = Tansu::start();
-    let url = format!("{}?session_timeout_ms={SESSION_TIMEOUT_MS}", tansu.url());
-    let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
-    let state = deployment.state().await;
-    let view = KafkaView::new(tansu.bootstrap());
-    let start = fill_stock(&state).await;
+    let KafkaRig {
+        tansu: _broker,
+        deployment,
+        state,
+        view,
+        start,
+    } = KafkaRig::start().await;
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let relay = deployment.start("relay", "relay-1").await;
