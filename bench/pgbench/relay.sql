@@ -39,12 +39,14 @@ FROM (
         -- OutboxReader::pending_lanes
         SELECT o.lane, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga, o.seq,
                (extract(epoch FROM o.creado_en) * 1000)::bigint AS created_at_ms
-        FROM UNNEST(ARRAY(SELECT generate_series(:client_id, 63, :nclients))::int2[])
-             WITH ORDINALITY AS h(lane, ord)
+        FROM UNNEST(ARRAY(SELECT generate_series(:client_id, 63, :nclients))::int2[],
+                    ARRAY(SELECT (-9223372036854775807 - 1)::int8
+                          FROM generate_series(:client_id, 63, :nclients)))
+             WITH ORDINALITY AS h(lane, after_seq, ord)
         CROSS JOIN LATERAL (
             SELECT lane, id, agregado, agregado_id, tipo, version, carga, seq, creado_en
             FROM outbox
-            WHERE lane = h.lane AND publicado_en IS NULL
+            WHERE lane = h.lane AND publicado_en IS NULL AND seq > h.after_seq
             ORDER BY seq
             LIMIT :batch
         ) o

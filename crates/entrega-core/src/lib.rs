@@ -10,6 +10,7 @@ mod lease;
 mod outbox;
 mod outcome;
 mod partition;
+mod raw_json;
 mod transport;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -19,11 +20,12 @@ pub use headers::Headers;
 pub use inspect::{group_lag, LogInspector, PartitionLag};
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
-    lane_of, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
+    lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
     OutboxRow, OutboxStatus, OutboxWakeup, LANES,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
 pub use partition::{murmur2, partition_for};
+pub use raw_json::RawJson;
 pub use transport::{OutgoingMessage, Publisher, Record, Subscriber, Subscription, TopicAdmin};
 
 /// Result of running an effect through an idempotent consumer.

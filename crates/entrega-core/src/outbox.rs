@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{Envelope, StoreError};
+use crate::{Envelope, RawJson, StoreError};
 
 /// Number of relay lanes. Fixed by the schema (the Postgres lane is a generated column).
 pub const LANES: u32 = 64;
@@ -35,8 +35,8 @@ pub struct OutboxRow {
     pub kind: String,
     /// Schema version (`version`).
     pub version: u32,
-    /// Payload (`carga`), the envelope's `datos`.
-    pub payload: Value,
+    /// Payload (`carga`), the envelope's `datos`, as the store returned its text.
+    pub payload: RawJson,
     /// Creation time (`creado_en`) in epoch ms; the envelope's `fecha_ms`.
     pub created_at_ms: i64,
     /// Insertion sequence; publishing order within a lane.
@@ -52,12 +52,14 @@ impl OutboxRow {
             version: self.version,
             timestamp_ms: self.created_at_ms,
             source: source.to_owned(),
-            data: self.payload.clone(),
+            data: self.payload.to_value(),
         }
     }
 
-    /// The wire form of [`OutboxRow::envelope`], serialized straight from the row without
-    /// copying the payload: the same bytes as `self.envelope(source).to_bytes()`.
+    /// The wire form of [`OutboxRow::envelope`], serialized straight from the row: the payload's
+    /// text is written as stored, never parsed. The same JSON value as
+    /// `self.envelope(source).to_bytes()` (and the same bytes when the stored text is compact
+    /// with sorted keys).
     pub fn envelope_bytes(&self, source: &str) -> Vec<u8> {
         let wire = WireEnvelope {
             id_evento: &self.id,
@@ -67,7 +69,7 @@ impl OutboxRow {
             origen: source,
             datos: &self.payload,
         };
-        // Plain strings, numbers and a `Value`: serializing cannot fail.
+        // Plain strings, numbers and validated JSON text: serializing cannot fail.
         serde_json::to_vec(&wire).unwrap_or_default()
     }
 }
@@ -80,7 +82,7 @@ struct WireEnvelope<'a> {
     version: u32,
     fecha_ms: i64,
     origen: &'a str,
-    datos: &'a Value,
+    datos: &'a RawJson,
 }
 
 /// A new event to enqueue in the caller's transaction.
@@ -157,6 +159,16 @@ pub struct LaneRows {
     pub rows: Vec<OutboxRow>,
 }
 
+/// Where to go on reading a lane: only its rows after `after_seq`
+/// ([`OutboxReader::pending_lanes_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneCursor {
+    /// The lane.
+    pub lane: u32,
+    /// The `seq` of the last row already taken from the lane; rows up to it are skipped.
+    pub after_seq: i64,
+}
+
 /// Rows of one lane to mark published under that lane's lease
 /// ([`OutboxReader::mark_published_lanes`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,6 +209,47 @@ pub trait OutboxReader: Send + Sync {
             let rows = self.pending(lane, limit).await?;
             if !rows.is_empty() {
                 found.push(LaneRows { lane, rows });
+            }
+        }
+        Ok(found)
+    }
+
+    /// Like [`OutboxReader::pending_lanes`], but only the rows of each lane after its cursor:
+    /// the relay reads a lane's next rows while the rows up to the cursor are still being
+    /// published, and so still pending. Lanes without such rows are left out; the others come
+    /// in the order of `cursors`.
+    ///
+    /// The default reads each lane with [`OutboxReader::pending`], asking for more rows until
+    /// `limit` rows past the cursor are found or the lane has no more.
+    async fn pending_lanes_after(
+        &self,
+        cursors: &[LaneCursor],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        let mut found = Vec::new();
+        if limit == 0 {
+            return Ok(found);
+        }
+        for cursor in cursors {
+            let mut ask = limit.saturating_mul(2);
+            loop {
+                let rows = self.pending(cursor.lane, ask).await?;
+                let exhausted = rows.len() < ask || ask == usize::MAX;
+                let after: Vec<OutboxRow> = rows
+                    .into_iter()
+                    .filter(|r| r.seq > cursor.after_seq)
+                    .take(limit)
+                    .collect();
+                if after.len() == limit || exhausted {
+                    if !after.is_empty() {
+                        found.push(LaneRows {
+                            lane: cursor.lane,
+                            rows: after,
+                        });
+                    }
+                    break;
+                }
+                ask = ask.saturating_mul(2);
             }
         }
         Ok(found)
@@ -269,7 +322,8 @@ mod tests {
             payload: serde_json::json!({
                 "id": "P-1", "cliente": "ana \"la\" ñ", "lineas": [{"producto": "queso", "cantidad": 2}],
                 "nulo": null, "f": 1.5
-            }),
+            })
+            .into(),
             created_at_ms: 1_764_500_000_123,
             seq: 7,
         };
@@ -277,5 +331,27 @@ mod tests {
         assert_eq!(bytes, row.envelope("pedidos").to_bytes());
         let parsed = Envelope::parse_with(&bytes, &crate::Limits::default()).unwrap();
         assert_eq!(parsed, row.envelope("pedidos"));
+    }
+
+    #[test]
+    fn envelope_bytes_carry_the_stored_text_of_the_payload() {
+        // PostgreSQL's jsonb text: spaces after separators, keys by length then bytes.
+        let stored = r#"{"id": "P-2", "lineas": [{"cantidad": 1, "producto": "pan"}]}"#;
+        let row = OutboxRow {
+            id: Uuid::new_v4(),
+            aggregate: "pedido".into(),
+            aggregate_id: "P-2".into(),
+            kind: "pedido.creado".into(),
+            version: 1,
+            payload: RawJson::parse(stored.to_owned()).unwrap(),
+            created_at_ms: 1_764_500_000_456,
+            seq: 8,
+        };
+        let bytes = row.envelope_bytes("pedidos");
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.contains(&format!("\"datos\":{stored}")), "{text}");
+        let parsed = Envelope::parse_with(&bytes, &crate::Limits::default()).unwrap();
+        assert_eq!(parsed, row.envelope("pedidos"));
+        assert_eq!(parsed.data["lineas"][0]["producto"], "pan");
     }
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow,
-    OutboxStatus, OutboxWakeup, StoreError, SystemClock,
+    LaneCursor, Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow,
+    OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::types::Json;
@@ -150,7 +150,8 @@ fn version_of(event: &NewEvent) -> Result<i32, StoreError> {
 
 pub(crate) fn row_of(row: &PgRow) -> Result<OutboxRow, StoreError> {
     let version: i32 = row.try_get("version").map_err(classify)?;
-    let payload: Json<serde_json::Value> = row.try_get("carga").map_err(classify)?;
+    // Kept as text: the relay writes it into the envelope without looking inside.
+    let payload: Json<RawJson> = row.try_get("carga").map_err(classify)?;
     Ok(OutboxRow {
         id: row.try_get("id").map_err(classify)?,
         aggregate: row.try_get("agregado").map_err(classify)?,
@@ -239,7 +240,22 @@ impl OutboxReader for PgOutbox {
         lanes: &[u32],
         limit: usize,
     ) -> Result<Vec<LaneRows>, StoreError> {
-        crate::outbox_lanes::pending_lanes(&self.pool, lanes, limit).await
+        let cursors: Vec<LaneCursor> = lanes
+            .iter()
+            .map(|&lane| LaneCursor {
+                lane,
+                after_seq: i64::MIN,
+            })
+            .collect();
+        crate::outbox_lanes::pending_lanes(&self.pool, &cursors, limit).await
+    }
+
+    async fn pending_lanes_after(
+        &self,
+        cursors: &[LaneCursor],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        crate::outbox_lanes::pending_lanes(&self.pool, cursors, limit).await
     }
 
     async fn mark_published_lanes(

@@ -3,7 +3,7 @@
 //! per lane. A relay holding 64 lanes would otherwise spend most of an idle pass asking empty
 //! lanes, one by one, whether they have anything.
 
-use entrega_core::{LaneMark, LaneRows, StoreError};
+use entrega_core::{LaneCursor, LaneMark, LaneRows, StoreError};
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 use uuid::Uuid;
@@ -11,16 +11,17 @@ use uuid::Uuid;
 use crate::errors::{classify, invalid};
 use crate::outbox::{row_of, timestamp_ms};
 
-/// The oldest pending rows of each listed lane (up to `$2` each), lanes in list order.
-/// Every lane is one probe of the partial index `outbox_lane_pending (lane, seq)`.
+/// The oldest pending rows of each listed lane past its cursor (up to `$2` each), lanes in
+/// list order. Every lane is one range probe of the partial index
+/// `outbox_lane_pending (lane, seq)`.
 const PENDING_LANES: &str = "
 SELECT o.lane, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga, o.seq,
        (extract(epoch FROM o.creado_en) * 1000)::bigint AS created_at_ms
-FROM UNNEST($1::int2[]) WITH ORDINALITY AS h(lane, ord)
+FROM UNNEST($1::int2[], $3::int8[]) WITH ORDINALITY AS h(lane, after_seq, ord)
 CROSS JOIN LATERAL (
     SELECT lane, id, agregado, agregado_id, tipo, version, carga, seq, creado_en
     FROM outbox
-    WHERE lane = h.lane AND publicado_en IS NULL
+    WHERE lane = h.lane AND publicado_en IS NULL AND seq > h.after_seq
     ORDER BY seq
     LIMIT $2
 ) o
@@ -44,19 +45,21 @@ SELECT lane FROM held";
 
 pub(crate) async fn pending_lanes(
     pool: &PgPool,
-    lanes: &[u32],
+    cursors: &[LaneCursor],
     limit: usize,
 ) -> Result<Vec<LaneRows>, StoreError> {
-    if lanes.is_empty() || limit == 0 {
+    if cursors.is_empty() || limit == 0 {
         return Ok(Vec::new());
     }
-    let lanes: Vec<i16> = lanes
+    let lanes: Vec<i16> = cursors
         .iter()
-        .map(|l| i16::try_from(*l).map_err(|_| invalid(format!("no lane {l}"))))
+        .map(|c| i16::try_from(c.lane).map_err(|_| invalid(format!("no lane {}", c.lane))))
         .collect::<Result<_, _>>()?;
+    let after: Vec<i64> = cursors.iter().map(|c| c.after_seq).collect();
     let rows = sqlx::query(PENDING_LANES)
         .bind(&lanes)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(&after)
         .fetch_all(pool)
         .await
         .map_err(classify)?;

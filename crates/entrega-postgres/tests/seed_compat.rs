@@ -74,7 +74,7 @@ async fn rows_inserted_by_the_seed_sql_are_published() -> TestResult {
     assert_eq!(row.aggregate_id, "P-2026-000123");
     assert_eq!(row.kind, "pedido.creado");
     assert_eq!(row.version, 1, "the seed leaves version to its default");
-    assert_eq!(row.payload["importe_centimos"], 1250);
+    assert_eq!(row.payload.to_value()["importe_centimos"], 1250);
     assert!(row.created_at_ms > 0);
 
     // Publish it the way the relay does, then mark it.

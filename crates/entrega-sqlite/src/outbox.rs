@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    lane_of, Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, StoreError, SystemClock,
+    LaneCursor, lane_of, Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
+    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection, SqlitePool};
@@ -118,7 +118,7 @@ pub(crate) fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
         )
     })?;
     let payload: String = row.try_get("carga").map_err(get_err)?;
-    let payload = serde_json::from_str(&payload)
+    let payload = RawJson::parse(payload)
         .map_err(|e| corrupt("outbox", format!("row {id}: carga is not JSON: {e}")))?;
     let created_at_ms: Option<i64> = row.try_get("created_ms").map_err(get_err)?;
     let created_at_ms = created_at_ms
@@ -208,7 +208,22 @@ impl OutboxReader for SqliteOutbox {
         lanes: &[u32],
         limit: usize,
     ) -> Result<Vec<LaneRows>, StoreError> {
-        crate::outbox_lanes::pending_lanes(&self.pool, lanes, limit).await
+        let cursors: Vec<LaneCursor> = lanes
+            .iter()
+            .map(|&lane| LaneCursor {
+                lane,
+                after_seq: i64::MIN,
+            })
+            .collect();
+        crate::outbox_lanes::pending_lanes(&self.pool, &cursors, limit).await
+    }
+
+    async fn pending_lanes_after(
+        &self,
+        cursors: &[LaneCursor],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        crate::outbox_lanes::pending_lanes(&self.pool, cursors, limit).await
     }
 
     async fn mark_published_lanes(

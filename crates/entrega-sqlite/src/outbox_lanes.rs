@@ -2,7 +2,7 @@
 //! every lane a relay holds and one write transaction for the rows it published, instead of a
 //! statement and a transaction per lane.
 
-use entrega_core::{LaneMark, LaneRows, StoreError};
+use entrega_core::{LaneCursor, LaneMark, LaneRows, StoreError};
 use sqlx::{Row, SqlitePool};
 
 use crate::connect::begin_immediate;
@@ -15,7 +15,7 @@ const LANES_PER_QUERY: usize = 64;
 
 pub(crate) async fn pending_lanes(
     pool: &SqlitePool,
-    lanes: &[u32],
+    cursors: &[LaneCursor],
     limit: usize,
 ) -> Result<Vec<LaneRows>, StoreError> {
     let mut found: Vec<LaneRows> = Vec::new();
@@ -23,14 +23,14 @@ pub(crate) async fn pending_lanes(
         return Ok(found);
     }
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    for chunk in lanes.chunks(LANES_PER_QUERY) {
+    for chunk in cursors.chunks(LANES_PER_QUERY) {
         // One member per lane, each an index probe with its own LIMIT (SQLite has no LATERAL);
         // `ord` keeps the caller's lane order, rowid the insertion order within a lane.
         let member = format!(
             "SELECT * FROM (SELECT ? AS ord, lane, rowid AS seq, id, agregado, agregado_id, tipo,
                                    version, carga, {} AS created_ms
                             FROM outbox
-                            WHERE lane = ? AND publicado_en IS NULL
+                            WHERE lane = ? AND publicado_en IS NULL AND rowid > ?
                             ORDER BY rowid
                             LIMIT ?)",
             epoch_ms_sql("creado_en")
@@ -40,10 +40,11 @@ pub(crate) async fn pending_lanes(
             vec![member; chunk.len()].join(" UNION ALL ")
         );
         let mut query = sqlx::query(&sql);
-        for (ord, lane) in chunk.iter().enumerate() {
+        for (ord, cursor) in chunk.iter().enumerate() {
             query = query
                 .bind(i64::try_from(ord).unwrap_or(i64::MAX))
-                .bind(i64::from(*lane))
+                .bind(i64::from(cursor.lane))
+                .bind(cursor.after_seq)
                 .bind(limit);
         }
         let rows = query.fetch_all(pool).await.map_err(classify)?;

@@ -46,6 +46,7 @@ pub async fn run_all_outbox(h: &dyn OutboxHarness) -> Scenario {
         outbox::wakeup_returns_after_commit,
         outbox::pending_lanes_matches_each_lane,
         outbox::mark_lanes_fences_each_lane,
+        outbox::pending_lanes_after_reads_past_the_cursor,
     );
     report.finish()
 }
@@ -121,6 +122,7 @@ macro_rules! outbox_conformance {
             wakeup_returns_after_commit,
             pending_lanes_matches_each_lane,
             mark_lanes_fences_each_lane,
+            pending_lanes_after_reads_past_the_cursor,
         );
     };
 }

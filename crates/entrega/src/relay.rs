@@ -4,12 +4,14 @@
 //! Lanes are shared among relay instances through fenced leases (`LaneLeases::balance`), so
 //! each lane, and with it each aggregate, is published by one instance at a time in insertion
 //! order. The lanes an instance holds are drained together, in rounds: one read of every
-//! lane's oldest rows, one publish, one fenced mark (see `drain`). A failed publish leaves its
+//! lane's oldest rows, one publish, one fenced mark, with one round's publish overlapping the
+//! marking of the round before and the reading of the round after (see `rounds`). A failed publish leaves its
 //! rows pending (they go out again, same `id_evento`, which idempotent consumers absorb) and
 //! its lanes back off, then go alone until they succeed, so a row the transport refuses holds
 //! back only its own lane; a lost lease drops the lane before anything of it is marked.
 
 mod drain;
+mod rounds;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,38 +127,11 @@ impl Relay {
                 }
             }
         }
-        while !together.is_empty() {
-            let now = self.clock.now_ms();
-            let (live, expired): (Vec<_>, Vec<_>) =
-                together.into_iter().partition(|l| now < l.expires_at_ms);
-            for lease in expired {
-                // Another instance may own the lane by now; publishing could reorder it.
-                self.settle_lane(&mut state, lease.lane, Err(LaneError::LeaseLost));
-            }
-            together = live;
-            if together.is_empty() {
-                break;
-            }
-            match self.round(&together).await {
-                Ok(round) => {
-                    published += round.published;
-                    for lane in &round.lost {
-                        self.settle_lane(&mut state, *lane, Err(LaneError::LeaseLost));
-                    }
-                    // Only lanes that filled their batch may have more waiting.
-                    together.retain(|l| round.full.contains(&l.lane));
-                }
-                Err(failed) => {
-                    tracing::warn!(lanes = failed.lanes.len(), error = %failed.error, "relay round failed");
-                    for lane in failed.lanes {
-                        let error = match &failed.error {
-                            LaneError::LeaseLost => LaneError::LeaseLost,
-                            _ => LaneError::Round,
-                        };
-                        self.settle_lane(&mut state, lane, Err(error));
-                    }
-                    break;
-                }
+        if !together.is_empty() {
+            let rounds = self.rounds(&together).await;
+            published += rounds.published;
+            for (lane, error) in rounds.failed {
+                self.settle_lane(&mut state, lane, Err(error));
             }
         }
         drop(state);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    lane_of, plan_balance, Clock, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent,
-    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, SlotLease, StoreError,
+    lane_of, plan_balance, Clock, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent,
+    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, SlotLease, StoreError,
     SystemClock, LANES,
 };
 use tokio::sync::Notify;
@@ -112,7 +112,7 @@ impl MemoryOutbox {
                         aggregate_id: e.aggregate_id.clone(),
                         kind: e.kind.clone(),
                         version: e.version,
-                        payload: e.payload.clone(),
+                        payload: RawJson::from_value(&e.payload),
                         created_at_ms: now,
                         seq,
                     },
@@ -276,15 +276,32 @@ impl OutboxReader for MemoryOutbox {
         lanes: &[u32],
         limit: usize,
     ) -> Result<Vec<LaneRows>, StoreError> {
-        let state = self.state();
-        Ok(lanes
+        let cursors: Vec<LaneCursor> = lanes
             .iter()
-            .map(|&lane| LaneRows {
+            .map(|&lane| LaneCursor {
                 lane,
+                after_seq: i64::MIN,
+            })
+            .collect();
+        self.pending_lanes_after(&cursors, limit).await
+    }
+
+    async fn pending_lanes_after(
+        &self,
+        cursors: &[LaneCursor],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        let state = self.state();
+        Ok(cursors
+            .iter()
+            .map(|c| LaneRows {
+                lane: c.lane,
                 rows: state
                     .rows
                     .iter()
-                    .filter(|r| r.lane == lane && r.published_at_ms.is_none())
+                    .filter(|r| {
+                        r.lane == c.lane && r.published_at_ms.is_none() && r.row.seq > c.after_seq
+                    })
                     .take(limit)
                     .map(|r| r.row.clone())
                     .collect(),

@@ -17,7 +17,10 @@ mod outbox_support;
 /// [`OutboxReader`](entrega_core::OutboxReader), [`OutboxMaintenance`](entrega_core::OutboxMaintenance)
 /// and [`OutboxWakeup`](entrega_core::OutboxWakeup), plus the backend's `enqueue`.
 pub mod outbox {
-    pub use super::outbox_lanes::{mark_lanes_fences_each_lane, pending_lanes_matches_each_lane};
+    pub use super::outbox_lanes::{
+        mark_lanes_fences_each_lane, pending_lanes_after_reads_past_the_cursor,
+        pending_lanes_matches_each_lane,
+    };
     pub use super::outbox_leases::{
         expired_owner_is_taken_over_and_fenced, mark_requires_valid_lease,
         owners_converge_to_disjoint_lanes,

@@ -2,7 +2,7 @@
 //! lane by lane, and `mark_published_lanes` fences every lane by its own lease. Every function
 //! is one scenario, run on a fresh outbox.
 
-use entrega_core::{Clock, LaneLease, LaneMark, NewEvent, OutboxRow};
+use entrega_core::{Clock, LaneCursor, LaneLease, LaneMark, NewEvent, OutboxRow};
 
 use super::outbox_support::{event, lane_of_row, run, TTL};
 use crate::ensure;
@@ -154,6 +154,68 @@ pub async fn mark_lanes_fences_each_lane(h: &dyn OutboxHarness) -> Scenario {
             ensure!(
                 fx.reader().pending(y, 10).await?.is_empty(),
                 "rows still pending after a valid mark"
+            );
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// `pending_lanes_after` reads each lane on past its cursor: the same rows as `pending`
+/// would give once the rows up to the cursor were gone, in the order of the cursors; a lane
+/// with nothing past its cursor is left out.
+pub async fn pending_lanes_after_reads_past_the_cursor(h: &dyn OutboxHarness) -> Scenario {
+    run(h, |fx, clock| {
+        Box::pin(async move {
+            let filled = fill_lanes(fx, 3, 5).await?;
+            let (a, b, c) = (filled[0], filled[1], filled[2]);
+            let all = |lane: u32| async move { fx.reader().pending(lane, 100).await };
+            let (rows_a, rows_b) = (all(a).await?, all(b).await?);
+            ensure!(
+                rows_a.len() >= 5 && rows_b.len() >= 5,
+                "filled lanes have too few rows"
+            );
+            let cursors = [
+                LaneCursor {
+                    lane: c,
+                    after_seq: i64::MIN,
+                },
+                LaneCursor {
+                    lane: a,
+                    after_seq: rows_a[1].seq,
+                },
+                LaneCursor {
+                    lane: b,
+                    after_seq: rows_b[rows_b.len() - 1].seq,
+                },
+            ];
+            let found = fx.reader().pending_lanes_after(&cursors, 2).await?;
+            let got: Vec<(u32, Vec<uuid::Uuid>)> =
+                found.iter().map(|f| (f.lane, ids(&f.rows))).collect();
+            let want = vec![
+                (c, ids(&fx.reader().pending(c, 2).await?)),
+                (a, ids(&rows_a[2..4])),
+            ];
+            ensure!(got == want, "after the cursors got {got:?}, want {want:?}");
+
+            // Rows up to the cursor being marked meanwhile changes nothing past it.
+            let held = fx.leases().balance("r", clock.now_ms(), TTL).await?;
+            let lease_a = held
+                .iter()
+                .find(|l| l.lane == a)
+                .ok_or("lane not held after balancing alone")?;
+            fx.reader()
+                .mark_published(lease_a, &ids(&rows_a[..2]), clock.now_ms())
+                .await?;
+            let past = fx.reader().pending_lanes_after(&cursors[1..2], 100).await?;
+            let past: Vec<uuid::Uuid> = past.iter().flat_map(|f| ids(&f.rows)).collect();
+            ensure!(
+                past == ids(&rows_a[2..]),
+                "past the cursor of lane {a}: {past:?}"
+            );
+            ensure!(
+                fx.reader().pending_lanes_after(&cursors, 0).await?.is_empty(),
+                "a limit of 0 returned rows"
             );
             Ok(())
         })
