@@ -20,8 +20,8 @@ pub use headers::Headers;
 pub use inspect::{group_lag, LogInspector, PartitionLag};
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
-    lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, LANES,
+    lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
+    OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, LANES,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
 pub use partition::{murmur2, partition_for};

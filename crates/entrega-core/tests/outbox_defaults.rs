@@ -77,7 +77,10 @@ async fn reads_past_a_cursor_far_into_the_lane() {
         },
     ];
     let found = reader.pending_lanes_after(&cursors, 3).await.unwrap();
-    assert_eq!(seqs(&found), vec![(1, vec![197, 199]), (0, vec![160, 162, 164])]);
+    assert_eq!(
+        seqs(&found),
+        vec![(1, vec![197, 199]), (0, vec![160, 162, 164])]
+    );
     // Asked for more rows, doubling, rather than one row at a time.
     assert!(reader.calls.load(Ordering::SeqCst) < 12);
 }
@@ -101,5 +104,9 @@ async fn leaves_out_lanes_with_nothing_past_the_cursor() {
     ];
     let found = reader.pending_lanes_after(&cursors, 2).await.unwrap();
     assert_eq!(seqs(&found), vec![(1, vec![1, 3])]);
-    assert!(reader.pending_lanes_after(&cursors, 0).await.unwrap().is_empty());
+    assert!(reader
+        .pending_lanes_after(&cursors, 0)
+        .await
+        .unwrap()
+        .is_empty());
 }

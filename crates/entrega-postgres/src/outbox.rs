@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    LaneCursor, Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader, OutboxRow,
-    OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
+    Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
+    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::types::Json;

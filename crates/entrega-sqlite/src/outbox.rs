@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    LaneCursor, lane_of, Clock, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
+    lane_of, Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
+    OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection, SqlitePool};

@@ -185,7 +185,11 @@ async fn the_next_round_is_read_while_a_publish_is_in_flight() {
         let rig = rig(backend, Vec::new()).await;
         let all = workload();
         rig.env.outbox.enqueue(&all, TxEnd::Commit).await.unwrap();
-        assert_eq!(rig.relay.drain_once().await.unwrap(), all.len(), "{backend:?}");
+        assert_eq!(
+            rig.relay.drain_once().await.unwrap(),
+            all.len(),
+            "{backend:?}"
+        );
         assert_eq!(published(rig.env.outbox.as_ref(), &all).await, all.len());
         // Rounds 2, 3 and 4 were read past the rows of the round before, each during that
         // round's publish; a last read after round 4 found nothing.
@@ -195,7 +199,11 @@ async fn the_next_round_is_read_while_a_publish_is_in_flight() {
         assert_eq!(overlapped, reads, "{backend:?}: reads outside a publish");
         assert_eq!(rig.publisher.calls.load(Ordering::SeqCst), 4);
         let (order, records) = first_appearances(&rig.env).await;
-        assert_eq!(records, all.len(), "{backend:?}: duplicates without a failure");
+        assert_eq!(
+            records,
+            all.len(),
+            "{backend:?}: duplicates without a failure"
+        );
         for (key, ns) in order {
             assert_eq!(ns, (0..7).collect::<Vec<u64>>(), "{backend:?}: {key}");
         }
@@ -211,10 +219,16 @@ async fn a_failed_publish_mid_drain_marks_only_what_was_confirmed() {
         let all = workload();
         rig.env.outbox.enqueue(&all, TxEnd::Commit).await.unwrap();
         let first = rig.relay.drain_once().await.unwrap();
-        assert_eq!(first, 6, "{backend:?}: the first round, two of each aggregate");
+        assert_eq!(
+            first, 6,
+            "{backend:?}: the first round, two of each aggregate"
+        );
         assert_eq!(published(rig.env.outbox.as_ref(), &all).await, 6);
         let (_, records) = first_appearances(&rig.env).await;
-        assert_eq!(records, 6, "{backend:?}: nothing of the failed round reached the topic");
+        assert_eq!(
+            records, 6,
+            "{backend:?}: nothing of the failed round reached the topic"
+        );
 
         // After the backoff the lanes go alone and finish; nothing lost, order kept.
         rig.clock.advance(1_000);

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     lane_of, plan_balance, Clock, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent,
-    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, SlotLease, StoreError,
-    SystemClock, LANES,
+    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, SlotLease,
+    StoreError, SystemClock, LANES,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;

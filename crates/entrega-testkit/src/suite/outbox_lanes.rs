@@ -214,7 +214,10 @@ pub async fn pending_lanes_after_reads_past_the_cursor(h: &dyn OutboxHarness) ->
                 "past the cursor of lane {a}: {past:?}"
             );
             ensure!(
-                fx.reader().pending_lanes_after(&cursors, 0).await?.is_empty(),
+                fx.reader()
+                    .pending_lanes_after(&cursors, 0)
+                    .await?
+                    .is_empty(),
                 "a limit of 0 returned rows"
             );
             Ok(())

@@ -198,10 +198,13 @@ impl Relay {
             .iter()
             .filter_map(|f| {
                 // Every lane read was asked for, so its lease is among `leases`.
-                leases.iter().find(|l| l.lane == f.lane).map(|lease| LaneMark {
-                    lease: lease.clone(),
-                    ids: f.rows.iter().map(|r| r.id).collect(),
-                })
+                leases
+                    .iter()
+                    .find(|l| l.lane == f.lane)
+                    .map(|lease| LaneMark {
+                        lease: lease.clone(),
+                        ids: f.rows.iter().map(|r| r.id).collect(),
+                    })
             })
             .collect();
         Ok(self
