@@ -9,6 +9,7 @@ mod inspect;
 mod lease;
 mod outbox;
 mod outcome;
+mod parking;
 mod partition;
 mod raw_json;
 mod transport;
@@ -24,6 +25,7 @@ pub use outbox::{
     OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, LANES,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
+pub use parking::{ParkedAt, ParkedRecord, ParkingStore};
 pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
 pub use transport::{OutgoingMessage, Publisher, Record, Subscriber, Subscription, TopicAdmin};
@@ -42,7 +44,8 @@ pub enum Processed<T> {
 pub enum MigrationSet {
     /// `outbox` and the relay's lane leases: for services that publish events.
     Outbox,
-    /// `mensajes_procesados`: for services that consume idempotently.
+    /// `mensajes_procesados` and `entrega_aparcados` (parking for ordered retries): for
+    /// services that consume.
     Inbox,
     /// The database-backed log transport's topics, partitions, offsets and leases.
     Log,

@@ -19,6 +19,7 @@ mod log;
 mod migrations;
 mod outbox;
 mod outbox_lanes;
+mod parking;
 
 pub use connect::{connect, ensure_database};
 pub use errors::classify;
@@ -26,6 +27,7 @@ pub use inbox::PgInbox;
 pub use log::{LogConfig, PgLog, PgSubscription};
 pub use migrations::{latest_version, migrate};
 pub use outbox::PgOutbox;
+pub use parking::PgParking;
 
 /// The driver types callers need to hold pools and pass transactions.
 pub use sqlx::postgres::{PgConnection, PgPool};

@@ -23,11 +23,18 @@ const OUTBOX: &[Migration] = &[Migration {
     sql: include_str!("../migrations/outbox/0001_outbox.sql"),
 }];
 
-const INBOX: &[Migration] = &[Migration {
-    version: 1,
-    description: "mensajes_procesados with purge index",
-    sql: include_str!("../migrations/inbox/0001_inbox.sql"),
-}];
+const INBOX: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "mensajes_procesados with purge index",
+        sql: include_str!("../migrations/inbox/0001_inbox.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "entrega_aparcados: parking for ordered retries",
+        sql: include_str!("../migrations/inbox/0002_parking.sql"),
+    },
+];
 
 const LOG: &[Migration] = &[Migration {
     version: 1,

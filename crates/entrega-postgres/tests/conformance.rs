@@ -9,14 +9,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     Clock, LaneLeases, MigrationSet, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup,
-    Publisher, Record, Subscriber, TopicAdmin,
+    ParkingStore, Publisher, Record, Subscriber, TopicAdmin,
 };
 use entrega_postgres::{
-    connect, ensure_database, migrate, LogConfig, PgInbox, PgLog, PgOutbox, PgPool,
+    connect, ensure_database, migrate, LogConfig, PgInbox, PgLog, PgOutbox, PgParking, PgPool,
 };
 use entrega_testkit::{
     BoxError, HeldTx, InboxFixture, InboxHarness, LogFixture, LogHarness, LogSettings,
-    OutboxFixture, OutboxHarness, RowState, TxEnd,
+    OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, RowState, TxEnd,
 };
 use sqlx::{Connection, PgConnection, Postgres, Transaction};
 use uuid::Uuid;
@@ -139,6 +139,28 @@ impl OutboxFixture for OutboxDb {
 }
 
 #[async_trait]
+impl ParkingHarness for PgHarness {
+    async fn parking(&self) -> Result<Box<dyn ParkingFixture>, BoxError> {
+        let db = TestDb::new(&[MigrationSet::Inbox]).await?;
+        Ok(Box::new(ParkingDb(db)))
+    }
+}
+
+/// A database with the inbox set, as a parking fixture.
+struct ParkingDb(TestDb);
+
+#[async_trait]
+impl ParkingFixture for ParkingDb {
+    fn store(&self) -> Arc<dyn ParkingStore> {
+        Arc::new(PgParking::new(self.0.pool.clone()))
+    }
+
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
+        self.0.drop_database().await
+    }
+}
+
+#[async_trait]
 impl InboxHarness for PgHarness {
     async fn inbox(&self) -> Result<Box<dyn InboxFixture>, BoxError> {
         Ok(Box::new(TestDb::new(&[MigrationSet::Inbox]).await?))
@@ -249,6 +271,10 @@ impl LogFixture for LogDb {
 
 mod outbox {
     entrega_testkit::outbox_conformance!(super::PgHarness);
+}
+
+mod parking {
+    entrega_testkit::parking_conformance!(super::PgHarness);
 }
 
 mod inbox {

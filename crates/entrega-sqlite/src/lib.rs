@@ -25,6 +25,7 @@ mod log;
 mod migrations;
 mod outbox;
 mod outbox_lanes;
+mod parking;
 mod signal;
 mod timefmt;
 
@@ -34,3 +35,4 @@ pub use inbox::SqliteInbox;
 pub use log::{LogConfig, SqliteLog};
 pub use migrations::migrate;
 pub use outbox::SqliteOutbox;
+pub use parking::SqliteParking;

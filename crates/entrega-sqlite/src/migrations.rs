@@ -40,13 +40,22 @@ const OUTBOX: &[Migration] = &[Migration {
     ],
 }];
 
-const INBOX: &[Migration] = &[Migration {
-    version: 1,
-    description: "mensajes_procesados",
-    steps: &[Step::Sql(include_str!(
-        "../migrations/inbox/0001_mensajes_procesados.sql"
-    ))],
-}];
+const INBOX: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "mensajes_procesados",
+        steps: &[Step::Sql(include_str!(
+            "../migrations/inbox/0001_mensajes_procesados.sql"
+        ))],
+    },
+    Migration {
+        version: 2,
+        description: "entrega_aparcados: parking for ordered retries",
+        steps: &[Step::Sql(include_str!(
+            "../migrations/inbox/0002_parking.sql"
+        ))],
+    },
+];
 
 const LOG: &[Migration] = &[Migration {
     version: 1,

@@ -9,14 +9,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     Clock, LaneLeases, MigrationSet, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup,
-    Publisher, Record, Subscriber, TopicAdmin,
+    ParkingStore, Publisher, Record, Subscriber, TopicAdmin,
 };
 use entrega_sqlite::{
     begin_immediate, connect, migrate, LogConfig, SqliteInbox, SqliteLog, SqliteOutbox,
+    SqliteParking,
 };
 use entrega_testkit::{
     BoxError, HeldTx, InboxFixture, InboxHarness, LogFixture, LogHarness, LogSettings,
-    OutboxFixture, OutboxHarness, RowState, TxEnd,
+    OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, RowState, TxEnd,
 };
 use sqlx::SqlitePool;
 use uuid::Uuid;
@@ -134,6 +135,28 @@ impl OutboxFixture for OutboxDb {
 }
 
 #[async_trait]
+impl ParkingHarness for SqliteHarness {
+    async fn parking(&self) -> Result<Box<dyn ParkingFixture>, BoxError> {
+        let db = TestFile::new(&[MigrationSet::Inbox]).await?;
+        Ok(Box::new(ParkingDb(db)))
+    }
+}
+
+/// A database with the inbox set, as a parking fixture.
+struct ParkingDb(TestFile);
+
+#[async_trait]
+impl ParkingFixture for ParkingDb {
+    fn store(&self) -> Arc<dyn ParkingStore> {
+        Arc::new(SqliteParking::new(self.0.pool.clone()))
+    }
+
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
+        self.0.remove().await
+    }
+}
+
+#[async_trait]
 impl InboxHarness for SqliteHarness {
     async fn inbox(&self) -> Result<Box<dyn InboxFixture>, BoxError> {
         Ok(Box::new(TestFile::new(&[MigrationSet::Inbox]).await?))
@@ -245,6 +268,10 @@ impl LogFixture for LogDb {
 
 mod outbox {
     entrega_testkit::outbox_conformance!(super::SqliteHarness);
+}
+
+mod parking {
+    entrega_testkit::parking_conformance!(super::SqliteHarness);
 }
 
 mod inbox {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup, Publisher, Record,
-    Subscriber, TopicAdmin,
+    Clock, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup, ParkingStore,
+    Publisher, Record, Subscriber, TopicAdmin,
 };
 use uuid::Uuid;
 
@@ -112,6 +112,22 @@ pub trait InboxFixture: Send + Sync {
         message_id: &str,
         age: Duration,
     ) -> Result<(), BoxError>;
+    /// Drops the database, when the backend can.
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError>;
+}
+
+/// Creates fresh, isolated parking stores (ordered retries).
+#[async_trait]
+pub trait ParkingHarness: Send + Sync {
+    /// A new empty parking store with its migration applied.
+    async fn parking(&self) -> Result<Box<dyn ParkingFixture>, BoxError>;
+}
+
+/// One parking store under test.
+#[async_trait]
+pub trait ParkingFixture: Send + Sync {
+    /// The store, through the `entrega-core` trait.
+    fn store(&self) -> Arc<dyn ParkingStore>;
     /// Drops the database, when the backend can.
     async fn teardown(self: Box<Self>) -> Result<(), BoxError>;
 }

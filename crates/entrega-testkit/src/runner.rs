@@ -1,7 +1,7 @@
 //! Running whole suites, and the macros that turn each scenario into its own test.
 
-use crate::harness::{BoxError, InboxHarness, LogHarness, OutboxHarness, Scenario};
-use crate::suite::{inbox, log, outbox};
+use crate::harness::{BoxError, InboxHarness, LogHarness, OutboxHarness, ParkingHarness, Scenario};
+use crate::suite::{inbox, log, outbox, parking};
 
 /// Collects the failures of scenarios run one after another.
 #[derive(Debug, Default)]
@@ -61,6 +61,19 @@ pub async fn run_all_inbox(h: &dyn InboxHarness) -> Scenario {
         inbox::same_id_for_two_consumers,
         inbox::rolled_back_claim_leaves_nothing,
         inbox::purge_by_age,
+    );
+    report.finish()
+}
+
+/// Runs every parking scenario; the error lists each failed scenario with its reason.
+pub async fn run_all_parking(h: &dyn ParkingHarness) -> Scenario {
+    let mut report = Report::default();
+    run_each!(
+        report,
+        h,
+        parking::head_is_lowest_offset_of_the_key,
+        parking::parking_again_keeps_the_first_copy,
+        parking::keys_and_subscriptions_stay_apart,
     );
     report.finish()
 }
@@ -138,6 +151,20 @@ macro_rules! inbox_conformance {
             same_id_for_two_consumers,
             rolled_back_claim_leaves_nothing,
             purge_by_age,
+        );
+    };
+}
+
+/// One test per parking scenario: `entrega_testkit::parking_conformance!(MyHarness::new());`.
+#[macro_export]
+macro_rules! parking_conformance {
+    ($harness:expr) => {
+        $crate::__conformance_tests!(
+            parking,
+            $harness,
+            head_is_lowest_offset_of_the_key,
+            parking_again_keeps_the_first_copy,
+            keys_and_subscriptions_stay_apart,
         );
     };
 }

@@ -9,6 +9,10 @@ mod inbox {
     entrega_testkit::inbox_conformance!(entrega_testkit::memory::MemoryHarness);
 }
 
+mod parking {
+    entrega_testkit::parking_conformance!(entrega_testkit::memory::MemoryHarness);
+}
+
 mod log {
     entrega_testkit::log_conformance!(entrega_testkit::memory::MemoryHarness);
 }
@@ -18,5 +22,6 @@ async fn run_all_reports_every_suite() -> entrega_testkit::Scenario {
     let h = entrega_testkit::memory::MemoryHarness;
     entrega_testkit::run_all_outbox(&h).await?;
     entrega_testkit::run_all_inbox(&h).await?;
+    entrega_testkit::run_all_parking(&h).await?;
     entrega_testkit::run_all_log(&h).await
 }

@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup, Publisher, Record,
-    Subscriber, SystemClock, TopicAdmin,
+    Clock, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup, ParkingStore,
+    Publisher, Record, Subscriber, SystemClock, TopicAdmin,
 };
 use uuid::Uuid;
 
-use super::{MemoryInbox, MemoryLog, MemoryOutbox, MemoryTx};
+use super::{MemoryInbox, MemoryLog, MemoryOutbox, MemoryParking, MemoryTx};
 use crate::harness::{
     BoxError, HeldTx, InboxFixture, InboxHarness, LogFixture, LogHarness, LogSettings,
-    OutboxFixture, OutboxHarness, RowState, TxEnd,
+    OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, RowState, TxEnd,
 };
 
 /// Runs the conformance suites against [`MemoryOutbox`], [`MemoryInbox`] and [`MemoryLog`].
@@ -112,6 +112,29 @@ impl InboxFixture for MemoryInbox {
     ) -> Result<(), BoxError> {
         MemoryInbox::backdate(self, consumer, message_id, age);
         Ok(())
+    }
+
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ParkingHarness for MemoryHarness {
+    async fn parking(&self) -> Result<Box<dyn ParkingFixture>, BoxError> {
+        Ok(Box::new(MemoryParkingFixture(Arc::new(
+            MemoryParking::new(),
+        ))))
+    }
+}
+
+/// A [`MemoryParking`] as a conformance fixture.
+struct MemoryParkingFixture(Arc<MemoryParking>);
+
+#[async_trait]
+impl ParkingFixture for MemoryParkingFixture {
+    fn store(&self) -> Arc<dyn ParkingStore> {
+        self.0.clone()
     }
 
     async fn teardown(self: Box<Self>) -> Result<(), BoxError> {

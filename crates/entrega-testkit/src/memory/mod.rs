@@ -8,8 +8,10 @@ mod inbox;
 mod log;
 mod log_subscription;
 mod outbox;
+mod parking;
 
 pub use harness::MemoryHarness;
 pub use inbox::MemoryInbox;
 pub use log::MemoryLog;
 pub use outbox::{MemoryOutbox, MemoryTx};
+pub use parking::MemoryParking;

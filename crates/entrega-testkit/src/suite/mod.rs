@@ -12,6 +12,7 @@ mod outbox_lanes;
 mod outbox_leases;
 mod outbox_rows;
 mod outbox_support;
+pub mod parking;
 
 /// Outbox scenarios: [`LaneLeases`](entrega_core::LaneLeases),
 /// [`OutboxReader`](entrega_core::OutboxReader), [`OutboxMaintenance`](entrega_core::OutboxMaintenance)
