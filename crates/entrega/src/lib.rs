@@ -25,7 +25,9 @@ pub use backoff::Backoff;
 pub use relay::{Relay, RelayError};
 pub use relay_config::{OutboxPorts, RelayConfig, RelayStats, TopicRouting};
 pub use shutdown::{shutdown_token, signal};
-pub use worker::{Handler, Message, Router, Worker, WorkerConfig, WorkerError, WorkerStats};
+pub use worker::{
+    Handler, Message, RetryStrategy, Router, Worker, WorkerConfig, WorkerError, WorkerStats,
+};
 
 /// Re-exported so handlers and wiring need only this crate.
 pub use entrega_core;

@@ -6,6 +6,8 @@ use std::time::Duration;
 use entrega_core::{Envelope, HandlerError, Record};
 
 use super::panics::{guarded_batch, NoResult};
+use super::parked::ParkedKeys;
+use super::retry::{read_retry_headers, RetryHeaders, Role};
 use super::router::{Message, Route};
 use super::tracker::Tracker;
 use super::Worker;
@@ -18,16 +20,29 @@ pub(super) enum Target {
     Dead(String),
     /// Its outcome became final before a rewind delivered it again.
     Done,
+    /// A retry record whose `no_antes` lies this far ahead: held, no attempt counted.
+    NotYet(Duration),
+    /// Its key is parked (ordered retries): it joins the parked records behind the head.
+    Behind,
 }
 
 pub(super) struct Item {
     pub(super) record: Record,
+    /// The attempt this delivery is: attempts made elsewhere (`base`) plus this member's.
     pub(super) attempt: u32,
+    /// Attempts made before the record reached this topic (its `intentos` on a retry topic,
+    /// or in the parking store); not counted by the tracker.
+    pub(super) base: u32,
     pub(super) target: Target,
     pub(super) message: Option<Message>,
 }
 
 impl Item {
+    /// The attempt number as the tracker counts it (this member, this topic).
+    pub(super) fn local_attempt(&self) -> u32 {
+        self.attempt.saturating_sub(self.base)
+    }
+
     /// The handler this record goes to, if any.
     pub(super) fn handler(&self) -> Option<usize> {
         match self.target {
@@ -42,10 +57,19 @@ impl Item {
             Target::Ignored => Decision::Ignore,
             Target::Dead(reason) => Decision::Dead(reason.clone()),
             Target::Done => Decision::Skip,
+            Target::NotYet(after) => Decision::Wait(*after),
+            Target::Behind => Decision::Park(None),
             // A handler's record is decided by the handler.
             Target::Handler(_) => Decision::NotAttempted,
         }
     }
+}
+
+/// A transient failure with attempts left: when to try again, and what went wrong.
+#[derive(Debug, Clone)]
+pub(super) struct Failure {
+    pub(super) after: Duration,
+    pub(super) error: String,
 }
 
 /// The outcome of one record, before it is applied to offsets and positions.
@@ -55,61 +79,133 @@ pub(super) enum Decision {
     Dead(String),
     /// Already final before this delivery: nothing to do, nothing to count again.
     Skip,
-    Retry(Duration),
+    /// Try again; the retry strategy says where (in place, the retry topic, parking).
+    Retry(Failure),
+    /// Deliver again once this delay has passed, without counting an attempt.
+    Wait(Duration),
     NotAttempted,
+    /// To be parked with its key: `Some` for the failed head, `None` for a record behind it.
+    Park(Option<Failure>),
+    /// Sent to the retry topic: final for this offset.
+    Deferred,
+    /// Stored in the parking store (the failed head, or a record behind it): final for this
+    /// offset.
+    Parked {
+        head: bool,
+    },
 }
 
 impl Decision {
     /// Whether later records of the same partition (or key) must wait: they come again in
     /// order.
     pub(super) fn blocks(&self) -> bool {
-        matches!(self, Self::Retry(_) | Self::NotAttempted)
+        matches!(self, Self::Retry(_) | Self::Wait(_) | Self::NotAttempted)
+    }
+
+    /// The decision for a failure with attempts left.
+    pub(super) fn retry(after: Duration, error: impl std::fmt::Display) -> Self {
+        Self::Retry(Failure {
+            after,
+            error: error.to_string(),
+        })
     }
 }
 
-/// Parses `record` and picks its target; `tracker` gives the attempt number and knows the
-/// records already done.
-pub(super) fn prepare(worker: &Worker, tracker: &Tracker, record: Record) -> Item {
-    let attempt = tracker.attempt(record.partition, record.offset);
-    if tracker.is_done(record.partition, record.offset) {
-        return Item {
-            record,
-            attempt,
-            target: Target::Done,
-            message: None,
-        };
+/// What [`prepare`] needs to know about the session a record arrived in.
+pub(super) struct Context<'a> {
+    pub(super) worker: &'a Worker,
+    pub(super) tracker: &'a Tracker,
+    pub(super) role: Role,
+    /// Parked keys (ordered retries); `None` when the strategy parks nothing.
+    pub(super) parked: Option<&'a ParkedKeys>,
+    pub(super) now_ms: i64,
+}
+
+/// How long a record of a partition whose parked keys could not be loaded waits.
+const UNLOADED_WAIT: Duration = Duration::from_secs(1);
+
+/// Parses `record` and picks its target; the context gives the attempt number, knows the
+/// records already done and the parked keys, and reads a retry record's schedule.
+pub(super) fn prepare(ctx: &Context<'_>, record: Record) -> Item {
+    let local = ctx.tracker.attempt(record.partition, record.offset);
+    let mut item = Item {
+        attempt: local,
+        base: 0,
+        target: Target::Done,
+        message: None,
+        record,
+    };
+    if ctx
+        .tracker
+        .is_done(item.record.partition, item.record.offset)
+    {
+        return item;
     }
-    let envelope = match Envelope::parse_with(&record.payload, &worker.config.limits) {
-        Ok(envelope) => envelope,
-        Err(e) => {
-            return Item {
-                record,
-                attempt,
-                target: Target::Dead(e.to_string()),
-                message: None,
+    if let Some(parked) = ctx.parked {
+        match parked.contains(item.record.partition, item.record.key.as_deref()) {
+            Some(true) => {
+                item.target = Target::Behind;
+                return item;
+            }
+            Some(false) => {}
+            None => {
+                item.target = Target::NotYet(UNLOADED_WAIT);
+                return item;
             }
         }
+    }
+    if ctx.role == Role::Retry {
+        match read_retry_headers(&item.record, &ctx.worker.config.group) {
+            RetryHeaders::OtherGroup => {
+                item.target = Target::Ignored;
+                return item;
+            }
+            RetryHeaders::Malformed(reason) => {
+                item.target = Target::Dead(reason);
+                return item;
+            }
+            RetryHeaders::Valid {
+                attempts,
+                not_before_ms,
+            } => {
+                item.base = attempts;
+                item.attempt = attempts.saturating_add(local);
+                if not_before_ms > ctx.now_ms {
+                    let wait = u64::try_from(not_before_ms - ctx.now_ms).unwrap_or(0);
+                    item.target = Target::NotYet(Duration::from_millis(wait));
+                    return item;
+                }
+            }
+        }
+    }
+    route(ctx.worker, &mut item);
+    item
+}
+
+/// Parses the envelope of a record due for handling and picks its handler.
+pub(super) fn route(worker: &Worker, item: &mut Item) {
+    let envelope = match Envelope::parse_with(&item.record.payload, &worker.config.limits) {
+        Ok(envelope) => envelope,
+        Err(e) => {
+            item.target = Target::Dead(e.to_string());
+            return;
+        }
     };
-    let target = match worker.router.resolve(&envelope.kind) {
+    item.target = match worker.router.resolve(&envelope.kind) {
         Route::Handler(index) => Target::Handler(index),
         Route::Ignored => Target::Ignored,
         Route::Unknown => Target::Dead(format!("unknown tipo `{}`", envelope.kind)),
     };
-    let message = matches!(target, Target::Handler(_)).then(|| Message {
+    let record = &item.record;
+    item.message = matches!(item.target, Target::Handler(_)).then(|| Message {
         envelope,
         topic: record.topic.clone(),
         partition: record.partition,
         offset: record.offset,
         key: record.key.clone(),
         headers: record.headers.clone(),
-        attempt,
+        attempt: item.attempt,
     });
-    Item {
-        record,
-        attempt,
-        target,
-        message,
-    }
 }
 
 /// Hands `msgs` to handler `index` as one batch and classifies the results, one decision per
@@ -123,7 +219,7 @@ pub(super) async fn run_handler(
         return msgs.iter().map(|_| Decision::NotAttempted).collect();
     };
     let _in_flight = worker.stats.enter();
-    let mut results = guarded_batch(handler.as_ref(), &msgs).await;
+    let mut results = guarded_batch(handler.as_ref(), &msgs, worker.config.handler_timeout).await;
     if let Err(e) = failpoint::hit(failpoint::WORKER_AFTER_HANDLER) {
         results = vec![Err(HandlerError::transient(e))];
     }
@@ -138,7 +234,7 @@ pub(super) async fn run_handler(
             None => Decision::NotAttempted,
             Some(Ok(())) => Decision::Ack,
             Some(Err(e)) if e.is_transient() && msg.attempt < cfg.max_attempts => {
-                Decision::Retry(cfg.backoff.delay(msg.attempt))
+                Decision::retry(cfg.backoff.delay(msg.attempt), e.inner())
             }
             Some(Err(e)) if e.is_transient() => Decision::Dead(format!(
                 "transient exhausted after {} attempts: {}",

@@ -13,10 +13,11 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 
 use super::chains;
-use super::dead_letter::{dead_letter, publish_dead_letters};
+use super::divert::divert;
 use super::item::{run_handler, Decision, Item};
 use super::outcome::Session;
-use super::{Worker, WorkerStats};
+use super::retry::Role;
+use super::{RetryStrategy, Worker, WorkerStats};
 
 impl Session<'_> {
     /// Runs the records as per-key chains, at most `limit` at once, then settles them.
@@ -36,9 +37,9 @@ impl Session<'_> {
                     .collect()
             })
             .collect();
-        let worker = self.worker;
+        let (worker, role) = (self.worker, self.role);
         let mut outcomes: Vec<(usize, Item, Decision)> = stream::iter(chains)
-            .map(|chain| run_chain(worker, chain))
+            .map(|chain| run_chain(worker, role, chain))
             .buffer_unordered(limit)
             .flat_map(stream::iter)
             .collect()
@@ -58,7 +59,8 @@ impl Session<'_> {
     }
 
     /// Applies one partition's decisions, in offset order: counts them, commits up to the
-    /// lowest unfinished record, rewinds to it and remembers what finished above it.
+    /// lowest record that comes again, rewinds to it (pausing for the longest wait among the
+    /// partition's retried records) and remembers what finished above it.
     fn settle_partition(&mut self, partition: u32, outcomes: Vec<(Item, Decision)>) {
         let Some(first) = outcomes.first().map(|(item, _)| item.record.offset) else {
             return;
@@ -68,26 +70,23 @@ impl Session<'_> {
         let mut pause: Option<Duration> = None;
         let mut done_above = Vec::new();
         for (item, decision) in outcomes {
-            let (offset, attempt) = (item.record.offset, item.attempt);
-            let stats = &self.worker.stats;
-            match decision {
-                Decision::Ack => WorkerStats::bump(&stats.acked),
-                Decision::Ignore => WorkerStats::bump(&stats.ignored),
-                Decision::Dead(_) => WorkerStats::bump(&stats.dead_lettered),
-                Decision::Skip => WorkerStats::bump(&stats.skipped),
-                Decision::Retry(after) => {
-                    WorkerStats::bump(&stats.retried);
-                    self.tracker.failed(partition, offset, attempt);
-                    // Every retried record of the partition waits at least its own backoff.
-                    pause = Some(pause.map_or(after, |p| p.max(after)));
-                    rewind.get_or_insert(offset);
-                    continue;
+            let offset = item.record.offset;
+            if !self.count_final(&item, &decision) {
+                let local = item.local_attempt();
+                match decision {
+                    Decision::Retry(f) => {
+                        WorkerStats::bump(&self.worker.stats.retried);
+                        self.tracker.failed(partition, offset, local);
+                        pause = Some(pause.map_or(f.after, |p| p.max(f.after)));
+                    }
+                    Decision::Wait(after) => {
+                        self.tracker.not_attempted(partition, offset, local);
+                        pause = Some(pause.map_or(after, |p| p.max(after)));
+                    }
+                    _ => self.tracker.not_attempted(partition, offset, local),
                 }
-                Decision::NotAttempted => {
-                    self.tracker.not_attempted(partition, offset, attempt);
-                    rewind.get_or_insert(offset);
-                    continue;
-                }
+                rewind.get_or_insert(offset);
+                continue;
             }
             self.tracker.finished(partition, offset);
             match rewind {
@@ -113,10 +112,16 @@ impl Session<'_> {
 
 /// Runs one chain in order, batch by batch, until a record must come again; returns every
 /// record of the chain with its decision.
-async fn run_chain(worker: &Worker, mut chain: Vec<(usize, Item)>) -> Vec<(usize, Item, Decision)> {
+async fn run_chain(
+    worker: &Worker,
+    role: Role,
+    mut chain: Vec<(usize, Item)>,
+) -> Vec<(usize, Item, Decision)> {
     let handlers: Vec<Option<usize>> = chain.iter().map(|(_, item)| item.handler()).collect();
     let mut decisions: Vec<Decision> = Vec::with_capacity(chain.len());
     let mut stopped = false;
+    // Ordered retries: once the chain's key is parked, the rest of the chain parks behind it.
+    let mut parking = false;
     for range in chains::batches(&handlers) {
         let Some(batch) = chain.get_mut(range.clone()) else {
             break;
@@ -126,6 +131,7 @@ async fn run_chain(worker: &Worker, mut chain: Vec<(usize, Item)>) -> Vec<(usize
             continue;
         }
         let mut batch_decisions = match handlers.get(range.start).copied().flatten() {
+            _ if parking => batch.iter().map(|_| Decision::Park(None)).collect(),
             Some(index) => {
                 let msgs = batch
                     .iter_mut()
@@ -136,8 +142,15 @@ async fn run_chain(worker: &Worker, mut chain: Vec<(usize, Item)>) -> Vec<(usize
             None => batch.iter().map(|(_, item)| item.decide_alone()).collect(),
         };
         batch_decisions.resize_with(batch.len(), || Decision::NotAttempted);
+        if worker.config.retry == RetryStrategy::InPlace {
+            stop_after_first_block(&mut batch_decisions);
+        }
+        let items: Vec<&Item> = batch.iter().map(|(_, item)| item).collect();
+        divert(worker, role, &items, &mut batch_decisions).await;
         stop_after_first_block(&mut batch_decisions);
-        publish_batch_dead_letters(worker, batch, &mut batch_decisions).await;
+        parking |= batch_decisions
+            .iter()
+            .any(|d| matches!(d, Decision::Parked { .. }));
         stopped = batch_decisions.iter().any(Decision::blocks);
         decisions.extend(batch_decisions);
     }
@@ -158,39 +171,6 @@ fn stop_after_first_block(decisions: &mut [Decision]) {
     }
 }
 
-/// Publishes the batch's dead letters before its later records count as finished. If the
-/// publish fails, the first dead letter is retried and the records after it come again.
-async fn publish_batch_dead_letters(
-    worker: &Worker,
-    batch: &[(usize, Item)],
-    decisions: &mut [Decision],
-) {
-    let dead: Vec<(usize, _)> = batch
-        .iter()
-        .zip(decisions.iter())
-        .enumerate()
-        .filter_map(|(k, ((_, item), decision))| match decision {
-            Decision::Dead(reason) => Some((
-                k,
-                dead_letter(&worker.config, &item.record, item.attempt, reason),
-            )),
-            _ => None,
-        })
-        .collect();
-    let Some((first, _)) = dead.first() else {
-        return;
-    };
-    let letters: Vec<_> = dead.iter().map(|(_, letter)| letter.clone()).collect();
-    if let Err(e) = publish_dead_letters(worker, &letters).await {
-        tracing::warn!(error = %e, "dead-letter publish failed; retrying the message");
-        let attempt = batch.get(*first).map_or(1, |(_, item)| item.attempt);
-        if let Some(decision) = decisions.get_mut(*first) {
-            *decision = Decision::Retry(worker.config.backoff.delay(attempt));
-        }
-        stop_after_first_block(decisions);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -201,7 +181,7 @@ mod tests {
     fn records_after_a_block_come_again() {
         let mut decisions = vec![
             Decision::Ack,
-            Decision::Retry(Duration::from_millis(5)),
+            Decision::retry(Duration::from_millis(5), "x"),
             Decision::Ack,
             Decision::Dead("x".into()),
         ];

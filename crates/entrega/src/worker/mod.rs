@@ -5,9 +5,12 @@
 //! - permanent error, malformed envelope, unknown `tipo` → **dead letter**: the original
 //!   payload goes to `<topic>.dlq` with headers `intentos`, `motivo` and the origin headers;
 //!   the offset advances only once that publish is confirmed.
-//! - transient error (or a panic) → **retry in place**: the partition is rewound to the
-//!   message and paused for the backoff, later messages of that partition wait, others flow;
-//!   after `max_attempts` attempts it becomes a dead letter.
+//! - transient error (a panic, a handler past its timeout) → **retry**, by the subscription's
+//!   [`RetryStrategy`]: in place (the partition is rewound to the message and paused for the
+//!   backoff; later messages of that partition wait), through `<topic>.retry` (the partition
+//!   goes on; the message comes back once its `no_antes` has passed), or ordered (the key is
+//!   parked with its later messages while other keys go on); after `max_attempts` attempts it
+//!   becomes a dead letter.
 //!
 //! Offsets are committed after the outcomes of a poll are final, i.e. after the handlers'
 //! transactions committed, so a crash redelivers (at-least-once) and never skips.
@@ -18,10 +21,13 @@
 
 mod chains;
 mod dead_letter;
+mod divert;
 mod item;
 mod keyed;
 mod outcome;
 mod panics;
+mod parked;
+mod retry;
 mod router;
 mod stats;
 mod tracker;
@@ -29,12 +35,16 @@ mod tracker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use entrega_core::{Limits, Publisher, Subscriber, TopicAdmin, TransportError};
+use entrega_core::{
+    Clock, Limits, ParkingStore, Publisher, Subscriber, SystemClock, TopicAdmin, TransportError,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use outcome::Session;
+use retry::Role;
 
+pub use retry::RetryStrategy;
 pub use router::{Handler, Message, Router};
 pub use stats::WorkerStats;
 
@@ -50,8 +60,13 @@ pub struct WorkerConfig {
     pub member: String,
     /// Attempts of a transiently failing message before it is dead-lettered.
     pub max_attempts: u32,
-    /// Delay before each retry.
+    /// Delay before each retry (base, cap and jitter).
     pub backoff: Backoff,
+    /// Where a message waits for its next attempt; see [`RetryStrategy`].
+    pub retry: RetryStrategy,
+    /// Longest a handler call may run; past it the call is abandoned (its transaction rolls
+    /// back when its future is dropped) and counts as a transient failure. `None`: no limit.
+    pub handler_timeout: Option<Duration>,
     /// Most records taken per poll.
     pub max_batch: usize,
     /// Longest wait of one poll for new records.
@@ -60,6 +75,8 @@ pub struct WorkerConfig {
     pub limits: Limits,
     /// Partitions of the dead-letter topic when the worker has to create it.
     pub dlq_partitions: u32,
+    /// Partitions of the retry topic when the worker has to create it.
+    pub retry_partitions: u32,
     /// How many keys' messages may be handled at once. `1` (the default, and what `0` means)
     /// handles a poll's records strictly in order, consecutive records of one handler as one
     /// batch. Above 1, records are split into chains by partition and key (records without a
@@ -71,8 +88,9 @@ pub struct WorkerConfig {
 
 impl WorkerConfig {
     /// Defaults for `group` on `topic`: a random member name, 3 attempts (as in the seed),
-    /// backoff 1 s, 2 s, 4 s ... up to 60 s, polls of up to 100 records waiting up to 500 ms,
-    /// default envelope limits, a one-partition dead-letter topic, one key at a time.
+    /// backoff 1 s, 2 s, 4 s ... up to 60 s, retries in place, handler calls of at most 60 s,
+    /// polls of up to 100 records waiting up to 500 ms, default envelope limits, one-partition
+    /// dead-letter and retry topics, one key at a time.
     pub fn new(group: impl Into<String>, topic: impl Into<String>) -> Self {
         let group = group.into();
         let member = format!("{group}-{}", uuid::Uuid::new_v4().simple());
@@ -82,10 +100,13 @@ impl WorkerConfig {
             member,
             max_attempts: 3,
             backoff: Backoff::default(),
+            retry: RetryStrategy::InPlace,
+            handler_timeout: Some(Duration::from_secs(60)),
             max_batch: 100,
             poll_wait: Duration::from_millis(500),
             limits: Limits::default(),
             dlq_partitions: 1,
+            retry_partitions: 1,
             key_concurrency: 1,
         }
     }
@@ -96,9 +117,20 @@ impl WorkerConfig {
         self
     }
 
+    /// Sets [`WorkerConfig::retry`].
+    pub fn with_retry(mut self, strategy: RetryStrategy) -> Self {
+        self.retry = strategy;
+        self
+    }
+
     /// The dead-letter topic: `<topic>.dlq`.
     pub fn dlq_topic(&self) -> String {
         format!("{}.dlq", self.topic)
+    }
+
+    /// The retry topic: `<topic>.retry`.
+    pub fn retry_topic(&self) -> String {
+        format!("{}.retry", self.topic)
     }
 }
 
@@ -109,6 +141,10 @@ pub enum WorkerError {
     /// Subscribing, polling or leaving the group failed permanently.
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// [`RetryStrategy::Ordered`] needs somewhere to park records: see
+    /// [`Worker::with_parking`].
+    #[error("ordered retries need a parking store")]
+    NoParkingStore,
 }
 
 /// Consumes one topic for one group; see the module docs.
@@ -116,6 +152,8 @@ pub struct Worker {
     subscriber: Arc<dyn Subscriber>,
     publisher: Arc<dyn Publisher>,
     admin: Option<Arc<dyn TopicAdmin>>,
+    parking: Option<Arc<dyn ParkingStore>>,
+    clock: Arc<dyn Clock>,
     router: Router,
     config: WorkerConfig,
     stats: Arc<WorkerStats>,
@@ -142,6 +180,8 @@ impl Worker {
             subscriber,
             publisher,
             admin: None,
+            parking: None,
+            clock: Arc::new(SystemClock),
             router,
             config,
             stats: Arc::default(),
@@ -151,6 +191,19 @@ impl Worker {
     /// Lets the worker create the dead-letter topic when it does not exist yet.
     pub fn with_admin(mut self, admin: Arc<dyn TopicAdmin>) -> Self {
         self.admin = Some(admin);
+        self
+    }
+
+    /// Where [`RetryStrategy::Ordered`] parks the records of a failed key: a store in the
+    /// consumer's own database (e.g. `PgParking`, `SqliteParking`).
+    pub fn with_parking(mut self, parking: Arc<dyn ParkingStore>) -> Self {
+        self.parking = Some(parking);
+        self
+    }
+
+    /// The clock behind `no_antes` and parking times (the system clock by default).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -167,14 +220,52 @@ impl Worker {
     /// Joins the group and consumes until `shutdown` is cancelled; then finishes the batch in
     /// flight, commits its offsets and leaves the group. Transient transport errors are
     /// retried with backoff; a permanent one (e.g. unknown topic) stops the worker.
+    /// With [`RetryStrategy::RetryTopic`] the worker also consumes `<topic>.retry` (same
+    /// group), creating it first when it may create topics.
     /// Run one `run` per `Worker` at a time: the member name is the worker's.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WorkerError> {
+        match self.config.retry {
+            RetryStrategy::InPlace => self.consume(Role::Source, &shutdown).await,
+            RetryStrategy::Ordered if self.parking.is_none() => Err(WorkerError::NoParkingStore),
+            RetryStrategy::Ordered => self.consume(Role::Source, &shutdown).await,
+            RetryStrategy::RetryTopic => {
+                if let Some(admin) = &self.admin {
+                    let cfg = &self.config;
+                    admin
+                        .ensure_topic(&cfg.retry_topic(), cfg.retry_partitions)
+                        .await?;
+                }
+                // One member leaving stops the other, so neither runs on alone unnoticed.
+                let stop = shutdown.child_token();
+                let (source, retries) = tokio::join!(
+                    async {
+                        let r = self.consume(Role::Source, &stop).await;
+                        stop.cancel();
+                        r
+                    },
+                    async {
+                        let r = self.consume(Role::Retry, &stop).await;
+                        stop.cancel();
+                        r
+                    }
+                );
+                source.and(retries)
+            }
+        }
+    }
+
+    /// One subscription's loop: the source topic, or its retry topic.
+    async fn consume(&self, role: Role, shutdown: &CancellationToken) -> Result<(), WorkerError> {
         let cfg = &self.config;
+        let (topic, member) = match role {
+            Role::Source => (cfg.topic.clone(), cfg.member.clone()),
+            Role::Retry => (cfg.retry_topic(), format!("{}.retry", cfg.member)),
+        };
         let sub = self
             .subscriber
-            .subscribe(&cfg.group, &cfg.topic, &cfg.member)
+            .subscribe(&cfg.group, &topic, &member)
             .await?;
-        let mut session = Session::new(self, sub);
+        let mut session = Session::new(self, sub, role);
         let mut failures = 0u32;
         let outcome = loop {
             let polled = tokio::select! {
@@ -188,6 +279,7 @@ impl Worker {
                     // Not raced against the token: a batch in flight always finishes.
                     session.process(records).await;
                     session.commit().await;
+                    session.drain_parked().await;
                 }
                 Err(e) if e.is_transient() => {
                     failures = failures.saturating_add(1);

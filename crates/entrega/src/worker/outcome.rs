@@ -1,19 +1,25 @@
 //! One subscription's processing: from a poll's records to final outcomes and offsets.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
-use entrega_core::{OutgoingMessage, Record, Subscription, TransportError};
+use entrega_core::{Record, Subscription, TransportError};
 
-use super::dead_letter::{dead_letter, publish_dead_letters};
-use super::item::{prepare, run_handler, Decision, Item, Target};
+use super::divert::divert;
+use super::item::{prepare, run_handler, Context, Decision, Item, Target};
+use super::parked::ParkedKeys;
+use super::retry::Role;
 use super::tracker::Tracker;
-use super::{Worker, WorkerStats};
+use super::{RetryStrategy, Worker, WorkerStats};
 use crate::failpoint;
 
 pub(super) struct Session<'w> {
     pub(super) worker: &'w Worker,
     pub(super) sub: Box<dyn Subscription>,
+    /// The source topic, or its retry topic.
+    pub(super) role: Role,
+    /// Keys parked by ordered retries, per partition held.
+    pub(super) parked: ParkedKeys,
     /// Attempts of retried messages and final messages above a rewind point.
     pub(super) tracker: Tracker,
     /// Next offsets whose outcomes are final but not yet committed.
@@ -21,10 +27,12 @@ pub(super) struct Session<'w> {
 }
 
 impl<'w> Session<'w> {
-    pub(super) fn new(worker: &'w Worker, sub: Box<dyn Subscription>) -> Self {
+    pub(super) fn new(worker: &'w Worker, sub: Box<dyn Subscription>, role: Role) -> Self {
         Self {
             worker,
             sub,
+            role,
+            parked: ParkedKeys::default(),
             tracker: Tracker::default(),
             uncommitted: BTreeMap::new(),
         }
@@ -49,14 +57,27 @@ impl<'w> Session<'w> {
     /// Decides and applies the outcome of every record of one poll: in order, or as per-key
     /// chains when the worker runs keys concurrently.
     pub(super) async fn process(&mut self, records: Vec<Record>) {
-        self.tracker.retain(&self.sub.assignment());
-        let items: Vec<Item> = records
-            .into_iter()
-            .map(|r| prepare(self.worker, &self.tracker, r))
-            .collect();
+        let assigned = self.sub.assignment();
+        self.tracker.retain(&assigned);
+        self.parked.retain(&assigned);
+        let ordered =
+            self.worker.config.retry == RetryStrategy::Ordered && self.role == Role::Source;
+        if ordered {
+            let partitions: BTreeSet<u32> = records.iter().map(|r| r.partition).collect();
+            self.load_parked(&partitions).await;
+        }
+        let ctx = Context {
+            worker: self.worker,
+            tracker: &self.tracker,
+            role: self.role,
+            parked: ordered.then_some(&self.parked),
+            now_ms: self.worker.clock.now_ms(),
+        };
+        let items: Vec<Item> = records.into_iter().map(|r| prepare(&ctx, r)).collect();
+        // Ordered retries park per key, so they always run as per-key chains.
         match self.worker.config.key_concurrency {
-            0 | 1 => self.process_in_order(items).await,
-            limit => self.process_by_key(items, limit).await,
+            0 | 1 if !ordered => self.process_in_order(items).await,
+            limit => self.process_by_key(items, limit.max(1)).await,
         }
     }
 
@@ -98,8 +119,8 @@ impl<'w> Session<'w> {
         }
     }
 
-    /// Applies one group's decisions: dead letters are published first (a failed publish
-    /// turns them into retries), then offsets advance and partitions rewind, in order.
+    /// Applies one group's decisions: what must be set aside is set aside first (a failure
+    /// turns it into a retry in place), then offsets advance and partitions rewind, in order.
     async fn settle(
         &mut self,
         items: &[Item],
@@ -107,61 +128,89 @@ impl<'w> Session<'w> {
         mut decisions: Vec<Decision>,
         blocked: &mut HashSet<u32>,
     ) {
+        // Records after one that comes again in the same partition come again too: they are
+        // neither set aside nor final now.
+        let in_place = self.worker.config.retry == RetryStrategy::InPlace;
         let mut would_block = blocked.clone();
-        let mut dead = Vec::new();
+        let mut live = Vec::new();
         for (k, decision) in decisions.iter().enumerate() {
-            let item = &items[group[k]];
-            if would_block.contains(&item.record.partition) {
+            let partition = items[group[k]].record.partition;
+            if would_block.contains(&partition) {
                 continue;
             }
-            if decision.blocks() {
-                would_block.insert(item.record.partition);
-            } else if let Decision::Dead(reason) = decision {
-                dead.push((
-                    k,
-                    dead_letter(&self.worker.config, &item.record, item.attempt, reason),
-                ));
+            live.push(k);
+            let retried_in_place = matches!(decision, Decision::Retry(_)) && in_place;
+            if retried_in_place || matches!(decision, Decision::Wait(_) | Decision::NotAttempted) {
+                would_block.insert(partition);
             }
         }
-        if !dead.is_empty() {
-            let batch: Vec<OutgoingMessage> = dead.iter().map(|(_, m)| m.clone()).collect();
-            if let Err(e) = publish_dead_letters(self.worker, &batch).await {
-                tracing::warn!(error = %e, "dead-letter publish failed; retrying the messages");
-                for (k, _) in &dead {
-                    let attempt = items[group[*k]].attempt;
-                    decisions[*k] = Decision::Retry(self.worker.config.backoff.delay(attempt));
-                }
-            }
-        }
-        for (k, decision) in decisions.into_iter().enumerate() {
-            let item = &items[group[k]];
+        let live_items: Vec<&Item> = live.iter().map(|k| &items[group[*k]]).collect();
+        let mut live_decisions: Vec<Decision> = live
+            .iter()
+            .map(|k| std::mem::replace(&mut decisions[*k], Decision::NotAttempted))
+            .collect();
+        divert(self.worker, self.role, &live_items, &mut live_decisions).await;
+        for (item, decision) in live_items.into_iter().zip(live_decisions) {
             let (partition, offset) = (item.record.partition, item.record.offset);
             if blocked.contains(&partition) {
                 continue;
             }
-            match decision {
-                Decision::Ack => WorkerStats::bump(&self.stats().acked),
-                Decision::Ignore => WorkerStats::bump(&self.stats().ignored),
-                Decision::Dead(_) => WorkerStats::bump(&self.stats().dead_lettered),
-                Decision::Skip => WorkerStats::bump(&self.stats().skipped),
-                Decision::Retry(after) => {
-                    WorkerStats::bump(&self.stats().retried);
-                    self.sub.seek(partition, offset);
-                    self.sub.pause_for(partition, after);
-                    self.tracker.failed(partition, offset, item.attempt);
-                    blocked.insert(partition);
-                    continue;
-                }
-                Decision::NotAttempted => {
-                    self.sub.seek(partition, offset);
-                    self.tracker.not_attempted(partition, offset, item.attempt);
-                    blocked.insert(partition);
-                    continue;
-                }
+            if !self.count_final(item, &decision) {
+                self.come_again(item, decision);
+                blocked.insert(partition);
+                continue;
             }
             self.tracker.finished(partition, offset);
             let next = self.uncommitted.entry(partition).or_insert(offset + 1);
             *next = (*next).max(offset + 1);
+        }
+    }
+
+    /// Counts a final decision and returns `true`; returns `false` for one that comes again.
+    pub(super) fn count_final(&mut self, item: &Item, decision: &Decision) -> bool {
+        let stats = &self.worker.stats;
+        match decision {
+            Decision::Ack => WorkerStats::bump(&stats.acked),
+            Decision::Ignore => WorkerStats::bump(&stats.ignored),
+            Decision::Dead(_) => WorkerStats::bump(&stats.dead_lettered),
+            Decision::Skip => WorkerStats::bump(&stats.skipped),
+            Decision::Deferred => {
+                WorkerStats::bump(&stats.retried);
+                WorkerStats::bump(&stats.deferred);
+            }
+            Decision::Parked { head } => {
+                if *head {
+                    WorkerStats::bump(&stats.retried);
+                }
+                WorkerStats::bump(&stats.parked);
+                self.parked
+                    .insert(item.record.partition, item.record.key.clone());
+            }
+            Decision::Retry(_) | Decision::Wait(_) | Decision::NotAttempted | Decision::Park(_) => {
+                return false
+            }
+        }
+        true
+    }
+
+    /// Rewinds the partition to a record that comes again, pausing it when it must wait.
+    fn come_again(&mut self, item: &Item, decision: Decision) {
+        let (partition, offset) = (item.record.partition, item.record.offset);
+        self.sub.seek(partition, offset);
+        match decision {
+            Decision::Retry(f) => {
+                WorkerStats::bump(&self.worker.stats.retried);
+                self.sub.pause_for(partition, f.after);
+                self.tracker.failed(partition, offset, item.local_attempt());
+            }
+            Decision::Wait(after) => {
+                self.sub.pause_for(partition, after);
+                self.tracker
+                    .not_attempted(partition, offset, item.local_attempt());
+            }
+            _ => self
+                .tracker
+                .not_attempted(partition, offset, item.local_attempt()),
         }
     }
 

@@ -9,8 +9,13 @@ pub struct WorkerStats {
     pub acked: AtomicU64,
     /// Messages set aside in the dead-letter topic (offset advanced).
     pub dead_lettered: AtomicU64,
-    /// Transient failures that were scheduled for another attempt.
+    /// Transient failures that were scheduled for another attempt (any strategy).
     pub retried: AtomicU64,
+    /// Messages sent to the retry topic ([`crate::RetryStrategy::RetryTopic`]).
+    pub deferred: AtomicU64,
+    /// Records written to the parking store: failed heads and the records parked behind
+    /// them ([`crate::RetryStrategy::Ordered`]).
+    pub parked: AtomicU64,
     /// Messages of a type the router ignores (offset advanced, no handler run).
     pub ignored: AtomicU64,
     /// Offset commits that failed (the offsets are committed again later).
@@ -39,6 +44,16 @@ impl WorkerStats {
     /// Retries scheduled so far.
     pub fn retried(&self) -> u64 {
         self.retried.load(Ordering::Relaxed)
+    }
+
+    /// Messages sent to the retry topic so far.
+    pub fn deferred(&self) -> u64 {
+        self.deferred.load(Ordering::Relaxed)
+    }
+
+    /// Records parked so far.
+    pub fn parked(&self) -> u64 {
+        self.parked.load(Ordering::Relaxed)
     }
 
     /// Messages ignored so far.

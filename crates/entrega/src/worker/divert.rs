@@ -1,0 +1,161 @@
+//! Setting records aside before their offsets may advance: dead letters to `<topic>.dlq`,
+//! retries to `<topic>.retry`, failed keys to the parking store. A record whose setting aside
+//! fails is retried in place instead, so nothing is lost.
+
+use std::collections::HashSet;
+
+use entrega_core::{OutgoingMessage, ParkedRecord};
+
+use super::dead_letter::{dead_letter, publish_set_aside};
+use super::item::{Decision, Failure, Item};
+use super::retry::{retry_message, Role};
+use super::{RetryStrategy, Worker};
+
+/// Applies the retry strategy to a batch's decisions and sets aside what must be: on return
+/// every `Dead` is published, every `Deferred` and `Parked` stored, and whatever could not be
+/// is a `Retry` in place (or `NotAttempted` for a record parked behind a failed head).
+pub(super) async fn divert(
+    worker: &Worker,
+    role: Role,
+    items: &[&Item],
+    decisions: &mut [Decision],
+) {
+    let cfg = &worker.config;
+    let now_ms = worker.clock.now_ms();
+    if cfg.retry == RetryStrategy::Ordered && role == Role::Source {
+        park_failed_keys(items, decisions);
+    }
+    let mut outgoing: Vec<(usize, OutgoingMessage)> = Vec::new();
+    let mut parks: Vec<(usize, ParkedRecord)> = Vec::new();
+    for (k, (item, decision)) in items.iter().zip(decisions.iter()).enumerate() {
+        match decision {
+            Decision::Dead(reason) => {
+                outgoing.push((k, dead_letter(cfg, &item.record, item.attempt, reason)));
+            }
+            Decision::Retry(f) if cfg.retry == RetryStrategy::RetryTopic => {
+                let message = retry_message(
+                    cfg,
+                    &item.record,
+                    role,
+                    item.attempt,
+                    now_ms,
+                    f.after,
+                    &f.error,
+                );
+                outgoing.push((k, message));
+            }
+            Decision::Park(failure) => {
+                parks.push((k, parked_record(worker, item, failure.as_ref(), now_ms)));
+            }
+            _ => {}
+        }
+    }
+    if !outgoing.is_empty() {
+        let batch: Vec<OutgoingMessage> = outgoing.iter().map(|(_, m)| m.clone()).collect();
+        let published = publish_set_aside(worker, &batch).await;
+        if let Err(e) = &published {
+            tracing::warn!(error = %e, "setting messages aside failed; retrying them in place");
+        }
+        for (k, _) in &outgoing {
+            let attempt = items.get(*k).map_or(1, |item| item.local_attempt());
+            let Some(decision) = decisions.get_mut(*k) else {
+                continue;
+            };
+            match (&published, &*decision) {
+                (Ok(()), Decision::Retry(_)) => *decision = Decision::Deferred,
+                // A retry that could not be sent stays a retry, now in place.
+                (Ok(()), _) | (Err(_), Decision::Retry(_)) => {}
+                (Err(e), _) => *decision = Decision::retry(cfg.backoff.delay(attempt), e),
+            }
+        }
+    }
+    if parks.is_empty() {
+        return;
+    }
+    let Some(store) = &worker.parking else {
+        unpark_all(&parks, decisions);
+        return;
+    };
+    let records: Vec<ParkedRecord> = parks.iter().map(|(_, r)| r.clone()).collect();
+    match store.park(&records).await {
+        Ok(()) => {
+            for (k, _) in &parks {
+                if let Some(decision) = decisions.get_mut(*k) {
+                    let head = matches!(decision, Decision::Park(Some(_)));
+                    *decision = Decision::Parked { head };
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "parking failed; retrying in place");
+            unpark_all(&parks, decisions);
+        }
+    }
+}
+
+/// Ordered retries: a failure with attempts left parks its key, and the key's records after
+/// it in the batch (which the handler did not attempt) park behind it.
+fn park_failed_keys(items: &[&Item], decisions: &mut [Decision]) {
+    let mut parked: HashSet<(u32, Option<&str>)> = HashSet::new();
+    for (item, decision) in items.iter().zip(decisions.iter_mut()) {
+        let key = (item.record.partition, item.record.key.as_deref());
+        match decision {
+            Decision::Retry(f) => {
+                *decision = Decision::Park(Some(f.clone()));
+                parked.insert(key);
+            }
+            Decision::Park(_) => {
+                parked.insert(key);
+            }
+            Decision::NotAttempted if parked.contains(&key) => *decision = Decision::Park(None),
+            _ => {}
+        }
+    }
+}
+
+/// Parking failed: a failed head is retried in place, the records behind it come again.
+fn unpark_all(parks: &[(usize, ParkedRecord)], decisions: &mut [Decision]) {
+    for (k, _) in parks {
+        if let Some(decision) = decisions.get_mut(*k) {
+            *decision = match std::mem::replace(decision, Decision::NotAttempted) {
+                Decision::Park(Some(f)) => Decision::Retry(f),
+                _ => Decision::NotAttempted,
+            };
+        }
+    }
+}
+
+/// The parking row of `item`: a failed head with its attempts and next time, or a record
+/// behind it, due as soon as it becomes the head.
+fn parked_record(
+    worker: &Worker,
+    item: &Item,
+    failure: Option<&Failure>,
+    now_ms: i64,
+) -> ParkedRecord {
+    let r = &item.record;
+    let (attempts, not_before_ms, last_error) = match failure {
+        Some(f) => {
+            let after = i64::try_from(f.after.as_millis()).unwrap_or(i64::MAX);
+            (
+                item.attempt,
+                now_ms.saturating_add(after),
+                Some(f.error.clone()),
+            )
+        }
+        None => (0, now_ms, None),
+    };
+    ParkedRecord {
+        group: worker.config.group.clone(),
+        topic: r.topic.clone(),
+        partition: r.partition,
+        offset: r.offset,
+        key: r.key.clone(),
+        headers: r.headers.clone(),
+        payload: r.payload.clone(),
+        attempts,
+        not_before_ms,
+        last_error,
+        parked_at_ms: now_ms,
+    }
+}
