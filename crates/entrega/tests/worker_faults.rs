@@ -161,3 +161,49 @@ async fn graceful_shutdown_finishes_and_commits_the_batch_in_flight() {
         assert_eq!(env.log.committed(GROUP, TOPIC).await.unwrap(), vec![(0, 5)]);
     }
 }
+
+/// Hangs on the first attempt of message `n == 1`, applies everything else at once.
+struct HangsOnce {
+    applied: std::sync::Mutex<Vec<(u64, u32)>>,
+}
+
+#[async_trait::async_trait]
+impl Handler for HangsOnce {
+    async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        let n = msg.envelope.data["n"].as_u64().unwrap();
+        if n == 1 && msg.attempt == 1 {
+            std::future::pending::<()>().await;
+        }
+        self.applied.lock().unwrap().push((n, msg.attempt));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_its_timeout_counts_as_a_transient_failure() {
+    for env in setup(1).await {
+        publish(&env, "P-1", "pedido.creado", 0..3).await;
+        let handler = Arc::new(HangsOnce {
+            applied: Default::default(),
+        });
+        let mut config = support::worker_steps::config();
+        config.handler_timeout = Some(std::time::Duration::from_millis(200));
+        let running = Running::start_with(
+            env.log.as_ref(),
+            env.log.publisher(),
+            Router::new().route("pedido.creado", handler.clone()),
+            config,
+        );
+        wait_caught_up(&env).await;
+        let stats = running.stats.clone();
+        running.stop().await;
+        // The batch timed out, ran again one by one; message 1 timed out once more on its
+        // own (attempt 1), then succeeded on attempt 2, in order.
+        let applied = handler.applied.lock().unwrap().clone();
+        let ns: Vec<u64> = applied.iter().map(|(n, _)| *n).collect();
+        assert!(ns.ends_with(&[1, 2]), "{:?}: {applied:?}", env.backend);
+        assert!(applied.contains(&(1, 2)), "{applied:?}");
+        assert_eq!(stats.retried(), 1, "{:?}", env.backend);
+        assert!(dead_letters(&env).await.is_empty());
+    }
+}
