@@ -83,6 +83,10 @@ pub struct Cli {
     )]
     pub key_concurrency: u16,
 
+    /// How consumers retry.
+    #[command(flatten)]
+    pub retry: crate::config::RetryArgs,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -145,6 +149,10 @@ pub struct RunArgs {
     /// default `<component>-<pid>`.
     #[arg(long)]
     pub instance: Option<String>,
+    /// Maps service of reparto (`GET <url>/ruta?ciudad=..&calle=..` → `{"km": ..}`);
+    /// without it routes are computed in-process.
+    #[arg(long, env = "KM0_MAPAS_URL")]
+    pub mapas_url: Option<String>,
 }
 
 /// A component that `km0 run` starts.
@@ -156,6 +164,8 @@ pub enum Component {
     Inventario,
     /// The outbox relay of pedidos.
     Relay,
+    /// The delivery consumer (couriers for paid orders).
+    Reparto,
 }
 
 impl Component {
@@ -165,6 +175,7 @@ impl Component {
             Self::Pedidos => "pedidos",
             Self::Inventario => "inventario",
             Self::Relay => "relay",
+            Self::Reparto => "reparto",
         }
     }
 }
@@ -233,6 +244,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let system = System::new(databases, cli.broker.clone())
         .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
         .with_key_concurrency(usize::from(cli.key_concurrency))
+        .with_retry(cli.retry.clone())
         .with_retention(Retention {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
@@ -252,10 +264,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .instance
                 .unwrap_or_else(|| format!("{}-{}", args.component.name(), std::process::id()));
             let mut components = Components::none(&instance);
+            components.mapas_url = args.mapas_url.clone();
             match args.component {
                 Component::Pedidos => components.pedidos = true,
                 Component::Inventario => components.inventario = true,
                 Component::Relay => components.relay = true,
+                Component::Reparto => components.reparto = true,
             }
             wiring::run_until_signal(&system, components, args.http).await?;
         }

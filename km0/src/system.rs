@@ -12,10 +12,11 @@ use entrega_sqlite::SqliteOutbox;
 use crate::broker::{Broker, BrokerError};
 use crate::config::{
     is_postgres, split_database, sqlite_path, with_database, BrokerUrl, BrokerUrlError, DataPlace,
-    Databases, Db, Service,
+    Databases, Db, RetryArgs, Service,
 };
 use crate::services::inventario::StockStore;
 use crate::services::pedidos::OrderStore;
+use crate::services::reparto::DeliveryStore;
 
 /// The outbox of `db` through the relay's ports.
 pub fn outbox_ports(db: &Db) -> OutboxPorts {
@@ -57,6 +58,7 @@ pub struct System {
     lease_ttl: Duration,
     retention: Retention,
     key_concurrency: usize,
+    retry: RetryArgs,
 }
 
 impl System {
@@ -68,7 +70,19 @@ impl System {
             lease_ttl: DEFAULT_LEASE_TTL,
             retention: Retention::default(),
             key_concurrency: 1,
+            retry: RetryArgs::default(),
         }
+    }
+
+    /// Sets how the consumers retry (strategy, attempts, backoff).
+    pub fn with_retry(mut self, retry: RetryArgs) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// How the consumers retry.
+    pub fn retry(&self) -> &RetryArgs {
+        &self.retry
     }
 
     /// Sets how many keys' events the inventario worker applies at once (1: one batch at a
@@ -144,6 +158,13 @@ impl System {
         Ok(store)
     }
 
+    /// The delivery store, migrated.
+    pub async fn reparto(&self) -> Result<DeliveryStore, StoreError> {
+        let store = DeliveryStore::new(self.databases.connect(Service::Reparto).await?);
+        store.migrate().await?;
+        Ok(store)
+    }
+
     /// What `--broker` names, checked.
     pub fn broker_kind(&self) -> Result<BrokerUrl, BrokerUrlError> {
         BrokerUrl::parse(&self.broker_url)
@@ -164,7 +185,8 @@ impl System {
     pub async fn migrate(&self) -> Result<Vec<&'static str>, BrokerError> {
         self.pedidos().await?.db().close().await;
         self.inventario().await?.db().close().await;
-        let mut done = vec!["pedidos", "inventario"];
+        self.reparto().await?.db().close().await;
+        let mut done = vec!["pedidos", "inventario", "reparto"];
         if !self.broker_kind()?.is_kafka() {
             self.broker().await?.close().await;
             done.push("broker");
@@ -226,6 +248,7 @@ impl System {
             lease_ttl: self.lease_ttl,
             retention: self.retention,
             key_concurrency: self.key_concurrency,
+            retry: self.retry.clone(),
         })
     }
 
@@ -234,7 +257,7 @@ impl System {
     pub async fn destroy(&self) -> Result<(), StoreError> {
         let mut sqlite_files = Vec::new();
         let mut pg_databases = Vec::new();
-        for service in [Service::Pedidos, Service::Inventario] {
+        for service in [Service::Pedidos, Service::Inventario, Service::Reparto] {
             let name = self.databases.name(service);
             match &self.databases.place {
                 DataPlace::SqliteDir(dir) => sqlite_files.push(dir.join(format!("{name}.db"))),

@@ -1,5 +1,5 @@
-//! Starting km0's components for a deployment: the pedidos HTTP API, the outbox relay and the
-//! inventario consumer, in any combination, in this process.
+//! Starting km0's components for a deployment: the pedidos HTTP API, the outbox relay, the
+//! inventario consumer and the reparto consumer, in any combination, in this process.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,8 +13,13 @@ use tokio::task::JoinHandle;
 pub use crate::broker::{Broker, BrokerError};
 pub use crate::system::{outbox_ports, Retention, System, DEFAULT_LEASE_TTL};
 
+use crate::config::{parking_store, RetryMode};
 use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
 use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
+use crate::services::reparto::{self, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps};
+
+/// How often reparto looks for free couriers for its pending deliveries.
+pub const ASSIGN_EVERY: Duration = Duration::from_millis(500);
 
 /// Longest wait of an idle relay for rows committed by other processes (the seed's 0.2 s).
 const RELAY_POLL: Duration = Duration::from_millis(200);
@@ -35,6 +40,10 @@ pub struct Components {
     pub relay: bool,
     /// The inventario consumer.
     pub inventario: bool,
+    /// The reparto consumer and its periodic assignment of pending deliveries.
+    pub reparto: bool,
+    /// reparto's maps service; `None` computes routes in-process.
+    pub mapas_url: Option<String>,
     /// Relay lane owner and consumer group member name.
     pub instance: String,
 }
@@ -46,6 +55,8 @@ impl Components {
             pedidos: true,
             relay: true,
             inventario: true,
+            reparto: false,
+            mapas_url: None,
             instance: instance.to_owned(),
         }
     }
@@ -56,6 +67,8 @@ impl Components {
             pedidos: false,
             relay: false,
             inventario: false,
+            reparto: false,
+            mapas_url: None,
             instance: instance.to_owned(),
         }
     }
@@ -177,6 +190,10 @@ impl System {
             running.consumer_stats = Some(stats);
             running.tasks.push(("inventario", task));
         }
+        if components.reparto {
+            let task = spawn_reparto(self, &components, stop.clone()).await?;
+            running.tasks.push(("reparto", task));
+        }
         Ok(running)
     }
 }
@@ -186,19 +203,21 @@ pub async fn ensure_topics(broker: &Broker) -> anyhow::Result<()> {
     ensure_topic_and_dlq(broker, TOPIC).await
 }
 
-/// Creates `topic` with km0's partition count, and its dead-letter topic `<topic>.dlq`, if
-/// missing.
+/// Creates `topic` with km0's partition count, its dead-letter topic `<topic>.dlq` and its
+/// retry topic `<topic>.retry`, if missing.
 pub async fn ensure_topic_and_dlq(broker: &Broker, topic: &str) -> anyhow::Result<()> {
     let admin = broker.admin();
     admin
         .ensure_topic(topic, PARTITIONS)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
-    let dlq = format!("{topic}.dlq");
-    admin
-        .ensure_topic(&dlq, 1)
-        .await
-        .with_context(|| format!("creating the dead-letter topic {dlq}"))?;
+    for (side, partitions) in [("dlq", 1), ("retry", PARTITIONS)] {
+        let name = format!("{topic}.{side}");
+        admin
+            .ensure_topic(&name, partitions)
+            .await
+            .with_context(|| format!("creating topic {name}"))?;
+    }
     Ok(())
 }
 
@@ -245,24 +264,90 @@ async fn spawn_consumer(
     let broker = system.broker().await.context("opening the broker")?;
     ensure_topics(&broker).await?;
     spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
+    let parking = parking_store(stock.db());
     let consumer = Arc::new(StockConsumer::new(stock));
     let stats = consumer.stats();
     let mut config = WorkerConfig::new(GROUP, TOPIC).with_key_concurrency(system.key_concurrency());
     config.member = instance.to_owned();
-    let worker = Worker::new(
+    system.retry().apply(&mut config);
+    config.retry_partitions = PARTITIONS;
+    let mut worker = Worker::new(
         broker.subscriber(),
         broker.publisher(),
         consumer.router(),
         config,
     )
     .with_admin(broker.admin());
+    if system.retry().mode == RetryMode::Ordered {
+        worker = worker.with_parking(parking);
+    }
     tracing::info!(
         instance,
         key_concurrency = system.key_concurrency(),
+        retry = ?system.retry().mode,
         "inventario consumer started"
     );
     let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
     Ok((task, stats))
+}
+
+/// The reparto consumer, as group member `instance`, and the periodic assignment of pending
+/// deliveries.
+async fn spawn_reparto(
+    system: &System,
+    components: &Components,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let store = system
+        .reparto()
+        .await
+        .context("opening the reparto database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let maps: Arc<dyn Maps> = match &components.mapas_url {
+        Some(url) => Arc::new(HttpMaps::new(url).context("the maps service")?),
+        None => Arc::new(LocalMaps),
+    };
+    let parking = parking_store(store.db());
+    spawn_assignment(store.clone(), stop.clone());
+    let consumer = Arc::new(DeliveryConsumer::new(store, maps));
+    let mut config = WorkerConfig::new(reparto::GROUP, reparto::TOPIC)
+        .with_key_concurrency(system.key_concurrency());
+    config.member = format!("{}-reparto", components.instance);
+    system.retry().apply(&mut config);
+    config.retry_partitions = PARTITIONS;
+    let mut worker = Worker::new(
+        broker.subscriber(),
+        broker.publisher(),
+        consumer.router(),
+        config,
+    )
+    .with_admin(broker.admin());
+    if system.retry().mode == RetryMode::Ordered {
+        worker = worker.with_parking(parking);
+    }
+    tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto consumer started");
+    Ok(tokio::spawn(async move {
+        worker.run(stop).await.context("reparto consumer")
+    }))
+}
+
+/// Gives pending deliveries the couriers that became free, every [`ASSIGN_EVERY`], until
+/// `stop`. A failed round is logged and tried again next time.
+fn spawn_assignment(store: DeliveryStore, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            match store.assign_pending(entrega_core::now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(assigned = n, "pending deliveries assigned"),
+                Err(e) => tracing::warn!(error = %e, "assigning pending deliveries failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(ASSIGN_EVERY) => {}
+            }
+        }
+    });
 }
 
 /// Deletes processed-message keys older than `retention`, now and then, until `stop`.
@@ -314,6 +399,9 @@ fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
     }
     if components.inventario {
         line.push_str(" inventario");
+    }
+    if components.reparto {
+        line.push_str(" reparto");
     }
     line
 }

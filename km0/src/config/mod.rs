@@ -7,6 +7,7 @@
 //! [`BrokerUrl`]). This is the only place that looks at URL schemes.
 
 mod broker_url;
+mod retry;
 
 use std::path::PathBuf;
 
@@ -14,6 +15,7 @@ use entrega_core::{MigrationSet, StoreError};
 use sqlx::{PgPool, SqlitePool};
 
 pub use broker_url::{is_kafka, BrokerUrl, BrokerUrlError};
+pub use retry::{parking_store, RetryArgs, RetryMode};
 
 /// The services of km0 that own a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +24,8 @@ pub enum Service {
     Pedidos,
     /// Stock: `stock`, plus the processed-messages table.
     Inventario,
+    /// Deliveries: `repartidores` and `entregas`, plus the consumer tables.
+    Reparto,
 }
 
 impl Service {
@@ -30,6 +34,7 @@ impl Service {
         match self {
             Self::Pedidos => "pedidos",
             Self::Inventario => "inventario",
+            Self::Reparto => "reparto",
         }
     }
 }

@@ -3,3 +3,4 @@
 
 pub mod inventario;
 pub mod pedidos;
+pub mod reparto;
