@@ -1,4 +1,4 @@
-//! `km0 bench relay|consume|e2e`: throughput and latency of km0 on entrega.
+//! `km0 bench relay|consume|e2e|poison`: throughput and latency of km0 on entrega.
 //!
 //! Every measurement runs on databases of its own (`km0bench<id>_*` on PostgreSQL, a
 //! `km0bench<id>` directory on SQLite), created for it and removed afterwards. On PostgreSQL
@@ -10,6 +10,7 @@ mod arrivals;
 mod consume;
 mod e2e;
 mod pgbench;
+mod poison;
 mod relay;
 mod report;
 mod timed_publisher;
@@ -21,6 +22,7 @@ use clap::{Args, Subcommand};
 
 pub use consume::ConsumeArgs;
 pub use e2e::E2eArgs;
+pub use poison::PoisonArgs;
 pub use relay::RelayArgs;
 pub use report::{BenchReport, Measurement, Target};
 
@@ -64,6 +66,8 @@ pub enum BenchCommand {
     Consume(ConsumeArgs),
     /// End to end: commit-to-consume latency at a fixed arrival rate.
     E2e(E2eArgs),
+    /// Poison: healthy events' latency while one message always fails, per retry strategy.
+    Poison(PoisonArgs),
 }
 
 /// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
@@ -198,6 +202,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         BenchCommand::Relay(a) => relay::run(&common, a).await?,
         BenchCommand::Consume(a) => consume::run(&common, a).await?,
         BenchCommand::E2e(a) => e2e::run(&common, a).await?,
+        BenchCommand::Poison(a) => poison::run(&common, a).await?,
     };
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.output {
