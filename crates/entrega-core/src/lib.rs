@@ -2,6 +2,7 @@
 //! errors, and the small traits that transports and stores implement. No I/O lives here.
 
 mod clock;
+mod dlq;
 mod envelope;
 mod error;
 pub mod headers;
@@ -14,6 +15,10 @@ mod raw_json;
 mod transport;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use dlq::{
+    db_count, AuditColumns, DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction,
+    DlqAuditEntry, DlqStore, InvalidDeadLetterId, MarkColumns,
+};
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
 pub use headers::Headers;
@@ -46,6 +51,9 @@ pub enum MigrationSet {
     Inbox,
     /// The database-backed log transport's topics, partitions, offsets and leases.
     Log,
+    /// Operator state of dead letters (`entrega_dlq_state`) and the audit of operator
+    /// actions (`entrega_dlq_audit`): for the service whose dead-letter topic is tended.
+    Dlq,
 }
 
 impl MigrationSet {
@@ -55,6 +63,7 @@ impl MigrationSet {
             Self::Outbox => "outbox",
             Self::Inbox => "inbox",
             Self::Log => "log",
+            Self::Dlq => "dlq",
         }
     }
 }

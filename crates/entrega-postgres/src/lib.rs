@@ -11,6 +11,7 @@
 //! ```
 
 mod connect;
+mod dlq;
 mod errors;
 mod inbox;
 mod lanes;
@@ -21,6 +22,7 @@ mod outbox;
 mod outbox_lanes;
 
 pub use connect::{connect, ensure_database};
+pub use dlq::PgDlqStore;
 pub use errors::classify;
 pub use inbox::PgInbox;
 pub use log::{LogConfig, PgLog, PgSubscription};

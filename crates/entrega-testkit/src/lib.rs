@@ -9,6 +9,7 @@
 //! entrega_testkit::outbox_conformance!(MyHarness::new());
 //! entrega_testkit::inbox_conformance!(MyHarness::new());
 //! entrega_testkit::log_conformance!(MyHarness::new());
+//! entrega_testkit::dlq_conformance!(MyHarness::new());
 //! ```
 //!
 //! Scenarios return [`Scenario`] (`Result<(), BoxError>`) rather than panicking, so the
@@ -23,9 +24,9 @@ mod wait;
 
 pub use fault::{Fault, FlakyPublisher, InjectedFault};
 pub use harness::{
-    BoxError, HeldTx, InboxFixture, InboxHarness, LogCapabilities, LogFixture, LogHarness,
-    LogSettings, OutboxFixture, OutboxHarness, RowState, Scenario, TxEnd,
+    BoxError, DlqFixture, DlqHarness, HeldTx, InboxFixture, InboxHarness, LogCapabilities,
+    LogFixture, LogHarness, LogSettings, OutboxFixture, OutboxHarness, RowState, Scenario, TxEnd,
 };
-pub use runner::{run_all_inbox, run_all_log, run_all_outbox};
-pub use suite::{inbox, log, outbox};
+pub use runner::{run_all_dlq, run_all_inbox, run_all_log, run_all_outbox};
+pub use suite::{dlq, inbox, log, outbox};
 pub use wait::{wait_until, CheckFailed, CHECK_EVERY};
