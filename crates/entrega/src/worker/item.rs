@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use entrega_core::headers::SOLO_GRUPO;
 use entrega_core::{Envelope, HandlerError, Record};
 
 use super::panics::{guarded_batch, NoResult};
@@ -76,6 +77,20 @@ pub(super) fn prepare(worker: &Worker, tracker: &Tracker, record: Record) -> Ite
             record,
             attempt,
             target: Target::Done,
+            message: None,
+        };
+    }
+    // A replay aimed at another group (`entrega-solo-grupo`): acknowledged, never handled,
+    // not even parsed, so it cannot be dead-lettered here either.
+    if record
+        .headers
+        .get(SOLO_GRUPO)
+        .is_some_and(|only| only != worker.config.group)
+    {
+        return Item {
+            record,
+            attempt,
+            target: Target::Ignored,
             message: None,
         };
     }
