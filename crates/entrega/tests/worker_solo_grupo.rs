@@ -42,7 +42,12 @@ async fn records_for_another_group_are_acknowledged_unhandled() {
         assert_eq!(running.stats.ignored(), 2, "{:?}", env.backend);
         assert_eq!(running.stats.dead_lettered(), 0, "{:?}", env.backend);
         running.stop().await;
-        assert_eq!(handler.applied_ns("P-1"), vec![0, 1, 3], "{:?}", env.backend);
+        assert_eq!(
+            handler.applied_ns("P-1"),
+            vec![0, 1, 3],
+            "{:?}",
+            env.backend
+        );
         assert!(dead_letters(&env).await.is_empty(), "{:?}", env.backend);
     }
 }
