@@ -122,10 +122,20 @@ impl DeadLetter {
 
 /// The class of a reason, for grouping: the text before the first `:` or backquote, trimmed
 /// (`producto desconocido: queso-azul` → `producto desconocido`, ``unknown tipo `x` `` →
-/// `unknown tipo`); the whole reason when it has neither; `(none)` when empty.
+/// `unknown tipo`). When that text is the worker's classification (`permanent`,
+/// `transient exhausted after N attempts`), the next segment is kept with it
+/// (`permanent: producto desconocido: queso-azul` → `permanent: producto desconocido`).
+/// The whole reason when it has neither; `(none)` when empty.
 pub fn motivo_class(motivo: &str) -> &str {
-    let cut = motivo.find([':', '`']).unwrap_or(motivo.len());
-    let class = motivo[..cut].trim();
+    let cut = |text: &str| text.find([':', '`']).unwrap_or(text.len());
+    let first = cut(motivo);
+    let head = motivo[..first].trim();
+    let classified = head == "permanent" || head.starts_with("transient");
+    let end = match motivo[first..].strip_prefix(':') {
+        Some(rest) if classified => first + 1 + cut(rest),
+        _ => first,
+    };
+    let class = motivo[..end].trim();
     if class.is_empty() {
         "(none)"
     } else {
@@ -152,9 +162,18 @@ mod tests {
         assert_eq!(motivo_class("unknown tipo `pedido.x`"), "unknown tipo");
         assert_eq!(
             motivo_class("transient exhausted after 3 attempts: timeout"),
-            "transient exhausted after 3 attempts"
+            "transient exhausted after 3 attempts: timeout"
         );
         assert_eq!(motivo_class("sin stock"), "sin stock");
+        assert_eq!(
+            motivo_class("permanent: producto desconocido: queso"),
+            "permanent: producto desconocido"
+        );
+        assert_eq!(
+            motivo_class("transient exhausted after 3 attempts: timeout: 5s"),
+            "transient exhausted after 3 attempts: timeout"
+        );
+        assert_eq!(motivo_class("permanent"), "permanent");
         assert_eq!(motivo_class(""), "(none)");
         assert_eq!(motivo_class(": x"), "(none)");
     }

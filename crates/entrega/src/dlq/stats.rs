@@ -40,7 +40,7 @@ impl Counts {
 pub struct MotivoCount {
     /// The reason (`motivo`), or its class in [`TopicStats::by_class`].
     pub motivo: String,
-    /// The reason's class (text before the first `:` or backquote).
+    /// The reason's class ([`super::motivo_class`]).
     pub class: String,
     /// By state.
     #[serde(flatten)]
