@@ -13,6 +13,7 @@ mod outcome;
 mod partition;
 mod raw_json;
 mod transport;
+pub mod utc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dlq::{

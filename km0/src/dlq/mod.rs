@@ -86,8 +86,17 @@ fn is_usage(e: &anyhow::Error) -> bool {
         || e.downcast_ref::<InvalidTime>().is_some()
 }
 
-fn json_line(value: &impl serde::Serialize) -> anyhow::Result<String> {
-    Ok(format!("{}\n", serde_json::to_string_pretty(value)?))
+/// `value` as pretty JSON when asked, else as `text` renders it.
+fn emit<T: serde::Serialize>(
+    json: bool,
+    value: &T,
+    text: impl FnOnce(&T) -> String,
+) -> anyhow::Result<String> {
+    if json {
+        Ok(format!("{}\n", serde_json::to_string_pretty(value)?))
+    } else {
+        Ok(text(value))
+    }
 }
 
 /// Runs the command; returns what to print.
@@ -95,12 +104,8 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
     match command {
         DlqCommand::List { filter, all, json } => {
             let letters = tool.list(&filter.to_filter()?, all).await?;
-            if json {
-                let rows: Vec<_> = letters.iter().map(render::letter_json).collect();
-                json_line(&rows)
-            } else {
-                Ok(render::list_table(&letters))
-            }
+            let rows: Vec<_> = letters.iter().map(render::letter_json).collect();
+            emit(json, &rows, |_| render::list_table(&letters))
         }
         DlqCommand::Stats {
             filter,
@@ -108,19 +113,12 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             json,
         } => {
             let stats = tool.stats(&filter.to_filter()?, group.as_deref()).await?;
-            if json {
-                json_line(&stats)
-            } else {
-                Ok(render::stats_text(&stats))
-            }
+            emit(json, &stats, render::stats_text)
         }
         DlqCommand::Show { id, json } => {
             let (letter, history) = tool.show(&id).await?;
-            if json {
-                json_line(&render::show_json(&letter, &history))
-            } else {
-                Ok(render::show_text(&letter, &history))
-            }
+            let value = render::show_json(&letter, &history);
+            emit(json, &value, |_| render::show_text(&letter, &history))
         }
         DlqCommand::Replay {
             filter,
@@ -135,11 +133,7 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             options.max_replays = max_replays;
             options.group = group;
             let report = tool.replay(&filter.to_filter()?, &options).await?;
-            if json {
-                json_line(&report)
-            } else {
-                Ok(render::action_text(&report))
-            }
+            emit(json, &report, render::action_text)
         }
         DlqCommand::Discard {
             filter,
@@ -151,19 +145,13 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             let mut options = DiscardOptions::new(operator(who.as_deref()), reason);
             options.dry_run = dry_run;
             let report = tool.discard(&filter.to_filter()?, &options).await?;
-            if json {
-                json_line(&report)
-            } else {
-                Ok(render::action_text(&report))
-            }
+            emit(json, &report, render::action_text)
         }
         DlqCommand::Audit { limit, json } => {
             let entries = tool.audit(limit).await?;
-            if json {
-                json_line(&render::audit_json(&entries))
-            } else {
-                Ok(render::audit_text(&entries))
-            }
+            emit(json, &render::audit_json(&entries), |_| {
+                render::audit_text(&entries)
+            })
         }
     }
 }
