@@ -119,6 +119,13 @@ pub enum Command {
     /// Consumer lag per group and partition (committed offset, end offset, lag), and the
     /// dead letters waiting on each topic's dead-letter topic.
     Lag(LagArgs),
+    /// Dead letters of km0's topics: list, stats, show, replay, discard, audit
+    /// (procedure in docs/OPERATIONS.md).
+    Dlq {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::dlq::DlqCommand,
+    },
 }
 
 /// `km0 lag`.
@@ -324,6 +331,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::bench::run(&cli.database, &cli.broker, &args).await?;
         }
         Command::Lag(args) => lag(&system, args).await?,
+        Command::Dlq { command } => return crate::dlq::run(&system, command).await,
     }
     Ok(ExitCode::SUCCESS)
 }

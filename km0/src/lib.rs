@@ -10,6 +10,7 @@ pub mod broker;
 pub mod cli;
 pub mod config;
 pub mod demo;
+pub mod dlq;
 pub mod lag;
 mod schema;
 pub mod services;

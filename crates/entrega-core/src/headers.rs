@@ -22,6 +22,12 @@ pub const ORIGIN_PARTITION: &str = "entrega-origin-partition";
 pub const ORIGIN_OFFSET: &str = "entrega-origin-offset";
 /// Consumer group that dead-lettered the message.
 pub const ORIGIN_GROUP: &str = "entrega-origin-group";
+/// Times an operator has replayed the message from a dead-letter topic (`entrega-reenvios`,
+/// decimal text); absent on a message never replayed.
+pub const REENVIOS: &str = "entrega-reenvios";
+/// The one consumer group a replayed message is meant for (`entrega-solo-grupo`): workers of
+/// every other group acknowledge it without handling it.
+pub const SOLO_GRUPO: &str = "entrega-solo-grupo";
 
 /// Ordered list of text headers. Names may repeat; [`Headers::get`] returns the last value,
 /// which is how Kafka clients conventionally read a header.

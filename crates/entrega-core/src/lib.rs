@@ -2,6 +2,7 @@
 //! errors, and the small traits that transports and stores implement. No I/O lives here.
 
 mod clock;
+mod dlq;
 mod envelope;
 mod error;
 pub mod headers;
@@ -13,8 +14,13 @@ mod parking;
 mod partition;
 mod raw_json;
 mod transport;
+pub mod utc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use dlq::{
+    db_count, AuditColumns, DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction,
+    DlqAuditEntry, DlqStore, InvalidDeadLetterId, MarkColumns,
+};
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
 pub use headers::Headers;
@@ -49,6 +55,9 @@ pub enum MigrationSet {
     Inbox,
     /// The database-backed log transport's topics, partitions, offsets and leases.
     Log,
+    /// Operator state of dead letters (`entrega_dlq_state`) and the audit of operator
+    /// actions (`entrega_dlq_audit`): for the service whose dead-letter topic is tended.
+    Dlq,
 }
 
 impl MigrationSet {
@@ -58,6 +67,7 @@ impl MigrationSet {
             Self::Outbox => "outbox",
             Self::Inbox => "inbox",
             Self::Log => "log",
+            Self::Dlq => "dlq",
         }
     }
 }

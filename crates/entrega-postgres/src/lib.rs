@@ -11,6 +11,7 @@
 //! ```
 
 mod connect;
+mod dlq;
 mod errors;
 mod inbox;
 mod lanes;
@@ -22,6 +23,7 @@ mod outbox_lanes;
 mod parking;
 
 pub use connect::{connect, ensure_database};
+pub use dlq::PgDlqStore;
 pub use errors::classify;
 pub use inbox::PgInbox;
 pub use log::{LogConfig, PgLog, PgSubscription};

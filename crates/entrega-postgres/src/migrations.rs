@@ -42,11 +42,18 @@ const LOG: &[Migration] = &[Migration {
     sql: include_str!("../migrations/log/0001_log.sql"),
 }];
 
+const DLQ: &[Migration] = &[Migration {
+    version: 1,
+    description: "dead-letter operator state and audit",
+    sql: include_str!("../migrations/dlq/0001_dlq.sql"),
+}];
+
 fn steps(set: MigrationSet) -> &'static [Migration] {
     match set {
         MigrationSet::Outbox => OUTBOX,
         MigrationSet::Inbox => INBOX,
         MigrationSet::Log => LOG,
+        MigrationSet::Dlq => DLQ,
     }
 }
 

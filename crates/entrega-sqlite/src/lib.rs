@@ -18,6 +18,7 @@
 //! ```
 
 mod connect;
+mod dlq;
 mod errors;
 mod inbox;
 mod lanes;
@@ -30,6 +31,7 @@ mod signal;
 mod timefmt;
 
 pub use connect::{begin_immediate, connect};
+pub use dlq::SqliteDlqStore;
 pub use errors::classify;
 pub use inbox::SqliteInbox;
 pub use log::{LogConfig, SqliteLog};

@@ -63,11 +63,18 @@ const LOG: &[Migration] = &[Migration {
     steps: &[Step::Sql(include_str!("../migrations/log/0001_log.sql"))],
 }];
 
+const DLQ: &[Migration] = &[Migration {
+    version: 1,
+    description: "dead-letter operator state and audit",
+    steps: &[Step::Sql(include_str!("../migrations/dlq/0001_dlq.sql"))],
+}];
+
 fn migrations_of(set: MigrationSet) -> &'static [Migration] {
     match set {
         MigrationSet::Outbox => OUTBOX,
         MigrationSet::Inbox => INBOX,
         MigrationSet::Log => LOG,
+        MigrationSet::Dlq => DLQ,
     }
 }
 

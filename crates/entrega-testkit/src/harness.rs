@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup, ParkingStore,
-    Publisher, Record, Subscriber, TopicAdmin,
+    Clock, DlqStore, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup,
+    ParkingStore, Publisher, Record, Subscriber, TopicAdmin,
 };
 use uuid::Uuid;
 
@@ -234,6 +234,22 @@ pub trait LogFixture: Send + Sync {
         from: i64,
         max: usize,
     ) -> Result<Vec<Record>, BoxError>;
+    /// Drops the database, when the backend can.
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError>;
+}
+
+/// Creates fresh, isolated dead-letter operator stores.
+#[async_trait]
+pub trait DlqHarness: Send + Sync {
+    /// A new empty store with its migration applied.
+    async fn dlq(&self) -> Result<Box<dyn DlqFixture>, BoxError>;
+}
+
+/// One dead-letter operator store under test.
+#[async_trait]
+pub trait DlqFixture: Send + Sync {
+    /// The store.
+    fn store(&self) -> Arc<dyn DlqStore>;
     /// Drops the database, when the backend can.
     async fn teardown(self: Box<Self>) -> Result<(), BoxError>;
 }

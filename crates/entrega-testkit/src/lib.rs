@@ -10,6 +10,7 @@
 //! entrega_testkit::inbox_conformance!(MyHarness::new());
 //! entrega_testkit::log_conformance!(MyHarness::new());
 //! entrega_testkit::parking_conformance!(MyHarness::new());
+//! entrega_testkit::dlq_conformance!(MyHarness::new());
 //! ```
 //!
 //! Scenarios return [`Scenario`] (`Result<(), BoxError>`) rather than panicking, so the
@@ -24,10 +25,10 @@ mod wait;
 
 pub use fault::{Fault, FlakyPublisher, InjectedFault};
 pub use harness::{
-    BoxError, HeldTx, InboxFixture, InboxHarness, LogCapabilities, LogFixture, LogHarness,
-    LogSettings, OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, RowState, Scenario,
-    TxEnd,
+    BoxError, DlqFixture, DlqHarness, HeldTx, InboxFixture, InboxHarness, LogCapabilities,
+    LogFixture, LogHarness, LogSettings, OutboxFixture, OutboxHarness, ParkingFixture,
+    ParkingHarness, RowState, Scenario, TxEnd,
 };
-pub use runner::{run_all_inbox, run_all_log, run_all_outbox, run_all_parking};
-pub use suite::{inbox, log, outbox, parking};
+pub use runner::{run_all_dlq, run_all_inbox, run_all_log, run_all_outbox, run_all_parking};
+pub use suite::{dlq, inbox, log, outbox, parking};
 pub use wait::{wait_until, CheckFailed, CHECK_EVERY};

@@ -1,7 +1,9 @@
 //! Running whole suites, and the macros that turn each scenario into its own test.
 
-use crate::harness::{BoxError, InboxHarness, LogHarness, OutboxHarness, ParkingHarness, Scenario};
-use crate::suite::{inbox, log, outbox, parking};
+use crate::harness::{
+    BoxError, DlqHarness, InboxHarness, LogHarness, OutboxHarness, ParkingHarness, Scenario,
+};
+use crate::suite::{dlq, inbox, log, outbox, parking};
 
 /// Collects the failures of scenarios run one after another.
 #[derive(Debug, Default)]
@@ -74,6 +76,20 @@ pub async fn run_all_parking(h: &dyn ParkingHarness) -> Scenario {
         parking::head_is_lowest_offset_of_the_key,
         parking::parking_again_keeps_the_first_copy,
         parking::keys_and_subscriptions_stay_apart,
+    );
+    report.finish()
+}
+
+/// Runs every dead-letter operator store scenario; the error lists each failed scenario.
+pub async fn run_all_dlq(h: &dyn DlqHarness) -> Scenario {
+    let mut report = Report::default();
+    run_each!(
+        report,
+        h,
+        dlq::fresh_store_is_empty,
+        dlq::record_keeps_marks_and_entry,
+        dlq::later_mark_replaces_earlier,
+        dlq::audit_is_newest_first,
     );
     report.finish()
 }
@@ -188,6 +204,22 @@ macro_rules! log_conformance {
             stale_commit_is_refused,
             seek_redelivers,
             pause_holds_one_partition,
+        );
+    };
+}
+
+/// One test per dead-letter operator store scenario:
+/// `entrega_testkit::dlq_conformance!(MyHarness::new());`.
+#[macro_export]
+macro_rules! dlq_conformance {
+    ($harness:expr) => {
+        $crate::__conformance_tests!(
+            dlq,
+            $harness,
+            fresh_store_is_empty,
+            record_keeps_marks_and_entry,
+            later_mark_replaces_earlier,
+            audit_is_newest_first,
         );
     };
 }

@@ -15,6 +15,7 @@
 //! ```
 
 mod backoff;
+pub mod dlq;
 pub mod failpoint;
 mod relay;
 mod relay_config;

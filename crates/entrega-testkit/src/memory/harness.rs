@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup, ParkingStore,
-    Publisher, Record, Subscriber, SystemClock, TopicAdmin,
+    Clock, DlqStore, LaneLeases, NewEvent, OutboxMaintenance, OutboxReader, OutboxWakeup,
+    ParkingStore, Publisher, Record, Subscriber, SystemClock, TopicAdmin,
 };
 use uuid::Uuid;
 
-use super::{MemoryInbox, MemoryLog, MemoryOutbox, MemoryParking, MemoryTx};
+use super::{MemoryDlqStore, MemoryInbox, MemoryLog, MemoryOutbox, MemoryParking, MemoryTx};
 use crate::harness::{
-    BoxError, HeldTx, InboxFixture, InboxHarness, LogFixture, LogHarness, LogSettings,
-    OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, RowState, TxEnd,
+    BoxError, DlqFixture, DlqHarness, HeldTx, InboxFixture, InboxHarness, LogFixture, LogHarness,
+    LogSettings, OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, RowState, TxEnd,
 };
 
 /// Runs the conformance suites against [`MemoryOutbox`], [`MemoryInbox`] and [`MemoryLog`].
@@ -181,6 +181,24 @@ impl LogFixture for MemoryLog {
         max: usize,
     ) -> Result<Vec<Record>, BoxError> {
         Ok(MemoryLog::read(self, topic, partition, from, max))
+    }
+
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl DlqHarness for MemoryHarness {
+    async fn dlq(&self) -> Result<Box<dyn DlqFixture>, BoxError> {
+        Ok(Box::new(MemoryDlqStore::new()))
+    }
+}
+
+#[async_trait]
+impl DlqFixture for MemoryDlqStore {
+    fn store(&self) -> Arc<dyn DlqStore> {
+        Arc::new(self.clone())
     }
 
     async fn teardown(self: Box<Self>) -> Result<(), BoxError> {

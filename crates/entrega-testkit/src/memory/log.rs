@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    partition_for, Clock, OutgoingMessage, Publisher, Record, SlotLease, Subscriber, Subscription,
-    SystemClock, TopicAdmin, TransportError,
+    partition_for, Clock, LogInspector, OutgoingMessage, Publisher, Record, SlotLease, Subscriber,
+    Subscription, SystemClock, TopicAdmin, TransportError,
 };
 use tokio::sync::Notify;
 
@@ -211,5 +211,26 @@ impl Subscriber for MemoryLog {
             topic,
             member,
         )))
+    }
+}
+
+#[async_trait]
+impl LogInspector for MemoryLog {
+    async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, TransportError> {
+        Ok(MemoryLog::end_offsets(self, topic))
+    }
+
+    async fn committed(&self, group: &str, topic: &str) -> Result<Vec<(u32, i64)>, TransportError> {
+        Ok(MemoryLog::committed(self, group, topic))
+    }
+
+    async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: i64,
+        max: usize,
+    ) -> Result<Vec<Record>, TransportError> {
+        Ok(MemoryLog::read(self, topic, partition, from, max))
     }
 }

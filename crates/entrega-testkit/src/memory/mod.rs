@@ -3,6 +3,7 @@
 //! They run the engine's tests without a database, and the testkit checks them against its
 //! own conformance suites, which keeps the suites honest too.
 
+mod dlq;
 mod harness;
 mod inbox;
 mod log;
@@ -10,6 +11,7 @@ mod log_subscription;
 mod outbox;
 mod parking;
 
+pub use dlq::MemoryDlqStore;
 pub use harness::MemoryHarness;
 pub use inbox::MemoryInbox;
 pub use log::MemoryLog;

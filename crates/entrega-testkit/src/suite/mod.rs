@@ -4,6 +4,7 @@
 //! and [`crate::log_conformance!`] (one `#[tokio::test]` per scenario), or all at once through
 //! the `run_all` function of each module.
 
+pub mod dlq;
 pub mod inbox;
 mod log_groups;
 mod log_support;

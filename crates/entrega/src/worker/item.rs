@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use entrega_core::headers::SOLO_GRUPO;
 use entrega_core::{Envelope, HandlerError, Record};
 
 use super::panics::{guarded_batch, NoResult};
@@ -139,6 +140,17 @@ pub(super) fn prepare(ctx: &Context<'_>, record: Record) -> Item {
         .tracker
         .is_done(item.record.partition, item.record.offset)
     {
+        return item;
+    }
+    // A replay aimed at another group (`entrega-solo-grupo`): acknowledged, never handled,
+    // not even parsed, so it cannot be dead-lettered here either.
+    if item
+        .record
+        .headers
+        .get(SOLO_GRUPO)
+        .is_some_and(|only| only != ctx.worker.config.group)
+    {
+        item.target = Target::Ignored;
         return item;
     }
     if let Some(parked) = ctx.parked {

@@ -88,9 +88,13 @@ impl StockStore {
         &self.db
     }
 
-    /// Creates entrega's processed-messages table and the stock table with its seed rows.
+    /// Creates entrega's processed-messages table, the dead-letter operator tables (the
+    /// inventario worker writes `pedidos.eventos.dlq`, so its tending state lives here) and
+    /// the stock table with its seed rows.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db.migrate_entrega(&[MigrationSet::Inbox]).await?;
+        self.db
+            .migrate_entrega(&[MigrationSet::Inbox, MigrationSet::Dlq])
+            .await?;
         schema::apply(&self.db, "inventario", MIGRATIONS).await
     }
 

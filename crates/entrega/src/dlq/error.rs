@@ -1,0 +1,70 @@
+//! Why a dead-letter operation was refused or failed.
+
+use entrega_core::{DeadLetterId, InvalidDeadLetterId, StoreError, TransportError};
+
+/// An error of the dead-letter tooling. [`DlqError::is_usage`] tells the operator's mistakes
+/// (nothing was changed) from failures of the transport or the store.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DlqError {
+    /// Filters that cannot be combined, or that select nothing by construction.
+    #[error("conflicting filters: {reason}")]
+    ConflictingFilters {
+        /// Which filters, and why.
+        reason: String,
+    },
+    /// A dead-letter id that is not well formed.
+    #[error(transparent)]
+    InvalidId(#[from] InvalidDeadLetterId),
+    /// No record at the place an id names.
+    #[error("no dead letter {id}: the topic has no record at that partition and offset")]
+    UnknownId {
+        /// The id asked for.
+        id: DeadLetterId,
+    },
+    /// An id names a topic the tool does not tend.
+    #[error("dead letter {id} is not on a dead-letter topic (expected one of: {topics})")]
+    NotADeadLetterTopic {
+        /// The id asked for.
+        id: DeadLetterId,
+        /// The topics tended, comma-separated.
+        topics: String,
+    },
+    /// An id names a dead letter an operator already replayed or discarded.
+    #[error("dead letter {id} is already {state}; nothing to do")]
+    NotPending {
+        /// The id asked for.
+        id: DeadLetterId,
+        /// What was done to it.
+        state: &'static str,
+    },
+    /// A discard without a reason.
+    #[error("a discard needs a reason (--reason \"...\")")]
+    ReasonRequired,
+    /// A replay limit of 0 would refuse every dead letter.
+    #[error("the replay limit must be at least 1")]
+    ZeroReplayLimit,
+    /// Reading or publishing records failed.
+    #[error("the transport failed")]
+    Transport(#[from] TransportError),
+    /// Reading or writing operator state failed.
+    #[error("the dead-letter state store failed")]
+    Store(#[from] StoreError),
+}
+
+impl DlqError {
+    /// Whether the request itself was at fault (bad id, conflicting filters, missing reason):
+    /// detected before anything was published or recorded.
+    pub fn is_usage(&self) -> bool {
+        !matches!(self, Self::Transport(_) | Self::Store(_))
+    }
+
+    /// Whether repeating the operation later may succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Transport(e) => e.is_transient(),
+            Self::Store(e) => e.is_transient(),
+            _ => false,
+        }
+    }
+}
