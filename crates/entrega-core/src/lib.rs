@@ -8,6 +8,7 @@ pub mod headers;
 mod inspect;
 mod lease;
 mod outbox;
+mod outbox_blocked;
 mod outcome;
 mod partition;
 mod raw_json;
@@ -22,6 +23,9 @@ pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
     lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
     OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, LANES,
+};
+pub use outbox_blocked::{
+    truncate_error, BlockedRow, Refusal, ReleaseError, BLOCKED_ROWS_LISTED, MAX_ERROR_CHARS,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
 pub use partition::{murmur2, partition_for};

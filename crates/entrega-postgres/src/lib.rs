@@ -18,6 +18,7 @@ mod listen;
 mod log;
 mod migrations;
 mod outbox;
+mod outbox_blocked;
 mod outbox_lanes;
 
 pub use connect::{connect, ensure_database};

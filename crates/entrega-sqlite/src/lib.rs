@@ -24,6 +24,7 @@ mod lanes;
 mod log;
 mod migrations;
 mod outbox;
+mod outbox_blocked;
 mod outbox_lanes;
 mod signal;
 mod timefmt;

@@ -36,7 +36,12 @@ async fn migrating_again_and_concurrently_changes_nothing() {
 
     assert_eq!(
         versions(&db.pool).await,
-        vec![("inbox".into(), 1), ("log".into(), 1), ("outbox".into(), 1)]
+        vec![
+            ("inbox".into(), 1),
+            ("log".into(), 1),
+            ("outbox".into(), 1),
+            ("outbox".into(), 2)
+        ]
     );
     let lanes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM entrega_relay_lanes")
         .fetch_one(&db.pool)
@@ -83,7 +88,7 @@ async fn a_newer_schema_is_refused_without_changes() {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 1
+                supported: 2
             }
         ),
         "{err:?}"

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use entrega::Relay;
 use entrega_core::{
     lane_of, now_ms, LaneLease, LaneMark, LaneRows, ManualClock, OutboxReader, OutboxRow,
-    OutgoingMessage, Publisher, StoreError, TransportError,
+    OutgoingMessage, Publisher, Refusal, StoreError, TransportError,
 };
 use entrega_testkit::TxEnd;
 use support::relay_steps::{config, env_with_topic, events, published};
@@ -118,6 +118,15 @@ impl OutboxReader for CountingReader {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         self.inner.mark_published(lease, ids, now_ms).await
+    }
+
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.record_refusal(lease, refusal, now_ms).await
     }
 
     async fn pending_lanes(

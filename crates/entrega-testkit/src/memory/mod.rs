@@ -8,6 +8,7 @@ mod inbox;
 mod log;
 mod log_subscription;
 mod outbox;
+mod outbox_maintenance;
 
 pub use harness::MemoryHarness;
 pub use inbox::MemoryInbox;
