@@ -3,9 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use async_trait::async_trait;
-use entrega_core::{
-    LaneCursor, LaneLease, OutboxReader, OutboxRow, RawJson, Refusal, StoreError,
-};
+use entrega_core::{LaneCursor, LaneLease, OutboxReader, OutboxRow, RawJson, Refusal, StoreError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use uuid::Uuid;
 

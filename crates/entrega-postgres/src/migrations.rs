@@ -25,7 +25,8 @@ const OUTBOX: &[Migration] = &[
     },
     Migration {
         version: 2,
-        description: "outbox rows the transport refused: attempts, next attempt, last error, parking",
+        description:
+            "outbox rows the transport refused: attempts, next attempt, last error, parking",
         sql: include_str!("../migrations/outbox/0002_refused_rows.sql"),
     },
 ];

@@ -7,8 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError, StoreError,
-    SystemClock,
+    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError, StoreError, SystemClock,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::types::Json;

@@ -2,9 +2,7 @@
 //! lease, the operators' list and releasing a parked row. The filter that keeps a blocked
 //! aggregate out of the pending reads lives with those reads (`outbox_lanes`).
 
-use entrega_core::{
-    BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED,
-};
+use entrega_core::{BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED};
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::Row;
 use uuid::Uuid;

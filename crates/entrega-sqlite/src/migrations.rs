@@ -42,7 +42,8 @@ const OUTBOX: &[Migration] = &[
     },
     Migration {
         version: 2,
-        description: "outbox rows the transport refused: attempts, next attempt, last error, parking",
+        description:
+            "outbox rows the transport refused: attempts, next attempt, last error, parking",
         steps: &[
             Step::AddColumn {
                 table: "outbox",

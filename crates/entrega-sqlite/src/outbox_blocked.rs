@@ -2,9 +2,7 @@
 //! of the pending reads, recording a refusal under the lane's lease, the operators' list and
 //! releasing a parked row.
 
-use entrega_core::{
-    BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED,
-};
+use entrega_core::{BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
@@ -66,9 +64,7 @@ pub(crate) async fn record_refusal(
 }
 
 /// Counts of refused pending rows (retrying, parked) and the first of them by insertion.
-pub(crate) async fn refused(
-    pool: &SqlitePool,
-) -> Result<(u64, u64, Vec<BlockedRow>), StoreError> {
+pub(crate) async fn refused(pool: &SqlitePool) -> Result<(u64, u64, Vec<BlockedRow>), StoreError> {
     const REFUSED: &str = "publicado_en IS NULL
                            AND (proximo_intento IS NOT NULL OR aparcado_en IS NOT NULL)";
     let (retrying, parked): (i64, i64) = sqlx::query_as(&format!(
