@@ -3,7 +3,9 @@
 //! why a lane failed.
 
 use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Headers, LaneLease, OutboxRow, OutgoingMessage, StoreError, TransportError};
+use entrega_core::{
+    Headers, LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError,
+};
 
 use super::Relay;
 use crate::failpoint::{self, FailpointError};
@@ -56,7 +58,21 @@ impl Relay {
             failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
             if let Err(e) = self.publisher.publish(&batch).await {
                 bump(&self.stats.publish_errors, 1);
-                return Err(LaneError::Publish(e));
+                if e.is_transient() {
+                    return Err(LaneError::Publish(e));
+                }
+                // Refused for good: the refused rows get their refusal recorded, the others
+                // go out; the lane is read again on the next pass.
+                tracing::warn!(lane = lease.lane, error = %e, "relay batch refused");
+                let read = [LaneRows {
+                    lane: lease.lane,
+                    rows,
+                }];
+                let mut narrowed = self.isolate(std::slice::from_ref(lease), &read).await;
+                return match narrowed.failed.pop() {
+                    Some((_, error)) => Err(error),
+                    None => Ok(published + narrowed.published),
+                };
             }
             // Confirmed by the transport; only now may the rows be marked.
             failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;

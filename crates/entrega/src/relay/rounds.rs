@@ -32,11 +32,28 @@ pub(super) struct Rounds {
 }
 
 impl Rounds {
-    fn fail(&mut self, lanes: impl IntoIterator<Item = u32>, error: impl Fn() -> LaneError) {
+    pub(super) fn fail(
+        &mut self,
+        lanes: impl IntoIterator<Item = u32>,
+        error: impl Fn() -> LaneError,
+    ) {
         for lane in lanes {
-            if !self.failed.iter().any(|(l, _)| *l == lane) {
-                self.failed.push((lane, error()));
-            }
+            self.fail_with(lane, error());
+        }
+    }
+
+    /// Records `lane` as failed with `error`, unless it already failed.
+    pub(super) fn fail_with(&mut self, lane: u32, error: LaneError) {
+        if !self.failed.iter().any(|(l, _)| *l == lane) {
+            self.failed.push((lane, error));
+        }
+    }
+
+    /// Adds what another part of the pass did.
+    fn absorb(&mut self, other: Rounds) {
+        self.published += other.published;
+        for (lane, error) in other.failed {
+            self.fail_with(lane, error);
         }
     }
 }
@@ -134,6 +151,14 @@ impl Relay {
                     // Published but not to be marked now: the lanes go again after a backoff.
                     out.fail(current.iter().map(|f| f.lane), || LaneError::Round);
                 }
+                Err(LaneError::Publish(error)) if !error.is_transient() => {
+                    // Refused for good: find the refused rows, publish the rest, then stop.
+                    tracing::warn!(lanes = current.len(), %error, "relay round refused");
+                    out.retain_live(&mut current);
+                    let narrowed = self.isolate(leases, &current).await;
+                    out.absorb(narrowed);
+                    stop = true;
+                }
                 Err(error) => {
                     tracing::warn!(lanes = current.len(), %error, "relay round failed");
                     let lease_lost = matches!(error, LaneError::LeaseLost);
@@ -224,7 +249,7 @@ impl Relay {
 }
 
 /// The error a lane of a failed round is settled with: the round's cause is logged once.
-fn lane_error(lease_lost: bool) -> LaneError {
+pub(super) fn lane_error(lease_lost: bool) -> LaneError {
     if lease_lost {
         LaneError::LeaseLost
     } else {
