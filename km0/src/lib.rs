@@ -11,6 +11,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod lag;
+pub mod outbox_cli;
 mod schema;
 pub mod services;
 mod system;
