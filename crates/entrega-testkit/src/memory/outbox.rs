@@ -20,7 +20,7 @@ use uuid::Uuid;
 #[derive(Debug, Clone)]
 pub(super) struct StoredRow {
     pub(super) row: OutboxRow,
-    lane: u32,
+    pub(super) lane: u32,
     pub(super) published_at_ms: Option<i64>,
     pub(super) next_attempt_ms: Option<i64>,
     pub(super) last_error: Option<String>,
@@ -172,37 +172,6 @@ impl MemoryOutbox {
             outbox: self.clone(),
             rows,
         }
-    }
-
-    /// Lane, sequence and published flag of a row.
-    pub fn row_state(&self, id: Uuid) -> Option<(u32, i64, bool)> {
-        let state = self.state();
-        state
-            .rows
-            .iter()
-            .find(|r| r.row.id == id)
-            .map(|r| (r.lane, r.row.seq, r.published_at_ms.is_some()))
-    }
-
-    /// Number of rows, published or not.
-    pub fn len(&self) -> usize {
-        self.state().rows.len()
-    }
-
-    /// Whether the outbox holds no rows.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Ids of rows not yet published.
-    pub fn pending_ids(&self) -> Vec<Uuid> {
-        let state = self.state();
-        state
-            .rows
-            .iter()
-            .filter(|r| r.published_at_ms.is_none())
-            .map(|r| r.row.id)
-            .collect()
     }
 }
 

@@ -1,4 +1,4 @@
-//! Purging, status and releasing parked rows of the in-memory outbox.
+//! Purging, status, releasing parked rows and inspecting rows of the in-memory outbox.
 
 use async_trait::async_trait;
 use entrega_core::{
@@ -7,6 +7,40 @@ use entrega_core::{
 use uuid::Uuid;
 
 use super::outbox::MemoryOutbox;
+
+/// Inspection for tests, without going through the traits.
+impl MemoryOutbox {
+    /// Lane, sequence and published flag of a row.
+    pub fn row_state(&self, id: Uuid) -> Option<(u32, i64, bool)> {
+        let state = self.state();
+        state
+            .rows
+            .iter()
+            .find(|r| r.row.id == id)
+            .map(|r| (r.lane, r.row.seq, r.published_at_ms.is_some()))
+    }
+
+    /// Number of rows, published or not.
+    pub fn len(&self) -> usize {
+        self.state().rows.len()
+    }
+
+    /// Whether the outbox holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Ids of rows not yet published.
+    pub fn pending_ids(&self) -> Vec<Uuid> {
+        let state = self.state();
+        state
+            .rows
+            .iter()
+            .filter(|r| r.published_at_ms.is_none())
+            .map(|r| r.row.id)
+            .collect()
+    }
+}
 
 #[async_trait]
 impl OutboxMaintenance for MemoryOutbox {
