@@ -14,11 +14,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use common::process::Deployment;
-use common::state::{count, eventually, order, place, DbState};
+use common::state::{count, enqueue, eventually, order, place, DbState};
 use entrega_core::{Envelope, NewEvent};
-use entrega_postgres::PgOutbox;
-use entrega_sqlite::SqliteOutbox;
-use km0::config::Db;
 use km0::services::pedidos::TOPIC;
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -26,21 +23,6 @@ use uuid::Uuid;
 /// The relay parks a row after 5 refusals, 0.1 + 0.2 + 0.4 + 0.8 s of backoff apart.
 const PARKED_WITHIN: Duration = Duration::from_secs(30);
 const MISSING_TOPIC: &str = "facturas.eventos";
-
-async fn enqueue(db: &Db, events: &[NewEvent]) {
-    match db {
-        Db::Sqlite(pool) => {
-            let mut tx = entrega_sqlite::begin_immediate(pool).await.unwrap();
-            SqliteOutbox::enqueue_all(&mut tx, events).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-        Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.unwrap();
-            PgOutbox::enqueue_all(&mut tx, events).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-    }
-}
 
 /// `id_evento`s on `topic`, in offset order (one partition here, or per partition).
 async fn ids_on(state: &DbState, topic: &str) -> Vec<Uuid> {

@@ -181,20 +181,7 @@ impl OutboxReader for SqliteOutbox {
         let mut tx = begin_immediate(&self.pool).await?;
         // The fence and the update share one write transaction: no successor can take the
         // lane between the check and the write.
-        let held: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM entrega_relay_lanes WHERE lane = ? AND owner = ? AND token = ?",
-        )
-        .bind(i64::from(lease.lane))
-        .bind(&lease.owner)
-        .bind(lease.token)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-        if held.is_none() {
-            return Err(StoreError::LeaseLost {
-                what: format!("relay lane {}", lease.lane),
-            });
-        }
+        crate::outbox_blocked::ensure_held(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE outbox SET publicado_en = ?
              WHERE lane = ? AND publicado_en IS NULL

@@ -4,7 +4,7 @@
 
 use entrega_core::{BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqlitePool};
+use sqlx::{Row, SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use crate::connect::begin_immediate;
@@ -25,6 +25,29 @@ pub(crate) const UNBLOCKED: &str = "
                       AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL)
                       AND (b.aparcado_en IS NOT NULL OR b.proximo_intento > ?)))";
 
+/// Fails with [`StoreError::LeaseLost`] unless `lease` is still held as it was handed out;
+/// run inside the write transaction that relies on it.
+pub(crate) async fn ensure_held(
+    conn: &mut SqliteConnection,
+    lease: &LaneLease,
+) -> Result<(), StoreError> {
+    let held: Option<i64> = sqlx::query_scalar(
+        "SELECT 1 FROM entrega_relay_lanes WHERE lane = ? AND owner = ? AND token = ?",
+    )
+    .bind(i64::from(lease.lane))
+    .bind(&lease.owner)
+    .bind(lease.token)
+    .fetch_optional(conn)
+    .await
+    .map_err(classify)?;
+    match held {
+        Some(_) => Ok(()),
+        None => Err(StoreError::LeaseLost {
+            what: format!("relay lane {}", lease.lane),
+        }),
+    }
+}
+
 pub(crate) async fn record_refusal(
     pool: &SqlitePool,
     lease: &LaneLease,
@@ -33,20 +56,7 @@ pub(crate) async fn record_refusal(
 ) -> Result<(), StoreError> {
     let mut tx = begin_immediate(pool).await?;
     // The fence and the update share one write transaction, as in `mark_published`.
-    let held: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM entrega_relay_lanes WHERE lane = ? AND owner = ? AND token = ?",
-    )
-    .bind(i64::from(lease.lane))
-    .bind(&lease.owner)
-    .bind(lease.token)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(classify)?;
-    if held.is_none() {
-        return Err(StoreError::LeaseLost {
-            what: format!("relay lane {}", lease.lane),
-        });
-    }
+    ensure_held(&mut tx, lease).await?;
     sqlx::query(
         "UPDATE outbox
          SET intentos = intentos + 1, ultimo_error = ?, proximo_intento = ?, aparcado_en = ?

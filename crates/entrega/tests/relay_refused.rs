@@ -135,26 +135,52 @@ async fn drain(relay: &Relay) {
     panic!("the relay kept publishing");
 }
 
-fn refusing_config() -> RelayConfig {
-    let mut config = config("r1");
+/// An environment seeded by [`seed`] around `poison`, and a relay (parking at the third
+/// attempt) whose publisher refuses the event `refused`.
+struct Setup {
+    clock: ManualClock,
+    env: Env,
+    same_lane: Vec<NewEvent>,
+    elsewhere: Vec<NewEvent>,
+    publisher: Arc<RefuseIds>,
+    relay: Relay,
+}
+
+async fn setup(backend: Backend, poison: &[NewEvent], refused: Uuid) -> Setup {
+    let clock = ManualClock::new(now_ms());
+    let env = env_with_topic(backend, Arc::new(clock.clone())).await;
+    let (same_lane, elsewhere) = seed(&env, poison).await;
+    let publisher = RefuseIds::new(env.log.publisher(), &[refused]);
+    let mut config: RelayConfig = config("r1");
     config.max_attempts = 3;
-    config
+    let relay = Relay::new(
+        env.ports(),
+        publisher.clone(),
+        Arc::new(clock.clone()),
+        config,
+    );
+    Setup {
+        clock,
+        env,
+        same_lane,
+        elsewhere,
+        publisher,
+        relay,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_row_waits_with_its_aggregate_is_parked_and_released_in_order() {
     for backend in BACKENDS {
-        let clock = ManualClock::new(now_ms());
-        let env = env_with_topic(backend, Arc::new(clock.clone())).await;
         let poison = events("P-poison", 0..4);
-        let (same_lane, elsewhere) = seed(&env, &poison).await;
-        let publisher = RefuseIds::new(env.log.publisher(), &[poison[1].id]);
-        let relay = Relay::new(
-            env.ports(),
-            publisher.clone(),
-            Arc::new(clock.clone()),
-            refusing_config(),
-        );
+        let Setup {
+            clock,
+            env,
+            same_lane,
+            elsewhere,
+            publisher,
+            relay,
+        } = setup(backend, &poison, poison[1].id).await;
 
         // One pass: everything but the refused row and its aggregate's later rows goes out.
         drain(&relay).await;
@@ -286,17 +312,15 @@ async fn a_refused_row_waits_with_its_aggregate_is_parked_and_released_in_order(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_outage_counts_no_attempts_and_a_lane_going_alone_narrows_a_refusal_too() {
     for backend in BACKENDS {
-        let clock = ManualClock::new(now_ms());
-        let env = env_with_topic(backend, Arc::new(clock.clone())).await;
         let poison = events("P-poison", 0..3);
-        let (same_lane, elsewhere) = seed(&env, &poison).await;
-        let publisher = RefuseIds::new(env.log.publisher(), &[poison[0].id]);
-        let relay = Relay::new(
-            env.ports(),
-            publisher.clone(),
-            Arc::new(clock.clone()),
-            refusing_config(),
-        );
+        let Setup {
+            clock,
+            env,
+            same_lane,
+            elsewhere,
+            publisher,
+            relay,
+        } = setup(backend, &poison, poison[0].id).await;
 
         // The broker is down: the lanes back off, nothing is blamed on any row.
         publisher.set_down(true);

@@ -14,12 +14,11 @@
 
 use std::collections::VecDeque;
 
-use entrega_core::{LaneLease, LaneMark, LaneRows, OutboxRow, OutgoingMessage, Refusal};
+use entrega_core::{LaneLease, LaneMark, LaneRows, OutboxRow, Refusal};
 
 use super::drain::LaneError;
 use super::rounds::Rounds;
 use super::Relay;
-use crate::failpoint;
 use crate::relay_config::{bump, millis};
 
 /// Rows still to publish, each with its lane, in publish order.
@@ -42,7 +41,8 @@ impl Relay {
             }
             size = size.clamp(1, queue.len());
             let chunk: Vec<(u32, &OutboxRow)> = queue.iter().take(size).copied().collect();
-            match self.publish_rows(&chunk).await {
+            let rows: Vec<&OutboxRow> = chunk.iter().map(|(_, r)| *r).collect();
+            match self.publish(&rows).await {
                 Ok(()) => {
                     queue.drain(..size);
                     if let Err(error) = self.mark_rows(leases, &chunk, &mut queue, &mut out).await {
@@ -121,18 +121,6 @@ impl Relay {
                 out.fail_with(lane, error);
             }
         }
-    }
-
-    /// Publishes rows in one call, through the relay's failpoints.
-    async fn publish_rows(&self, rows: &[(u32, &OutboxRow)]) -> Result<(), LaneError> {
-        let batch: Vec<OutgoingMessage> = rows.iter().map(|(_, r)| self.message(r)).collect();
-        failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
-        if let Err(e) = self.publisher.publish(&batch).await {
-            bump(&self.stats.publish_errors, 1);
-            return Err(LaneError::Publish(e));
-        }
-        failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
-        Ok(())
     }
 
     /// Marks confirmed rows under their lanes' leases; a lane whose lease was lost is dropped

@@ -15,11 +15,10 @@
 //! * after any failure the pipeline drains: what was confirmed is marked where it can be,
 //!   everything else stays pending and is published again, with the same `id_evento`.
 
-use entrega_core::{LaneCursor, LaneLease, LaneMark, LaneRows, OutgoingMessage};
+use entrega_core::{LaneCursor, LaneLease, LaneMark, LaneRows, OutboxRow};
 
 use super::drain::LaneError;
 use super::Relay;
-use crate::failpoint;
 use crate::relay_config::bump;
 
 /// What the rounds of one pass did.
@@ -202,18 +201,8 @@ impl Relay {
         if read.is_empty() {
             return Ok(());
         }
-        let batch: Vec<OutgoingMessage> = read
-            .iter()
-            .flat_map(|f| f.rows.iter().map(|r| self.message(r)))
-            .collect();
-        failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
-        if let Err(e) = self.publisher.publish(&batch).await {
-            bump(&self.stats.publish_errors, 1);
-            return Err(LaneError::Publish(e));
-        }
-        // Confirmed by the transport; only now may the rows be marked.
-        failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
-        Ok(())
+        let rows: Vec<&OutboxRow> = read.iter().flat_map(|f| f.rows.iter()).collect();
+        self.publish(&rows).await
     }
 
     /// Marks a confirmed round, each lane under its own lease; returns the lanes whose lease
