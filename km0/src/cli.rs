@@ -190,11 +190,18 @@ impl Component {
 /// `km0 outbox ...`.
 #[derive(Debug, Subcommand)]
 pub enum OutboxCommand {
-    /// Pending events and the age of the oldest.
+    /// Pending events, the age of the oldest, and the rows the transport refused (waiting
+    /// for a retry, or parked).
     Status {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Releases a parked row: the relay tries it again at once, ahead of its aggregate's
+    /// later rows. Fails, changing nothing, for an unknown row or one that is not parked.
+    Release {
+        /// The row's id (`id_evento`).
+        id: uuid::Uuid,
     },
 }
 
@@ -284,29 +291,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let migrated = system.migrate().await.context("migrating")?;
             println!("migrated: {}", migrated.join(", "));
         }
-        Command::Outbox {
-            command: OutboxCommand::Status { json },
-        } => {
-            let status = system.outbox_status().await.context("reading the outbox")?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "pending": status.pending,
-                        "oldest_pending_age_ms": status.oldest_pending_age_ms,
-                        "published": status.published,
-                    })
-                );
-            } else {
-                println!(
-                    "pending: {}\noldest pending age: {:.3}s\npublished (not yet purged): {}",
-                    status.pending,
-                    Duration::from_millis(u64::try_from(status.oldest_pending_age_ms).unwrap_or(0))
-                        .as_secs_f64(),
-                    status.published
-                );
-            }
-        }
+        Command::Outbox { command } => match command {
+            OutboxCommand::Status { json } => crate::outbox_cli::status(&system, json).await?,
+            OutboxCommand::Release { id } => crate::outbox_cli::release(&system, id).await?,
+        },
         Command::Demo(args) => {
             let options = DemoOptions {
                 orders: args.orders,

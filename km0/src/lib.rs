@@ -12,6 +12,7 @@ pub mod config;
 pub mod demo;
 pub mod dlq;
 pub mod lag;
+pub mod outbox_cli;
 mod schema;
 pub mod services;
 mod system;

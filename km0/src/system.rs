@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use entrega::OutboxPorts;
-use entrega_core::{now_ms, OutboxStatus, StoreError};
+use entrega_core::{now_ms, OutboxStatus, ReleaseError, StoreError};
 use entrega_postgres::PgOutbox;
 use entrega_sqlite::SqliteOutbox;
 
@@ -200,6 +200,16 @@ impl System {
         let status = outbox_ports(store.db()).maintenance.status(now_ms()).await;
         store.db().close().await;
         status
+    }
+
+    /// Releases the parked pedidos outbox row `id` (see [`OutboxMaintenance::release`]).
+    ///
+    /// [`OutboxMaintenance::release`]: entrega_core::OutboxMaintenance::release
+    pub async fn outbox_release(&self, id: uuid::Uuid) -> Result<(), ReleaseError> {
+        let store = self.pedidos().await?;
+        let released = outbox_ports(store.db()).maintenance.release(id).await;
+        store.db().close().await;
+        released
     }
 
     /// The same deployment on databases of its own, named after `run`: a `demo-<run>`

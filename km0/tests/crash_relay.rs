@@ -30,12 +30,11 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use common::process::{Deployment, Km0};
-use common::state::{count, eventually, order, place, taken, DbState};
+use common::state::{count, enqueue, eventually, order, place, taken, DbState};
 use entrega::failpoint::RELAY_AFTER_PUBLISH;
 use entrega_core::headers::ID_EVENTO;
 use entrega_core::{now_ms, Envelope, NewEvent};
 use entrega_postgres::PgOutbox;
-use entrega_sqlite::SqliteOutbox;
 use km0::config::Db;
 use km0::services::pedidos::{AGGREGATE, ORDER_PAID, TOPIC};
 use serde_json::json;
@@ -121,22 +120,6 @@ fn event(aggregate_id: &str, n: u64) -> NewEvent {
         ORDER_PAID,
         json!({ "agregado": aggregate_id, "n": n }),
     )
-}
-
-/// Commits `events` to the outbox in one transaction, as a producer would.
-async fn enqueue(db: &Db, events: &[NewEvent]) {
-    match db {
-        Db::Sqlite(pool) => {
-            let mut tx = entrega_sqlite::begin_immediate(pool).await.unwrap();
-            SqliteOutbox::enqueue_all(&mut tx, events).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-        Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.unwrap();
-            PgOutbox::enqueue_all(&mut tx, events).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-    }
 }
 
 /// Waits until every lane is leased, unexpired, to one of `owners`, each holding some.

@@ -9,6 +9,7 @@ pub mod headers;
 mod inspect;
 mod lease;
 mod outbox;
+mod outbox_blocked;
 mod outcome;
 mod parking;
 mod partition;
@@ -29,6 +30,9 @@ pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{
     lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
     OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, LANES,
+};
+pub use outbox_blocked::{
+    truncate_error, BlockedRow, Refusal, ReleaseError, BLOCKED_ROWS_LISTED, MAX_ERROR_CHARS,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
 pub use parking::{ParkedAt, ParkedRecord, ParkingStore};

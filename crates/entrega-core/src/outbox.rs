@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{Envelope, RawJson, StoreError};
+use crate::{BlockedRow, Envelope, RawJson, Refusal, ReleaseError, StoreError};
 
 /// Number of relay lanes. Fixed by the schema (the Postgres lane is a generated column).
 pub const LANES: u32 = 64;
@@ -41,6 +41,8 @@ pub struct OutboxRow {
     pub created_at_ms: i64,
     /// Insertion sequence; publishing order within a lane.
     pub seq: i64,
+    /// Publishing attempts the transport refused so far (`intentos`); 0 for a fresh row.
+    pub attempts: u32,
 }
 
 impl OutboxRow {
@@ -180,9 +182,15 @@ pub struct LaneMark {
 }
 
 /// Reading and marking pending rows.
+///
+/// Every pending read leaves out the rows of an aggregate from its earliest blocked row on:
+/// a row the transport refused waits for its next attempt (`proximo_intento` still in the
+/// future, by the store's clock) or, parked, for an operator, and the aggregate's later rows
+/// wait behind it. Rows of the lane's other aggregates are read as usual.
 #[async_trait]
 pub trait OutboxReader: Send + Sync {
-    /// Up to `limit` unpublished rows of `lane`, oldest first.
+    /// Up to `limit` unpublished rows of `lane`, oldest first, without the rows of blocked
+    /// aggregates.
     async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError>;
 
     /// Marks rows published at `now_ms`, but only while `lease` is still held: otherwise
@@ -191,6 +199,19 @@ pub trait OutboxReader: Send + Sync {
         &self,
         lease: &LaneLease,
         ids: &[Uuid],
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+
+    /// Records that the transport refused the pending row `refusal.id` of `lease`'s lane:
+    /// `intentos + 1`, the last error, and the next attempt time or, when
+    /// [`Refusal::retry_at_ms`] is `None`, the parking time `now_ms`. Only while `lease` is
+    /// still held, as [`OutboxReader::mark_published`]: otherwise nothing changes and
+    /// [`StoreError::LeaseLost`] is returned. A row that is no longer pending, or not in the
+    /// lane, is left alone.
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
         now_ms: i64,
     ) -> Result<(), StoreError>;
 
@@ -278,7 +299,7 @@ pub trait OutboxReader: Send + Sync {
 }
 
 /// Backlog figures for operators.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct OutboxStatus {
     /// Rows not yet published.
     pub pending: u64,
@@ -286,6 +307,13 @@ pub struct OutboxStatus {
     pub oldest_pending_age_ms: i64,
     /// Published rows still kept (awaiting purge).
     pub published: u64,
+    /// Pending rows the transport refused that wait for their next attempt.
+    pub retrying: u64,
+    /// Pending rows the transport refused that are parked until an operator releases them.
+    pub parked: u64,
+    /// The refused rows (retrying and parked), oldest first, at most
+    /// [`crate::BLOCKED_ROWS_LISTED`] of them.
+    pub blocked: Vec<BlockedRow>,
 }
 
 /// Purging and reporting.
@@ -294,8 +322,15 @@ pub trait OutboxMaintenance: Send + Sync {
     /// Deletes rows published before `before_ms`; returns how many.
     async fn purge_published(&self, before_ms: i64) -> Result<u64, StoreError>;
 
-    /// Current backlog.
+    /// Current backlog, with the rows the transport refused.
     async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError>;
+
+    /// Releases the parked row `id`: clears `aparcado_en` and `proximo_intento` so the relay
+    /// tries it again at once, ahead of its aggregate's later rows. `intentos` and
+    /// `ultimo_error` are kept as its history; a released row the transport refuses again is
+    /// parked again. Fails, changing nothing, with [`ReleaseError::UnknownRow`] or
+    /// [`ReleaseError::NotParked`].
+    async fn release(&self, id: Uuid) -> Result<(), ReleaseError>;
 }
 
 /// Wakes the relay when new rows may have been committed.
@@ -326,6 +361,7 @@ mod tests {
             .into(),
             created_at_ms: 1_764_500_000_123,
             seq: 7,
+            attempts: 0,
         };
         let bytes = row.envelope_bytes("pedidos");
         assert_eq!(bytes, row.envelope("pedidos").to_bytes());
@@ -346,6 +382,7 @@ mod tests {
             payload: RawJson::parse(stored.to_owned()).unwrap(),
             created_at_ms: 1_764_500_000_456,
             seq: 8,
+            attempts: 0,
         };
         let bytes = row.envelope_bytes("pedidos");
         let text = std::str::from_utf8(&bytes).unwrap();

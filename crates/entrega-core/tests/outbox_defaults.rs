@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 use async_trait::async_trait;
-use entrega_core::{LaneCursor, LaneLease, OutboxReader, OutboxRow, RawJson, StoreError};
+use entrega_core::{LaneCursor, LaneLease, OutboxReader, OutboxRow, RawJson, Refusal, StoreError};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use uuid::Uuid;
 
@@ -26,6 +26,7 @@ impl VecReader {
                     payload: RawJson::null(),
                     created_at_ms: 0,
                     seq: n,
+                    attempts: 0,
                 };
                 ((n % 2) as u32, row)
             })
@@ -51,6 +52,10 @@ impl OutboxReader for VecReader {
     }
 
     async fn mark_published(&self, _: &LaneLease, _: &[Uuid], _: i64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn record_refusal(&self, _: &LaneLease, _: &Refusal, _: i64) -> Result<(), StoreError> {
         Ok(())
     }
 }

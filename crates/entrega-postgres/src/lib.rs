@@ -19,6 +19,7 @@ mod listen;
 mod log;
 mod migrations;
 mod outbox;
+mod outbox_blocked;
 mod outbox_lanes;
 mod parking;
 

@@ -17,11 +17,19 @@ struct Migration {
     sql: &'static str,
 }
 
-const OUTBOX: &[Migration] = &[Migration {
-    version: 1,
-    description: "outbox with lanes, notify trigger, relay lane leases",
-    sql: include_str!("../migrations/outbox/0001_outbox.sql"),
-}];
+const OUTBOX: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "outbox with lanes, notify trigger, relay lane leases",
+        sql: include_str!("../migrations/outbox/0001_outbox.sql"),
+    },
+    Migration {
+        version: 2,
+        description:
+            "outbox rows the transport refused: attempts, next attempt, last error, parking",
+        sql: include_str!("../migrations/outbox/0002_refused_rows.sql"),
+    },
+];
 
 const INBOX: &[Migration] = &[
     Migration {

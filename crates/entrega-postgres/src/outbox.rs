@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
+    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError, StoreError, SystemClock,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::types::Json;
@@ -150,6 +150,7 @@ fn version_of(event: &NewEvent) -> Result<i32, StoreError> {
 
 pub(crate) fn row_of(row: &PgRow) -> Result<OutboxRow, StoreError> {
     let version: i32 = row.try_get("version").map_err(classify)?;
+    let attempts: i32 = row.try_get("intentos").map_err(classify)?;
     // Kept as text: the relay writes it into the envelope without looking inside.
     let payload: Json<RawJson> = row.try_get("carga").map_err(classify)?;
     Ok(OutboxRow {
@@ -164,29 +165,21 @@ pub(crate) fn row_of(row: &PgRow) -> Result<OutboxRow, StoreError> {
         payload: payload.0,
         created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
         seq: row.try_get("seq").map_err(classify)?,
+        attempts: u32::try_from(attempts).unwrap_or(0),
     })
 }
 
 #[async_trait]
 impl OutboxReader for PgOutbox {
     async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError> {
-        let lane = i16::try_from(lane).map_err(|_| invalid(format!("no lane {lane}")))?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        // Served by the partial index outbox_lane_pending (lane, seq).
-        let rows = sqlx::query(
-            "SELECT id, agregado, agregado_id, tipo, version, carga, seq,
-                    (extract(epoch FROM creado_en) * 1000)::bigint AS created_at_ms
-             FROM outbox
-             WHERE lane = $1 AND publicado_en IS NULL
-             ORDER BY seq
-             LIMIT $2",
-        )
-        .bind(lane)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(classify)?;
-        rows.iter().map(row_of).collect()
+        // The lane statement with one lane: the same filter of blocked aggregates, one query.
+        let cursor = LaneCursor {
+            lane,
+            after_seq: i64::MIN,
+        };
+        let now = self.clock.now_ms();
+        let found = crate::outbox_lanes::pending_lanes(&self.pool, &[cursor], limit, now).await?;
+        Ok(found.into_iter().flat_map(|f| f.rows).collect())
     }
 
     async fn mark_published(
@@ -216,17 +209,7 @@ impl OutboxReader for PgOutbox {
             return Ok(());
         }
         // Nothing matched: either the lease is gone or the rows are (purged meanwhile).
-        let held: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM entrega_relay_lanes
-                            WHERE lane = $1 AND owner = $2 AND token = $3)",
-        )
-        .bind(lane)
-        .bind(&lease.owner)
-        .bind(lease.token)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(classify)?;
-        if held {
+        if crate::outbox_blocked::lease_held(&self.pool, lease).await? {
             Ok(())
         } else {
             Err(StoreError::LeaseLost {
@@ -247,7 +230,8 @@ impl OutboxReader for PgOutbox {
                 after_seq: i64::MIN,
             })
             .collect();
-        crate::outbox_lanes::pending_lanes(&self.pool, &cursors, limit).await
+        let now = self.clock.now_ms();
+        crate::outbox_lanes::pending_lanes(&self.pool, &cursors, limit, now).await
     }
 
     async fn pending_lanes_after(
@@ -255,7 +239,17 @@ impl OutboxReader for PgOutbox {
         cursors: &[LaneCursor],
         limit: usize,
     ) -> Result<Vec<LaneRows>, StoreError> {
-        crate::outbox_lanes::pending_lanes(&self.pool, cursors, limit).await
+        let now = self.clock.now_ms();
+        crate::outbox_lanes::pending_lanes(&self.pool, cursors, limit, now).await
+    }
+
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        crate::outbox_blocked::record_refusal(&self.pool, lease, refusal, now_ms).await
     }
 
     async fn mark_published_lanes(
@@ -295,11 +289,19 @@ impl OutboxMaintenance for PgOutbox {
         let pending: i64 = row.try_get("pending").map_err(classify)?;
         let oldest: Option<i64> = row.try_get("oldest_ms").map_err(classify)?;
         let published: i64 = row.try_get("published").map_err(classify)?;
+        let (retrying, parked, blocked) = crate::outbox_blocked::refused(&self.pool).await?;
         Ok(OutboxStatus {
             pending: u64::try_from(pending).unwrap_or(0),
             oldest_pending_age_ms: oldest.map_or(0, |t| (now_ms - t).max(0)),
             published: u64::try_from(published).unwrap_or(0),
+            retrying,
+            parked,
+            blocked,
         })
+    }
+
+    async fn release(&self, id: Uuid) -> Result<(), ReleaseError> {
+        crate::outbox_blocked::release(&self.pool, id).await
     }
 }
 

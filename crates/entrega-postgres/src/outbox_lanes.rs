@@ -12,17 +12,35 @@ use crate::errors::{classify, invalid};
 use crate::outbox::{row_of, timestamp_ms};
 
 /// The oldest pending rows of each listed lane past its cursor (up to `$2` each), lanes in
-/// list order. Every lane is one range probe of the partial index
-/// `outbox_lane_pending (lane, seq)`.
+/// list order, leaving out every row of an aggregate from its earliest blocked row on (one
+/// refused and not due again at `$4`, or parked). Every lane is one range probe of the partial
+/// index `outbox_lane_pending (lane, seq)` plus one probe of the partial index
+/// `outbox_blocked`, empty while nothing is refused; only a lane that has refused rows asks
+/// that index again per row (`NOT g.blocked OR ...` stops at its first operand otherwise).
 const PENDING_LANES: &str = "
-SELECT o.lane, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga, o.seq,
+SELECT o.lane, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga, o.seq, o.intentos,
        (extract(epoch FROM o.creado_en) * 1000)::bigint AS created_at_ms
 FROM UNNEST($1::int2[], $3::int8[]) WITH ORDINALITY AS h(lane, after_seq, ord)
 CROSS JOIN LATERAL (
-    SELECT lane, id, agregado, agregado_id, tipo, version, carga, seq, creado_en
-    FROM outbox
-    WHERE lane = h.lane AND publicado_en IS NULL AND seq > h.after_seq
-    ORDER BY seq
+    SELECT EXISTS (
+        SELECT 1 FROM outbox b
+        WHERE b.lane = h.lane AND b.publicado_en IS NULL
+          AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL)
+    ) AS blocked
+) g
+CROSS JOIN LATERAL (
+    SELECT p.lane, p.id, p.agregado, p.agregado_id, p.tipo, p.version, p.carga, p.seq,
+           p.intentos, p.creado_en
+    FROM outbox p
+    WHERE p.lane = h.lane AND p.publicado_en IS NULL AND p.seq > h.after_seq
+      AND (NOT g.blocked OR NOT EXISTS (
+          SELECT 1 FROM outbox b
+          WHERE b.lane = p.lane AND b.agregado_id = p.agregado_id AND b.seq <= p.seq
+            AND b.publicado_en IS NULL
+            AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL)
+            AND (b.aparcado_en IS NOT NULL
+                 OR b.proximo_intento > to_timestamp($4::float8 / 1000.0))))
+    ORDER BY p.seq
     LIMIT $2
 ) o
 ORDER BY h.ord, o.seq";
@@ -47,6 +65,7 @@ pub(crate) async fn pending_lanes(
     pool: &PgPool,
     cursors: &[LaneCursor],
     limit: usize,
+    now_ms: i64,
 ) -> Result<Vec<LaneRows>, StoreError> {
     if cursors.is_empty() || limit == 0 {
         return Ok(Vec::new());
@@ -60,6 +79,7 @@ pub(crate) async fn pending_lanes(
         .bind(&lanes)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .bind(&after)
+        .bind(timestamp_ms(now_ms))
         .fetch_all(pool)
         .await
         .map_err(classify)?;

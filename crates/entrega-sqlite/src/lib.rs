@@ -25,6 +25,7 @@ mod lanes;
 mod log;
 mod migrations;
 mod outbox;
+mod outbox_blocked;
 mod outbox_lanes;
 mod parking;
 mod signal;

@@ -26,19 +26,50 @@ struct Migration {
     steps: &'static [Step],
 }
 
-const OUTBOX: &[Migration] = &[Migration {
-    version: 1,
-    description: "outbox, relay lanes and relay instances",
-    steps: &[
-        Step::Sql(include_str!("../migrations/outbox/0001_outbox.sql")),
-        Step::AddColumn {
-            table: "outbox",
-            column: "lane",
-            definition: "INTEGER NOT NULL DEFAULT 0",
-        },
-        Step::Sql(include_str!("../migrations/outbox/0001_relay_lanes.sql")),
-    ],
-}];
+const OUTBOX: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "outbox, relay lanes and relay instances",
+        steps: &[
+            Step::Sql(include_str!("../migrations/outbox/0001_outbox.sql")),
+            Step::AddColumn {
+                table: "outbox",
+                column: "lane",
+                definition: "INTEGER NOT NULL DEFAULT 0",
+            },
+            Step::Sql(include_str!("../migrations/outbox/0001_relay_lanes.sql")),
+        ],
+    },
+    Migration {
+        version: 2,
+        description:
+            "outbox rows the transport refused: attempts, next attempt, last error, parking",
+        steps: &[
+            Step::AddColumn {
+                table: "outbox",
+                column: "intentos",
+                definition: "INTEGER NOT NULL DEFAULT 0",
+            },
+            // Times as the seed's other columns: UTC text, `%Y-%m-%dT%H:%M:%fZ`.
+            Step::AddColumn {
+                table: "outbox",
+                column: "proximo_intento",
+                definition: "TEXT",
+            },
+            Step::AddColumn {
+                table: "outbox",
+                column: "ultimo_error",
+                definition: "TEXT",
+            },
+            Step::AddColumn {
+                table: "outbox",
+                column: "aparcado_en",
+                definition: "TEXT",
+            },
+            Step::Sql(include_str!("../migrations/outbox/0002_blocked_index.sql")),
+        ],
+    },
+];
 
 const INBOX: &[Migration] = &[
     Migration {

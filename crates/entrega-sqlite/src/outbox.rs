@@ -8,7 +8,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     lane_of, Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
-    OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, StoreError, SystemClock,
+    OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError,
+    StoreError, SystemClock,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection, SqlitePool};
@@ -16,6 +17,7 @@ use uuid::Uuid;
 
 use crate::connect::begin_immediate;
 use crate::errors::{classify, corrupt};
+use crate::outbox_blocked::UNBLOCKED;
 use crate::signal::{signals_for, DbSignals};
 use crate::timefmt::{epoch_ms_sql, format_ms};
 
@@ -123,6 +125,7 @@ pub(crate) fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
     let created_at_ms: Option<i64> = row.try_get("created_ms").map_err(get_err)?;
     let created_at_ms = created_at_ms
         .ok_or_else(|| corrupt("outbox", format!("row {id}: creado_en is not a timestamp")))?;
+    let attempts: i64 = row.try_get("intentos").map_err(get_err)?;
     Ok(OutboxRow {
         id,
         aggregate: row.try_get("agregado").map_err(get_err)?,
@@ -132,6 +135,7 @@ pub(crate) fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
         payload,
         created_at_ms,
         seq: row.try_get("seq").map_err(get_err)?,
+        attempts: u32::try_from(attempts).unwrap_or(0),
     })
 }
 
@@ -146,16 +150,18 @@ impl OutboxReader for SqliteOutbox {
         // rowid order is insertion order: new rows always get a rowid above every row still
         // present, and pending rows are never deleted.
         let sql = format!(
-            "SELECT rowid AS seq, id, agregado, agregado_id, tipo, version, carga,
-                    {} AS created_ms
-             FROM outbox
-             WHERE lane = ? AND publicado_en IS NULL
-             ORDER BY rowid
+            "SELECT o.rowid AS seq, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga,
+                    o.intentos, {} AS created_ms
+             FROM outbox o
+             WHERE o.lane = ? AND o.publicado_en IS NULL AND {UNBLOCKED}
+             ORDER BY o.rowid
              LIMIT ?",
-            epoch_ms_sql("creado_en")
+            epoch_ms_sql("o.creado_en")
         );
         let rows = sqlx::query(&sql)
             .bind(i64::from(lane))
+            .bind(i64::from(lane))
+            .bind(format_ms(self.clock.now_ms()))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&self.pool)
             .await
@@ -175,20 +181,7 @@ impl OutboxReader for SqliteOutbox {
         let mut tx = begin_immediate(&self.pool).await?;
         // The fence and the update share one write transaction: no successor can take the
         // lane between the check and the write.
-        let held: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM entrega_relay_lanes WHERE lane = ? AND owner = ? AND token = ?",
-        )
-        .bind(i64::from(lease.lane))
-        .bind(&lease.owner)
-        .bind(lease.token)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(classify)?;
-        if held.is_none() {
-            return Err(StoreError::LeaseLost {
-                what: format!("relay lane {}", lease.lane),
-            });
-        }
+        crate::outbox_blocked::ensure_held(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE outbox SET publicado_en = ?
              WHERE lane = ? AND publicado_en IS NULL
@@ -203,6 +196,15 @@ impl OutboxReader for SqliteOutbox {
         tx.commit().await.map_err(classify)
     }
 
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        crate::outbox_blocked::record_refusal(&self.pool, lease, refusal, now_ms).await
+    }
+
     async fn pending_lanes(
         &self,
         lanes: &[u32],
@@ -215,7 +217,8 @@ impl OutboxReader for SqliteOutbox {
                 after_seq: i64::MIN,
             })
             .collect();
-        crate::outbox_lanes::pending_lanes(&self.pool, &cursors, limit).await
+        let now = self.clock.now_ms();
+        crate::outbox_lanes::pending_lanes(&self.pool, &cursors, limit, now).await
     }
 
     async fn pending_lanes_after(
@@ -223,7 +226,8 @@ impl OutboxReader for SqliteOutbox {
         cursors: &[LaneCursor],
         limit: usize,
     ) -> Result<Vec<LaneRows>, StoreError> {
-        crate::outbox_lanes::pending_lanes(&self.pool, cursors, limit).await
+        let now = self.clock.now_ms();
+        crate::outbox_lanes::pending_lanes(&self.pool, cursors, limit, now).await
     }
 
     async fn mark_published_lanes(
@@ -263,11 +267,19 @@ impl OutboxMaintenance for SqliteOutbox {
         let pending: i64 = row.try_get("pending").map_err(get_err)?;
         let oldest: Option<i64> = row.try_get("oldest_ms").map_err(get_err)?;
         let published: i64 = row.try_get("published").map_err(get_err)?;
+        let (retrying, parked, blocked) = crate::outbox_blocked::refused(&self.pool).await?;
         Ok(OutboxStatus {
             pending: u64::try_from(pending).unwrap_or(0),
             oldest_pending_age_ms: oldest.map_or(0, |oldest| (now_ms - oldest).max(0)),
             published: u64::try_from(published).unwrap_or(0),
+            retrying,
+            parked,
+            blocked,
         })
+    }
+
+    async fn release(&self, id: Uuid) -> Result<(), ReleaseError> {
+        crate::outbox_blocked::release(&self.pool, id).await
     }
 }
 

@@ -8,6 +8,7 @@ use sqlx::{Row, SqlitePool};
 use crate::connect::begin_immediate;
 use crate::errors::{classify, corrupt};
 use crate::outbox::{decode_row, json_ids};
+use crate::outbox_blocked::UNBLOCKED;
 use crate::timefmt::{epoch_ms_sql, format_ms};
 
 /// Lanes per statement: each is one member of a compound SELECT, and SQLite allows 500.
@@ -17,8 +18,10 @@ pub(crate) async fn pending_lanes(
     pool: &SqlitePool,
     cursors: &[LaneCursor],
     limit: usize,
+    now_ms: i64,
 ) -> Result<Vec<LaneRows>, StoreError> {
     let mut found: Vec<LaneRows> = Vec::new();
+    let now = format_ms(now_ms);
     if limit == 0 {
         return Ok(found);
     }
@@ -27,13 +30,15 @@ pub(crate) async fn pending_lanes(
         // One member per lane, each an index probe with its own LIMIT (SQLite has no LATERAL);
         // `ord` keeps the caller's lane order, rowid the insertion order within a lane.
         let member = format!(
-            "SELECT * FROM (SELECT ? AS ord, lane, rowid AS seq, id, agregado, agregado_id, tipo,
-                                   version, carga, {} AS created_ms
-                            FROM outbox
-                            WHERE lane = ? AND publicado_en IS NULL AND rowid > ?
-                            ORDER BY rowid
+            "SELECT * FROM (SELECT ? AS ord, o.lane, o.rowid AS seq, o.id, o.agregado,
+                                   o.agregado_id, o.tipo, o.version, o.carga, o.intentos,
+                                   {} AS created_ms
+                            FROM outbox o
+                            WHERE o.lane = ? AND o.publicado_en IS NULL AND o.rowid > ?
+                              AND {UNBLOCKED}
+                            ORDER BY o.rowid
                             LIMIT ?)",
-            epoch_ms_sql("creado_en")
+            epoch_ms_sql("o.creado_en")
         );
         let sql = format!(
             "{} ORDER BY ord, seq",
@@ -45,6 +50,8 @@ pub(crate) async fn pending_lanes(
                 .bind(i64::try_from(ord).unwrap_or(i64::MAX))
                 .bind(i64::from(cursor.lane))
                 .bind(cursor.after_seq)
+                .bind(i64::from(cursor.lane))
+                .bind(&now)
                 .bind(limit);
         }
         let rows = query.fetch_all(pool).await.map_err(classify)?;

@@ -49,6 +49,10 @@ pub async fn run_all_outbox(h: &dyn OutboxHarness) -> Scenario {
         outbox::pending_lanes_matches_each_lane,
         outbox::mark_lanes_fences_each_lane,
         outbox::pending_lanes_after_reads_past_the_cursor,
+        outbox::refused_row_holds_back_only_its_aggregate,
+        outbox::refused_row_keeps_its_aggregate_in_order,
+        outbox::parked_row_waits_for_release,
+        outbox::refusal_requires_valid_lease,
     );
     report.finish()
 }
@@ -152,6 +156,10 @@ macro_rules! outbox_conformance {
             pending_lanes_matches_each_lane,
             mark_lanes_fences_each_lane,
             pending_lanes_after_reads_past_the_cursor,
+            refused_row_holds_back_only_its_aggregate,
+            refused_row_keeps_its_aggregate_in_order,
+            parked_row_waits_for_release,
+            refusal_requires_valid_lease,
         );
     };
 }

@@ -5,12 +5,17 @@
 //! each lane, and with it each aggregate, is published by one instance at a time in insertion
 //! order. The lanes an instance holds are drained together, in rounds: one read of every
 //! lane's oldest rows, one publish, one fenced mark, with one round's publish overlapping the
-//! marking of the round before and the reading of the round after (see `rounds`). A failed publish leaves its
-//! rows pending (they go out again, same `id_evento`, which idempotent consumers absorb) and
-//! its lanes back off, then go alone until they succeed, so a row the transport refuses holds
-//! back only its own lane; a lost lease drops the lane before anything of it is marked.
+//! marking of the round before and the reading of the round after (see `rounds`). A publish
+//! that fails for a transient reason (broker down) leaves its rows pending (they go out again,
+//! same `id_evento`, which idempotent consumers absorb) and its lanes back off, then go alone
+//! until they succeed. A publish the transport refuses for good (too large, unknown topic) is
+//! narrowed down to the rows it refuses (see `isolate`): each gets its attempts, next attempt
+//! time and last error recorded, and is parked at `max_attempts`; only its aggregate waits
+//! behind it, the rest of the lane goes on. A lost lease drops the lane before anything of it
+//! is marked.
 
 mod drain;
+mod isolate;
 mod rounds;
 
 use std::collections::HashMap;

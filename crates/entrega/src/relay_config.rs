@@ -101,14 +101,18 @@ pub struct RelayConfig {
     pub retention: Duration,
     /// How often to purge.
     pub purge_interval: Duration,
-    /// Delays after failed publishes of a lane, and after store failures.
+    /// Delays after failed publishes of a lane, and after store failures; also the delays
+    /// before a row the transport refused is tried again (by its attempt count).
     pub backoff: Backoff,
+    /// Attempts the transport may refuse a row before it is parked for an operator
+    /// (`km0 outbox release`); its aggregate waits meanwhile. At least 1.
+    pub max_attempts: u32,
 }
 
 impl RelayConfig {
     /// Defaults for a service named `source`: a random instance id, default routing, batches
     /// of 100, 10 s leases, 1 s polling fallback, one day of retention purged every 10 min,
-    /// backoff from 100 ms to 30 s.
+    /// backoff from 100 ms to 30 s, a refused row parked at its 5th refusal.
     pub fn new(source: impl Into<String>) -> Self {
         let source = source.into();
         Self {
@@ -121,6 +125,7 @@ impl RelayConfig {
             retention: Duration::from_secs(24 * 3600),
             purge_interval: Duration::from_secs(600),
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
+            max_attempts: 5,
         }
     }
 }
@@ -138,6 +143,10 @@ pub struct RelayStats {
     pub leases_lost: AtomicU64,
     /// Published rows purged.
     pub purged: AtomicU64,
+    /// Refusals recorded: rows the transport refused for good, one per refused attempt.
+    pub refused: AtomicU64,
+    /// Rows parked after their last allowed attempt was refused.
+    pub parked: AtomicU64,
 }
 
 impl RelayStats {
@@ -154,6 +163,16 @@ impl RelayStats {
     /// Failed publishes so far.
     pub fn publish_errors(&self) -> u64 {
         self.publish_errors.load(Ordering::Relaxed)
+    }
+
+    /// Refusals recorded so far (one per refused attempt of a row).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Rows parked so far.
+    pub fn parked(&self) -> u64 {
+        self.parked.load(Ordering::Relaxed)
     }
 }
 

@@ -72,6 +72,15 @@ impl OutboxReader for WatchingReader {
         self.inner.mark_published(lease, ids, now_ms).await
     }
 
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &entrega_core::Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.record_refusal(lease, refusal, now_ms).await
+    }
+
     async fn pending_lanes(
         &self,
         lanes: &[u32],

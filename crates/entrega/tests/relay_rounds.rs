@@ -1,5 +1,5 @@
 //! The relay drains its lanes together, in rounds: one read for every lane however many it
-//! holds, and a row the transport refuses holds back only its own lane.
+//! holds. (Rows the transport refuses: `relay_refused.rs`.)
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod support;
@@ -10,34 +10,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use entrega::Relay;
 use entrega_core::{
-    lane_of, now_ms, LaneLease, LaneMark, LaneRows, ManualClock, OutboxReader, OutboxRow,
-    OutgoingMessage, Publisher, StoreError, TransportError,
+    lane_of, now_ms, LaneLease, LaneMark, LaneRows, ManualClock, OutboxReader, OutboxRow, Refusal,
+    StoreError,
 };
 use entrega_testkit::TxEnd;
 use support::relay_steps::{config, env_with_topic, events, published};
 use support::BACKENDS;
 use uuid::Uuid;
-
-/// Refuses, for good, any batch holding a message with the poisoned key.
-struct RefuseKey {
-    inner: Arc<dyn Publisher>,
-    key: String,
-}
-
-#[async_trait]
-impl Publisher for RefuseKey {
-    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
-        if batch
-            .iter()
-            .any(|m| m.key.as_deref() == Some(&self.key[..]))
-        {
-            return Err(TransportError::Rejected {
-                reason: "message too large".into(),
-            });
-        }
-        self.inner.publish(batch).await
-    }
-}
 
 /// Aggregate ids whose lanes differ from each other and from `avoid`'s.
 fn aggregates_on_other_lanes(avoid: &str, count: usize) -> Vec<String> {
@@ -54,47 +33,6 @@ fn aggregates_on_other_lanes(avoid: &str, count: usize) -> Vec<String> {
         }
     }
     out
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_row_holds_back_only_its_own_lane() {
-    for backend in BACKENDS {
-        let clock = ManualClock::new(now_ms());
-        let env = env_with_topic(backend, Arc::new(clock.clone())).await;
-        let poison = events("P-poison", 0..2);
-        let others: Vec<_> = aggregates_on_other_lanes("P-poison", 4)
-            .iter()
-            .flat_map(|id| events(id, 0..3))
-            .collect();
-        env.outbox
-            .enqueue(&[poison.clone(), others.clone()].concat(), TxEnd::Commit)
-            .await
-            .unwrap();
-        let refuse = Arc::new(RefuseKey {
-            inner: env.log.publisher(),
-            key: "P-poison".into(),
-        });
-        let relay = Relay::new(env.ports(), refuse, Arc::new(clock.clone()), config("r1"));
-        // The first round carries the poisoned row, so it fails as a whole and marks nothing.
-        assert_eq!(relay.drain_once().await.unwrap(), 0, "{backend:?}");
-        assert_eq!(published(env.outbox.as_ref(), &others).await, 0);
-
-        // After the first backoff every lane goes alone: the healthy ones get through.
-        clock.advance(1_000);
-        assert_eq!(
-            relay.drain_once().await.unwrap(),
-            others.len(),
-            "{backend:?}"
-        );
-        assert_eq!(published(env.outbox.as_ref(), &others).await, others.len());
-        assert_eq!(published(env.outbox.as_ref(), &poison).await, 0);
-
-        // Healthy lanes are back in rounds while the poisoned lane keeps backing off.
-        let later = events(&aggregates_on_other_lanes("P-poison", 1)[0], 3..5);
-        env.outbox.enqueue(&later, TxEnd::Commit).await.unwrap();
-        assert_eq!(relay.drain_once().await.unwrap(), later.len());
-        assert_eq!(published(env.outbox.as_ref(), &poison).await, 0);
-    }
 }
 
 /// Counts the reads a relay makes.
@@ -118,6 +56,15 @@ impl OutboxReader for CountingReader {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         self.inner.mark_published(lease, ids, now_ms).await
+    }
+
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.inner.record_refusal(lease, refusal, now_ms).await
     }
 
     async fn pending_lanes(

@@ -35,7 +35,8 @@ fn ordered_config(base_ms: u64) -> WorkerConfig {
 async fn parking(env: &Env, dir: &TempDir) -> Arc<dyn ParkingStore> {
     match env.backend {
         Backend::Memory => Arc::new(MemoryParking::new()),
-        Backend::Sqlite => {
+        // Worker tests run the log on SQLite for both database backends.
+        Backend::Sqlite | Backend::Postgres => {
             let pool = sqlite_pool(dir, "inventario.db", MigrationSet::Inbox).await;
             Arc::new(SqliteParking::new(pool))
         }

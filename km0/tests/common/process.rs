@@ -147,6 +147,25 @@ impl Deployment {
         }
     }
 
+    /// Runs `km0 <args>` against the deployment to completion (a CLI command such as
+    /// `outbox status --json`) and returns its output.
+    pub async fn cli(&self, args: &[&str]) -> std::process::Output {
+        let run = Command::new(env!("CARGO_BIN_EXE_km0"))
+            .args(&self.args)
+            .args(args)
+            .env_remove("KM0_DATABASE")
+            .env_remove("KM0_BROKER")
+            .env_remove("KM0_DB_PREFIX")
+            .env_remove("KM0_LEASE_TTL_MS")
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        tokio::time::timeout(EXIT_WITHIN, run)
+            .await
+            .unwrap_or_else(|_| panic!("km0 {args:?} did not finish within {EXIT_WITHIN:?}"))
+            .unwrap_or_else(|e| panic!("km0 {args:?}: {e}"))
+    }
+
     /// Starts a component without failpoints and waits for its ready line.
     pub async fn start(&self, component: &str, instance: &str) -> Km0 {
         let mut process = self.spawn(component, instance, "");

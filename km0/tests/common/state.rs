@@ -9,7 +9,9 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use entrega_core::Record;
+use entrega_core::{NewEvent, Record};
+use entrega_postgres::PgOutbox;
+use entrega_sqlite::SqliteOutbox;
 use km0::config::Db;
 use km0::services::inventario::{StockStore, CONSUMER, GROUP};
 use km0::services::pedidos::TOPIC;
@@ -195,6 +197,22 @@ impl DbState {
         let committed = self.committed().await;
         ends.iter()
             .all(|(p, end)| *end == 0 || committed.get(p) == Some(end))
+    }
+}
+
+/// Commits `events` to the outbox of `db` in one transaction, as a producer would.
+pub async fn enqueue(db: &Db, events: &[NewEvent]) {
+    match db {
+        Db::Sqlite(pool) => {
+            let mut tx = entrega_sqlite::begin_immediate(pool).await.unwrap();
+            SqliteOutbox::enqueue_all(&mut tx, events).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        Db::Postgres(pool) => {
+            let mut tx = pool.begin().await.unwrap();
+            PgOutbox::enqueue_all(&mut tx, events).await.unwrap();
+            tx.commit().await.unwrap();
+        }
     }
 }
 

@@ -9,6 +9,7 @@ mod inbox;
 mod log;
 mod log_subscription;
 mod outbox;
+mod outbox_maintenance;
 mod parking;
 
 pub use dlq::MemoryDlqStore;

@@ -11,23 +11,68 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{
     lane_of, plan_balance, Clock, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent,
-    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, SlotLease,
-    StoreError, SystemClock, LANES,
+    OutboxReader, OutboxRow, OutboxWakeup, RawJson, Refusal, SlotLease, StoreError, SystemClock,
+    LANES,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
 
 #[derive(Debug, Clone)]
-struct StoredRow {
-    row: OutboxRow,
-    lane: u32,
-    published_at_ms: Option<i64>,
+pub(super) struct StoredRow {
+    pub(super) row: OutboxRow,
+    pub(super) lane: u32,
+    pub(super) published_at_ms: Option<i64>,
+    pub(super) next_attempt_ms: Option<i64>,
+    pub(super) last_error: Option<String>,
+    pub(super) parked_at_ms: Option<i64>,
+}
+
+impl StoredRow {
+    /// Refused and not yet due again (or parked), at `now_ms`.
+    fn blocks(&self, now_ms: i64) -> bool {
+        self.published_at_ms.is_none()
+            && (self.parked_at_ms.is_some() || self.next_attempt_ms.is_some_and(|t| t > now_ms))
+    }
+
+    /// Refused at least once and still pending: what a status lists.
+    pub(super) fn refused(&self) -> bool {
+        self.published_at_ms.is_none()
+            && (self.parked_at_ms.is_some() || self.next_attempt_ms.is_some())
+    }
+}
+
+impl State {
+    /// Pending rows of `lane` past `after_seq`, oldest first, leaving out every row of an
+    /// aggregate from its earliest blocked row on.
+    fn readable(&self, lane: u32, after_seq: i64, now_ms: i64) -> impl Iterator<Item = &StoredRow> {
+        let blocked: Vec<&StoredRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.lane == lane && r.blocks(now_ms))
+            .collect();
+        self.rows.iter().filter(move |r| {
+            r.lane == lane
+                && r.published_at_ms.is_none()
+                && r.row.seq > after_seq
+                && !blocked
+                    .iter()
+                    .any(|b| b.row.aggregate_id == r.row.aggregate_id && b.row.seq <= r.row.seq)
+        })
+    }
+
+    fn holds(&self, lease: &LaneLease) -> bool {
+        self.lanes.iter().any(|l| {
+            l.slot == lease.lane
+                && l.owner.as_deref() == Some(&lease.owner)
+                && l.token == lease.token
+        })
+    }
 }
 
 #[derive(Debug)]
-struct State {
+pub(super) struct State {
     next_seq: i64,
-    rows: Vec<StoredRow>,
+    pub(super) rows: Vec<StoredRow>,
     lanes: Vec<SlotLease>,
     instances: HashMap<String, i64>,
 }
@@ -83,7 +128,7 @@ impl MemoryOutbox {
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
         // A poisoned lock only means a test thread panicked; the data is still usable.
         self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -106,6 +151,9 @@ impl MemoryOutbox {
                 StoredRow {
                     lane: lane_of(&e.aggregate_id),
                     published_at_ms: None,
+                    next_attempt_ms: None,
+                    last_error: None,
+                    parked_at_ms: None,
                     row: OutboxRow {
                         id: e.id,
                         aggregate: e.aggregate.clone(),
@@ -115,6 +163,7 @@ impl MemoryOutbox {
                         payload: RawJson::from_value(&e.payload),
                         created_at_ms: now,
                         seq,
+                        attempts: 0,
                     },
                 }
             })
@@ -123,37 +172,6 @@ impl MemoryOutbox {
             outbox: self.clone(),
             rows,
         }
-    }
-
-    /// Lane, sequence and published flag of a row.
-    pub fn row_state(&self, id: Uuid) -> Option<(u32, i64, bool)> {
-        let state = self.state();
-        state
-            .rows
-            .iter()
-            .find(|r| r.row.id == id)
-            .map(|r| (r.lane, r.row.seq, r.published_at_ms.is_some()))
-    }
-
-    /// Number of rows, published or not.
-    pub fn len(&self) -> usize {
-        self.state().rows.len()
-    }
-
-    /// Whether the outbox holds no rows.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Ids of rows not yet published.
-    pub fn pending_ids(&self) -> Vec<Uuid> {
-        let state = self.state();
-        state
-            .rows
-            .iter()
-            .filter(|r| r.published_at_ms.is_none())
-            .map(|r| r.row.id)
-            .collect()
     }
 }
 
@@ -235,11 +253,10 @@ impl LaneLeases for MemoryOutbox {
 #[async_trait]
 impl OutboxReader for MemoryOutbox {
     async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError> {
+        let now = self.shared.clock.now_ms();
         let state = self.state();
         Ok(state
-            .rows
-            .iter()
-            .filter(|r| r.lane == lane && r.published_at_ms.is_none())
+            .readable(lane, i64::MIN, now)
             .take(limit)
             .map(|r| r.row.clone())
             .collect())
@@ -252,12 +269,7 @@ impl OutboxReader for MemoryOutbox {
         now_ms: i64,
     ) -> Result<(), StoreError> {
         let mut state = self.state();
-        let held = state.lanes.iter().any(|l| {
-            l.slot == lease.lane
-                && l.owner.as_deref() == Some(&lease.owner)
-                && l.token == lease.token
-        });
-        if !held {
+        if !state.holds(lease) {
             return Err(StoreError::LeaseLost {
                 what: format!("outbox lane {}", lease.lane),
             });
@@ -267,6 +279,30 @@ impl OutboxReader for MemoryOutbox {
             {
                 row.published_at_ms = Some(now_ms);
             }
+        }
+        Ok(())
+    }
+
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut state = self.state();
+        if !state.holds(lease) {
+            return Err(StoreError::LeaseLost {
+                what: format!("outbox lane {}", lease.lane),
+            });
+        }
+        let row = state.rows.iter_mut().find(|r| {
+            r.row.id == refusal.id && r.lane == lease.lane && r.published_at_ms.is_none()
+        });
+        if let Some(row) = row {
+            row.row.attempts = row.row.attempts.saturating_add(1);
+            row.last_error = Some(refusal.error.clone());
+            row.next_attempt_ms = refusal.retry_at_ms;
+            row.parked_at_ms = refusal.parks().then_some(now_ms);
         }
         Ok(())
     }
@@ -291,17 +327,14 @@ impl OutboxReader for MemoryOutbox {
         cursors: &[LaneCursor],
         limit: usize,
     ) -> Result<Vec<LaneRows>, StoreError> {
+        let now = self.shared.clock.now_ms();
         let state = self.state();
         Ok(cursors
             .iter()
             .map(|c| LaneRows {
                 lane: c.lane,
                 rows: state
-                    .rows
-                    .iter()
-                    .filter(|r| {
-                        r.lane == c.lane && r.published_at_ms.is_none() && r.row.seq > c.after_seq
-                    })
+                    .readable(c.lane, c.after_seq, now)
                     .take(limit)
                     .map(|r| r.row.clone())
                     .collect(),
@@ -320,12 +353,7 @@ impl OutboxReader for MemoryOutbox {
         let mut lost = Vec::new();
         for mark in marks {
             let lease = &mark.lease;
-            let held = state.lanes.iter().any(|l| {
-                l.slot == lease.lane
-                    && l.owner.as_deref() == Some(&lease.owner)
-                    && l.token == lease.token
-            });
-            if !held {
+            if !state.holds(lease) {
                 lost.push(lease.lane);
                 continue;
             }
@@ -339,33 +367,6 @@ impl OutboxReader for MemoryOutbox {
             }
         }
         Ok(lost)
-    }
-}
-
-#[async_trait]
-impl OutboxMaintenance for MemoryOutbox {
-    async fn purge_published(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let mut state = self.state();
-        let before = state.rows.len();
-        state
-            .rows
-            .retain(|r| r.published_at_ms.is_none_or(|at| at >= before_ms));
-        Ok((before - state.rows.len()) as u64)
-    }
-
-    async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError> {
-        let state = self.state();
-        let pending = state.rows.iter().filter(|r| r.published_at_ms.is_none());
-        let oldest = pending.clone().map(|r| r.row.created_at_ms).min();
-        Ok(OutboxStatus {
-            pending: pending.count() as u64,
-            oldest_pending_age_ms: oldest.map_or(0, |at| (now_ms - at).max(0)),
-            published: state
-                .rows
-                .iter()
-                .filter(|r| r.published_at_ms.is_some())
-                .count() as u64,
-        })
     }
 }
 

@@ -11,6 +11,7 @@ mod log_support;
 mod log_topics;
 mod outbox_lanes;
 mod outbox_leases;
+mod outbox_refused;
 mod outbox_rows;
 mod outbox_support;
 pub mod parking;
@@ -26,6 +27,10 @@ pub mod outbox {
     pub use super::outbox_leases::{
         expired_owner_is_taken_over_and_fenced, mark_requires_valid_lease,
         owners_converge_to_disjoint_lanes,
+    };
+    pub use super::outbox_refused::{
+        parked_row_waits_for_release, refusal_requires_valid_lease,
+        refused_row_holds_back_only_its_aggregate, refused_row_keeps_its_aggregate_in_order,
     };
     pub use super::outbox_rows::{
         late_commit_is_still_pending, pending_follows_insertion_order,

@@ -3,7 +3,9 @@
 //! why a lane failed.
 
 use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Headers, LaneLease, OutboxRow, OutgoingMessage, StoreError, TransportError};
+use entrega_core::{
+    Headers, LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError,
+};
 
 use super::Relay;
 use crate::failpoint::{self, FailpointError};
@@ -52,14 +54,25 @@ impl Relay {
             if rows.is_empty() {
                 return Ok(published);
             }
-            let batch: Vec<OutgoingMessage> = rows.iter().map(|r| self.message(r)).collect();
-            failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
-            if let Err(e) = self.publisher.publish(&batch).await {
-                bump(&self.stats.publish_errors, 1);
-                return Err(LaneError::Publish(e));
+            let refs: Vec<&OutboxRow> = rows.iter().collect();
+            match self.publish(&refs).await {
+                Ok(()) => {}
+                Err(LaneError::Publish(e)) if !e.is_transient() => {
+                    // Refused for good: the refused rows get their refusal recorded, the
+                    // others go out; the lane is read again on the next pass.
+                    tracing::warn!(lane = lease.lane, error = %e, "relay batch refused");
+                    let read = [LaneRows {
+                        lane: lease.lane,
+                        rows,
+                    }];
+                    let mut narrowed = self.isolate(std::slice::from_ref(lease), &read).await;
+                    return match narrowed.failed.pop() {
+                        Some((_, error)) => Err(error),
+                        None => Ok(published + narrowed.published),
+                    };
+                }
+                Err(e) => return Err(e),
             }
-            // Confirmed by the transport; only now may the rows be marked.
-            failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
             let ids: Vec<_> = rows.iter().map(|r| r.id).collect();
             self.ports
                 .reader
@@ -72,6 +85,20 @@ impl Relay {
                 return Ok(published);
             }
         }
+    }
+
+    /// Publishes `rows` in one call, through the relay's failpoints; `Ok` only once the
+    /// transport confirmed all of them.
+    pub(super) async fn publish(&self, rows: &[&OutboxRow]) -> Result<(), LaneError> {
+        let batch: Vec<OutgoingMessage> = rows.iter().map(|r| self.message(r)).collect();
+        failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
+        if let Err(e) = self.publisher.publish(&batch).await {
+            bump(&self.stats.publish_errors, 1);
+            return Err(LaneError::Publish(e));
+        }
+        // Confirmed by the transport; only now may the rows be marked.
+        failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
+        Ok(())
     }
 
     pub(super) fn message(&self, row: &OutboxRow) -> OutgoingMessage {

@@ -15,11 +15,10 @@
 //! * after any failure the pipeline drains: what was confirmed is marked where it can be,
 //!   everything else stays pending and is published again, with the same `id_evento`.
 
-use entrega_core::{LaneCursor, LaneLease, LaneMark, LaneRows, OutgoingMessage};
+use entrega_core::{LaneCursor, LaneLease, LaneMark, LaneRows, OutboxRow};
 
 use super::drain::LaneError;
 use super::Relay;
-use crate::failpoint;
 use crate::relay_config::bump;
 
 /// What the rounds of one pass did.
@@ -32,11 +31,28 @@ pub(super) struct Rounds {
 }
 
 impl Rounds {
-    fn fail(&mut self, lanes: impl IntoIterator<Item = u32>, error: impl Fn() -> LaneError) {
+    pub(super) fn fail(
+        &mut self,
+        lanes: impl IntoIterator<Item = u32>,
+        error: impl Fn() -> LaneError,
+    ) {
         for lane in lanes {
-            if !self.failed.iter().any(|(l, _)| *l == lane) {
-                self.failed.push((lane, error()));
-            }
+            self.fail_with(lane, error());
+        }
+    }
+
+    /// Records `lane` as failed with `error`, unless it already failed.
+    pub(super) fn fail_with(&mut self, lane: u32, error: LaneError) {
+        if !self.failed.iter().any(|(l, _)| *l == lane) {
+            self.failed.push((lane, error));
+        }
+    }
+
+    /// Adds what another part of the pass did.
+    fn absorb(&mut self, other: Rounds) {
+        self.published += other.published;
+        for (lane, error) in other.failed {
+            self.fail_with(lane, error);
         }
     }
 }
@@ -134,6 +150,14 @@ impl Relay {
                     // Published but not to be marked now: the lanes go again after a backoff.
                     out.fail(current.iter().map(|f| f.lane), || LaneError::Round);
                 }
+                Err(LaneError::Publish(error)) if !error.is_transient() => {
+                    // Refused for good: find the refused rows, publish the rest, then stop.
+                    tracing::warn!(lanes = current.len(), %error, "relay round refused");
+                    out.retain_live(&mut current);
+                    let narrowed = self.isolate(leases, &current).await;
+                    out.absorb(narrowed);
+                    stop = true;
+                }
                 Err(error) => {
                     tracing::warn!(lanes = current.len(), %error, "relay round failed");
                     let lease_lost = matches!(error, LaneError::LeaseLost);
@@ -177,18 +201,8 @@ impl Relay {
         if read.is_empty() {
             return Ok(());
         }
-        let batch: Vec<OutgoingMessage> = read
-            .iter()
-            .flat_map(|f| f.rows.iter().map(|r| self.message(r)))
-            .collect();
-        failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
-        if let Err(e) = self.publisher.publish(&batch).await {
-            bump(&self.stats.publish_errors, 1);
-            return Err(LaneError::Publish(e));
-        }
-        // Confirmed by the transport; only now may the rows be marked.
-        failpoint::hit(failpoint::RELAY_AFTER_PUBLISH)?;
-        Ok(())
+        let rows: Vec<&OutboxRow> = read.iter().flat_map(|f| f.rows.iter()).collect();
+        self.publish(&rows).await
     }
 
     /// Marks a confirmed round, each lane under its own lease; returns the lanes whose lease
@@ -224,7 +238,7 @@ impl Relay {
 }
 
 /// The error a lane of a failed round is settled with: the round's cause is logged once.
-fn lane_error(lease_lost: bool) -> LaneError {
+pub(super) fn lane_error(lease_lost: bool) -> LaneError {
     if lease_lost {
         LaneError::LeaseLost
     } else {

@@ -5,6 +5,7 @@
 pub mod handlers;
 pub mod keys_steps;
 pub mod observed;
+pub mod pg;
 pub mod relay_steps;
 pub mod worker_steps;
 
@@ -28,6 +29,8 @@ use uuid::Uuid;
 pub enum Backend {
     Memory,
     Sqlite,
+    /// The outbox on PostgreSQL, the log on SQLite.
+    Postgres,
 }
 
 pub const BACKENDS: [Backend; 2] = [Backend::Memory, Backend::Sqlite];
@@ -175,17 +178,31 @@ impl LogFixture for SqliteLogFixture {
     }
 }
 
+async fn sqlite_log(dir: &TempDir, clock: Arc<dyn Clock>) -> SqliteLogFixture {
+    let broker = sqlite_pool(dir, "broker.db", MigrationSet::Log).await;
+    let config = LogConfig {
+        poll_interval: std::time::Duration::from_millis(20),
+        ..LogConfig::default()
+    };
+    SqliteLogFixture {
+        log: SqliteLog::with_config(broker, config, clock),
+    }
+}
+
 /// An outbox and a log on one backend; the directory lives as long as the value.
 pub struct Env {
     pub backend: Backend,
     pub outbox: Arc<dyn OutboxFixture>,
     pub log: Arc<dyn LogFixture>,
+    /// The PostgreSQL database to drop at [`Env::finish`].
+    pg_database: Option<String>,
     _dir: TempDir,
 }
 
 impl Env {
     pub async fn new(backend: Backend, clock: Arc<dyn Clock>) -> Self {
         let dir = TempDir::new();
+        let mut pg_database = None;
         let (outbox, log): (Arc<dyn OutboxFixture>, Arc<dyn LogFixture>) = match backend {
             Backend::Memory => (
                 Arc::new(MemoryOutbox::with_clock(clock.clone())),
@@ -194,23 +211,30 @@ impl Env {
             Backend::Sqlite => {
                 let pool = sqlite_pool(&dir, "pedidos.db", MigrationSet::Outbox).await;
                 let outbox = SqliteOutbox::with_clock(pool.clone(), clock.clone());
-                let broker = sqlite_pool(&dir, "broker.db", MigrationSet::Log).await;
-                let config = LogConfig {
-                    poll_interval: std::time::Duration::from_millis(20),
-                    ..LogConfig::default()
-                };
-                let log = SqliteLog::with_config(broker, config, clock);
                 (
                     Arc::new(SqliteOutboxFixture { pool, outbox }),
-                    Arc::new(SqliteLogFixture { log }),
+                    Arc::new(sqlite_log(&dir, clock).await),
                 )
+            }
+            Backend::Postgres => {
+                let outbox = pg::PgOutboxFixture::new(clock.clone()).await;
+                pg_database = Some(outbox.name.clone());
+                (Arc::new(outbox), Arc::new(sqlite_log(&dir, clock).await))
             }
         };
         Self {
             backend,
             outbox,
             log,
+            pg_database,
             _dir: dir,
+        }
+    }
+
+    /// Drops what the environment made outside its temporary directory.
+    pub async fn finish(self) {
+        if let Some(name) = &self.pg_database {
+            pg::drop_database(name).await;
         }
     }
 
