@@ -9,6 +9,7 @@ pub mod bench;
 pub mod broker;
 pub mod cli;
 pub mod config;
+mod consumers;
 pub mod demo;
 pub mod dlq;
 pub mod lag;

@@ -6,25 +6,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting, Worker, WorkerConfig};
+use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting};
 use entrega_core::SystemClock;
 use tokio::task::JoinHandle;
 
 pub use crate::broker::{Broker, BrokerError};
 pub use crate::system::{outbox_ports, Retention, System, DEFAULT_LEASE_TTL};
 
-use crate::config::{parking_store, RetryMode};
-use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
-use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
-use crate::services::reparto::{self, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps};
+pub use crate::consumers::ASSIGN_EVERY;
 
-/// How often reparto looks for free couriers for its pending deliveries.
-pub const ASSIGN_EVERY: Duration = Duration::from_millis(500);
+use crate::consumers::{spawn_consumer, spawn_reparto};
+use crate::services::inventario::ConsumerStats;
+use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
 
 /// Longest wait of an idle relay for rows committed by other processes (the seed's 0.2 s).
 const RELAY_POLL: Duration = Duration::from_millis(200);
 
-type Task = JoinHandle<anyhow::Result<()>>;
+pub(crate) type Task = JoinHandle<anyhow::Result<()>>;
 
 /// The dead-letter topic of the stock consumer (`<topic>.dlq`).
 pub fn dead_letter_topic() -> String {
@@ -249,124 +247,6 @@ async fn spawn_relay(
     Ok(tokio::spawn(async move {
         relay.run(stop).await.context("relay")
     }))
-}
-
-/// The inventario stock consumer, as group member `instance`.
-async fn spawn_consumer(
-    system: &System,
-    instance: &str,
-    stop: CancellationToken,
-) -> anyhow::Result<(Task, Arc<ConsumerStats>)> {
-    let stock = system
-        .inventario()
-        .await
-        .context("opening the inventario database")?;
-    let broker = system.broker().await.context("opening the broker")?;
-    ensure_topics(&broker).await?;
-    spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
-    let parking = parking_store(stock.db());
-    let consumer = Arc::new(StockConsumer::new(stock));
-    let stats = consumer.stats();
-    let mut config = WorkerConfig::new(GROUP, TOPIC).with_key_concurrency(system.key_concurrency());
-    config.member = instance.to_owned();
-    system.retry().apply(&mut config);
-    config.retry_partitions = PARTITIONS;
-    let mut worker = Worker::new(
-        broker.subscriber(),
-        broker.publisher(),
-        consumer.router(),
-        config,
-    )
-    .with_admin(broker.admin());
-    if system.retry().mode == RetryMode::Ordered {
-        worker = worker.with_parking(parking);
-    }
-    tracing::info!(
-        instance,
-        key_concurrency = system.key_concurrency(),
-        retry = ?system.retry().mode,
-        "inventario consumer started"
-    );
-    let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
-    Ok((task, stats))
-}
-
-/// The reparto consumer, as group member `instance`, and the periodic assignment of pending
-/// deliveries.
-async fn spawn_reparto(
-    system: &System,
-    components: &Components,
-    stop: CancellationToken,
-) -> anyhow::Result<Task> {
-    let store = system
-        .reparto()
-        .await
-        .context("opening the reparto database")?;
-    let broker = system.broker().await.context("opening the broker")?;
-    ensure_topics(&broker).await?;
-    let maps: Arc<dyn Maps> = match &components.mapas_url {
-        Some(url) => Arc::new(HttpMaps::new(url).context("the maps service")?),
-        None => Arc::new(LocalMaps),
-    };
-    let parking = parking_store(store.db());
-    spawn_assignment(store.clone(), stop.clone());
-    let consumer = Arc::new(DeliveryConsumer::new(store, maps));
-    let mut config = WorkerConfig::new(reparto::GROUP, reparto::TOPIC)
-        .with_key_concurrency(system.key_concurrency());
-    config.member = format!("{}-reparto", components.instance);
-    system.retry().apply(&mut config);
-    config.retry_partitions = PARTITIONS;
-    let mut worker = Worker::new(
-        broker.subscriber(),
-        broker.publisher(),
-        consumer.router(),
-        config,
-    )
-    .with_admin(broker.admin());
-    if system.retry().mode == RetryMode::Ordered {
-        worker = worker.with_parking(parking);
-    }
-    tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto consumer started");
-    Ok(tokio::spawn(async move {
-        worker.run(stop).await.context("reparto consumer")
-    }))
-}
-
-/// Gives pending deliveries the couriers that became free, every [`ASSIGN_EVERY`], until
-/// `stop`. A failed round is logged and tried again next time.
-fn spawn_assignment(store: DeliveryStore, stop: CancellationToken) {
-    tokio::spawn(async move {
-        loop {
-            match store.assign_pending(entrega_core::now_ms()).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(assigned = n, "pending deliveries assigned"),
-                Err(e) => tracing::warn!(error = %e, "assigning pending deliveries failed"),
-            }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(ASSIGN_EVERY) => {}
-            }
-        }
-    });
-}
-
-/// Deletes processed-message keys older than `retention`, now and then, until `stop`.
-/// A failed purge is logged and tried again next time: keys kept longer are harmless.
-fn spawn_inbox_purge(stock: StockStore, retention: Duration, stop: CancellationToken) {
-    let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
-    tokio::spawn(async move {
-        loop {
-            match stock.purge_keys(retention).await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(purged = n, "old processed-message keys purged"),
-                Err(e) => tracing::warn!(error = %e, "purging processed-message keys failed"),
-            }
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
-            }
-        }
-    });
 }
 
 /// Runs `components` until SIGINT/SIGTERM (or until one of them fails).

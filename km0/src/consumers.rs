@@ -1,0 +1,134 @@
+//! km0's consumers as tasks: the inventario stock consumer, the reparto delivery consumer,
+//! and their periodic chores (purging old processed-message keys, assigning pending
+//! deliveries). Both consumers take their retry policy from the process's `--retry` flags.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use entrega::{CancellationToken, Router, Worker, WorkerConfig};
+
+use crate::config::{parking_store, Db, RetryMode};
+use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
+use crate::services::pedidos::{PARTITIONS, TOPIC};
+use crate::services::reparto::{self, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps};
+use crate::wiring::{ensure_topics, Broker, Components, System, Task};
+
+/// How often reparto looks for free couriers for its pending deliveries.
+pub const ASSIGN_EVERY: Duration = Duration::from_millis(500);
+
+/// A worker for `group` on `topic` as `member`, with the process's key concurrency and retry
+/// policy; ordered retries park in `db`, the consumer's own database.
+fn consumer_worker(
+    system: &System,
+    broker: &Broker,
+    router: Router,
+    (group, topic, member): (&str, &str, String),
+    db: &Db,
+) -> Worker {
+    let mut config = WorkerConfig::new(group, topic).with_key_concurrency(system.key_concurrency());
+    config.member = member;
+    system.retry().apply(&mut config);
+    config.retry_partitions = PARTITIONS;
+    let worker = Worker::new(broker.subscriber(), broker.publisher(), router, config)
+        .with_admin(broker.admin());
+    if system.retry().mode == RetryMode::Ordered {
+        worker.with_parking(parking_store(db))
+    } else {
+        worker
+    }
+}
+
+/// The inventario stock consumer, as group member `instance`.
+pub(crate) async fn spawn_consumer(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<(Task, Arc<ConsumerStats>)> {
+    let stock = system
+        .inventario()
+        .await
+        .context("opening the inventario database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
+    let db = stock.db().clone();
+    let consumer = Arc::new(StockConsumer::new(stock));
+    let stats = consumer.stats();
+    let names = (GROUP, TOPIC, instance.to_owned());
+    let worker = consumer_worker(system, &broker, consumer.router(), names, &db);
+    tracing::info!(
+        instance,
+        key_concurrency = system.key_concurrency(),
+        retry = ?system.retry().mode,
+        "inventario consumer started"
+    );
+    let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
+    Ok((task, stats))
+}
+
+/// The reparto consumer, as group member `<instance>-reparto`, and the periodic assignment of
+/// pending deliveries.
+pub(crate) async fn spawn_reparto(
+    system: &System,
+    components: &Components,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let store = system
+        .reparto()
+        .await
+        .context("opening the reparto database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let maps: Arc<dyn Maps> = match &components.mapas_url {
+        Some(url) => Arc::new(HttpMaps::new(url).context("the maps service")?),
+        None => Arc::new(LocalMaps),
+    };
+    spawn_assignment(store.clone(), stop.clone());
+    let db = store.db().clone();
+    let consumer = Arc::new(DeliveryConsumer::new(store, maps));
+    let member = format!("{}-reparto", components.instance);
+    let names = (reparto::GROUP, reparto::TOPIC, member);
+    let worker = consumer_worker(system, &broker, consumer.router(), names, &db);
+    tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto consumer started");
+    Ok(tokio::spawn(async move {
+        worker.run(stop).await.context("reparto consumer")
+    }))
+}
+
+/// Gives pending deliveries the couriers that became free, every [`ASSIGN_EVERY`], until
+/// `stop`. A failed round is logged and tried again next time.
+fn spawn_assignment(store: DeliveryStore, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            match store.assign_pending(entrega_core::now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(assigned = n, "pending deliveries assigned"),
+                Err(e) => tracing::warn!(error = %e, "assigning pending deliveries failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(ASSIGN_EVERY) => {}
+            }
+        }
+    });
+}
+
+/// Deletes processed-message keys older than `retention`, now and then, until `stop`.
+/// A failed purge is logged and tried again next time: keys kept longer are harmless.
+fn spawn_inbox_purge(stock: StockStore, retention: Duration, stop: CancellationToken) {
+    let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    tokio::spawn(async move {
+        loop {
+            match stock.purge_keys(retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(purged = n, "old processed-message keys purged"),
+                Err(e) => tracing::warn!(error = %e, "purging processed-message keys failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    });
+}
