@@ -148,6 +148,28 @@ async fn measure(
     });
 
     let publisher = broker.publisher();
+    // The measurement starts once the worker holds the partition (a Kafka group join takes
+    // seconds): one warm-up event, consumed and then forgotten.
+    publisher
+        .publish(&[message(&run.topic, "calentamiento", 0)])
+        .await?;
+    let joined = Instant::now() + Duration::from_secs(60);
+    while probe
+        .seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_empty()
+    {
+        if Instant::now() > joined {
+            bail!("the worker did not consume the warm-up event within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    probe
+        .seen
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear();
     let total = u64::from(args.rate) * args.duration;
     let every = Duration::from_secs(1) / args.rate.max(1);
     let poison_at = total / 4;
