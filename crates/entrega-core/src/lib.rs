@@ -35,7 +35,7 @@ pub use outbox_blocked::{
     truncate_error, BlockedRow, Refusal, ReleaseError, BLOCKED_ROWS_LISTED, MAX_ERROR_CHARS,
 };
 pub use outcome::{ErrorClass, HandlerError, Outcome};
-pub use parking::{ParkedAt, ParkedRecord, ParkingStore};
+pub use parking::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore};
 pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
 pub use transport::{OutgoingMessage, Publisher, Record, Subscriber, Subscription, TopicAdmin};

@@ -36,6 +36,51 @@ pub struct ParkedRecord {
     pub parked_at_ms: i64,
 }
 
+/// The columns of an `entrega_aparcados` row, in table order, as every database backend reads
+/// them: group, topic, partition, offset, key, headers (JSON pairs), payload, attempts,
+/// next attempt (epoch ms), last error, parked at (epoch ms).
+pub type ParkedRow = (
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    String,
+    Vec<u8>,
+    i64,
+    i64,
+    Option<String>,
+    i64,
+);
+
+impl ParkedRecord {
+    /// A record from its stored columns; a value out of range or unreadable headers make a
+    /// corrupt row.
+    pub fn from_row(row: ParkedRow) -> Result<Self, StoreError> {
+        let (group, topic, partition, offset, key, headers, payload, attempts, not_before_ms) = (
+            row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
+        );
+        let corrupt = |reason: String| StoreError::Corrupt {
+            table: "entrega_aparcados",
+            reason,
+        };
+        Ok(Self {
+            group,
+            topic,
+            partition: u32::try_from(partition).map_err(|e| corrupt(format!("particion: {e}")))?,
+            offset,
+            key,
+            headers: Headers::from_json(&headers)
+                .map_err(|e| corrupt(format!("cabeceras: {e}")))?,
+            payload,
+            attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("intentos: {e}")))?,
+            not_before_ms,
+            last_error: row.9,
+            parked_at_ms: row.10,
+        })
+    }
+}
+
 /// Where, in one subscription, a parked record sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ParkedAt<'a> {

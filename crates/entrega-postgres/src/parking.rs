@@ -1,9 +1,8 @@
 //! Parking for ordered retries on PostgreSQL (`entrega_aparcados`, inbox set).
 
 use async_trait::async_trait;
-use entrega_core::{Headers, ParkedAt, ParkedRecord, ParkingStore, StoreError};
-use sqlx::postgres::{PgPool, PgRow};
-use sqlx::Row;
+use entrega_core::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore, StoreError};
+use sqlx::postgres::PgPool;
 
 use crate::errors::classify;
 
@@ -27,27 +26,13 @@ fn partition_of(p: u32) -> i32 {
     i32::try_from(p).unwrap_or(i32::MAX)
 }
 
-fn decode(row: &PgRow) -> Result<ParkedRecord, StoreError> {
-    let corrupt = |reason: String| StoreError::Corrupt {
-        table: "entrega_aparcados",
-        reason,
-    };
-    let headers: String = row.try_get("cabeceras").map_err(classify)?;
-    let partition: i32 = row.try_get("particion").map_err(classify)?;
-    let attempts: i32 = row.try_get("intentos").map_err(classify)?;
-    Ok(ParkedRecord {
-        group: row.try_get("grupo").map_err(classify)?,
-        topic: row.try_get("topico").map_err(classify)?,
-        partition: u32::try_from(partition).map_err(|e| corrupt(format!("particion: {e}")))?,
-        offset: row.try_get("desplazamiento").map_err(classify)?,
-        key: row.try_get("clave").map_err(classify)?,
-        headers: Headers::from_json(&headers).map_err(|e| corrupt(format!("cabeceras: {e}")))?,
-        payload: row.try_get("carga").map_err(classify)?,
-        attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("intentos: {e}")))?,
-        not_before_ms: row.try_get("no_antes_ms").map_err(classify)?,
-        last_error: row.try_get("ultimo_error").map_err(classify)?,
-        parked_at_ms: row.try_get("aparcado_ms").map_err(classify)?,
-    })
+/// The columns as [`ParkedRow`] reads them.
+const SELECTED: &str =
+    "grupo, topico, particion::bigint, desplazamiento, clave, cabeceras, carga, \
+                      intentos::bigint, no_antes_ms, ultimo_error, aparcado_ms";
+
+fn decode(rows: Vec<ParkedRow>) -> Result<Vec<ParkedRecord>, StoreError> {
+    rows.into_iter().map(ParkedRecord::from_row).collect()
 }
 
 #[async_trait]
@@ -105,8 +90,8 @@ impl ParkingStore for PgParking {
         } else {
             "clave IS NULL AND $4::text IS NULL"
         };
-        let row = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM entrega_aparcados
+        let rows: Vec<ParkedRow> = sqlx::query_as(&format!(
+            "SELECT {SELECTED} FROM entrega_aparcados
              WHERE grupo = $1 AND topico = $2 AND particion = $3 AND {key_test}
              ORDER BY desplazamiento LIMIT 1"
         ))
@@ -114,10 +99,10 @@ impl ParkingStore for PgParking {
         .bind(at.topic)
         .bind(partition_of(at.partition))
         .bind(key)
-        .fetch_optional(&self.pool)
+        .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        row.as_ref().map(decode).transpose()
+        Ok(decode(rows)?.pop())
     }
 
     async fn reschedule(
@@ -166,8 +151,8 @@ impl ParkingStore for PgParking {
         topic: &str,
         limit: usize,
     ) -> Result<Vec<ParkedRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM entrega_aparcados WHERE grupo = $1 AND topico = $2
+        let rows: Vec<ParkedRow> = sqlx::query_as(&format!(
+            "SELECT {SELECTED} FROM entrega_aparcados WHERE grupo = $1 AND topico = $2
              ORDER BY particion, desplazamiento LIMIT $3"
         ))
         .bind(group)
@@ -176,6 +161,6 @@ impl ParkingStore for PgParking {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        rows.iter().map(decode).collect()
+        decode(rows)
     }
 }
