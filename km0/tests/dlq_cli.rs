@@ -1,4 +1,4 @@
-//! `km0 dlq` as a process, on the log transport (SQLite) and on a tansu broker of its own.
+//! `km0 dlq` as a process, on the log transport (SQLite) and on an Apache Kafka broker of its own.
 //!
 //! The inventario consumer runs in the test process and dead-letters order events it cannot
 //! apply (an unknown product, an unknown `tipo`). Then each command runs as `km0` would be
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use common::kafka::Tansu;
+use common::kafka::KafkaBroker;
 use steps::Deployment;
 
 /// The whole procedure: examine, refuse bad requests, dry run, discard, fix and replay, the
@@ -313,7 +313,7 @@ async fn dlq_on_the_sqlite_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlq_on_kafka() {
-    let tansu = Tansu::start();
-    let url = format!("{}?session_timeout_ms=6000", tansu.url());
+    let kafka = KafkaBroker::start();
+    let url = format!("{}?session_timeout_ms=6000", kafka.url());
     tend_the_dead_letters(&url, Duration::from_secs(90)).await;
 }

@@ -1,4 +1,4 @@
-//! km0 whole, on a Kafka-protocol broker of its own (tansu): HTTP → outbox → relay → Kafka →
+//! km0 whole, on an Apache Kafka broker of its own: HTTP → outbox → relay → Kafka →
 //! inventario worker → stock, with the services' databases on PostgreSQL and on SQLite.
 //! Asserts on rows (`mensajes_procesados`, stock, outbox), on the records in the topics and on
 //! the group's committed offsets, read through the broker's inspector.
@@ -20,18 +20,18 @@ use km0::services::pedidos::{
 use km0::wiring::{dead_letter_topic, Components, System};
 use serde_json::{json, Value};
 
-use common::kafka::Tansu;
+use common::kafka::KafkaBroker;
 use common::state::{eventually, order, place, taken, DbState};
 
 /// Orders placed over HTTP; every one is then paid, and every third cancelled.
 const ORDERS: usize = 24;
 
-/// A deployment on fresh databases of `backend` with `tansu` as its broker.
-fn on_kafka(backend: &str, tansu: &Tansu) -> System {
+/// A deployment on fresh databases of `backend` with `kafka` as its broker.
+fn on_kafka(backend: &str, kafka: &KafkaBroker) -> System {
     let databases = common::test_system(backend).databases().clone();
     System::new(
         databases,
-        format!("{}?session_timeout_ms=6000", tansu.url()),
+        format!("{}?session_timeout_ms=6000", kafka.url()),
     )
     .with_lease_ttl(Duration::from_secs(2))
 }
@@ -71,8 +71,8 @@ fn lines(n: usize) -> Vec<(&'static str, i64)> {
 }
 
 async fn orders_flow_through_kafka_once_each_in_order(backend: &str) {
-    let tansu = Tansu::start();
-    let system = on_kafka(backend, &tansu);
+    let kafka = KafkaBroker::start();
+    let system = on_kafka(backend, &kafka);
     let state = DbState::open(&system).await;
     let before = state.stock().await;
     let running = system
@@ -156,8 +156,8 @@ async fn orders_flow_through_kafka_once_each_in_order(backend: &str) {
 }
 
 async fn the_demo_holds_its_invariants_on_kafka(backend: &str, key_concurrency: usize) {
-    let tansu = Tansu::start();
-    let system = on_kafka(backend, &tansu).with_key_concurrency(key_concurrency);
+    let kafka = KafkaBroker::start();
+    let system = on_kafka(backend, &kafka).with_key_concurrency(key_concurrency);
     let options = DemoOptions {
         orders: 150,
         concurrency: 8,

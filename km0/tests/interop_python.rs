@@ -26,7 +26,7 @@ use km0::services::pedidos::TOPIC;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-use common::kafka::Tansu;
+use common::kafka::KafkaBroker;
 use common::state::{eventually, order, place, taken};
 use interop_python::km0_kafka::{Databases, Km0Kafka};
 use interop_python::python::{argv, caught_up, dead_letters, run_ok, run_script, topic_stats};
@@ -89,7 +89,7 @@ fn lines_of(i: i64) -> Vec<(&'static str, i64)> {
 #[tokio::test]
 async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
     const ORDERS: i64 = 12;
-    let broker = Tansu::start();
+    let broker = KafkaBroker::start();
     let km0 = Km0Kafka::new(&broker);
     let mut dbs = Databases::new();
     let pedidos_db = km0.db(&mut dbs, "pedidos").await;
@@ -141,7 +141,7 @@ async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
 #[tokio::test]
 async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_died_unmarked() {
     const ORDERS: i64 = 15;
-    let broker = Tansu::start();
+    let broker = KafkaBroker::start();
     let km0 = Km0Kafka::new(&broker);
     let mut dbs = Databases::new();
     let inventario_db = km0.db(&mut dbs, "inventario").await;
@@ -218,7 +218,7 @@ async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_die
 
 /// One message published as given, then `seed_consumer.py --expect 1` on its own topic,
 /// group and database; asserts the exit status and the state it left.
-async fn consume_one(broker: &Tansu, n: usize, dsn: &str, case: &Case) {
+async fn consume_one(broker: &KafkaBroker, n: usize, dsn: &str, case: &Case) {
     let (what, exit) = (case.what, case.exit);
     let bootstrap = broker.bootstrap();
     let (topic, group) = (format!("{TOPIC}.raw{n}"), format!("raw-{n}"));
@@ -263,7 +263,7 @@ struct Case {
 /// each broken copy is refused (exit 2), applies nothing and stays uncommitted.
 #[tokio::test]
 async fn the_seed_consumer_refuses_envelopes_that_break_the_contract() {
-    let broker = Tansu::start();
+    let broker = KafkaBroker::start();
     let id = uuid::Uuid::new_v4().to_string();
     let upper = id.to_uppercase();
     let envelope = |id_evento: &str, version: Value| {

@@ -1,6 +1,6 @@
 //! Competing consumers on Kafka, with real processes: `km0 run pedidos`, `km0 run relay` and
-//! three `km0 run inventario` in one consumer group on km0's six-partition topic, on a tansu
-//! broker of the test's own and PostgreSQL databases.
+//! three `km0 run inventario` in one consumer group on km0's six-partition topic, on an Apache
+//! Kafka broker of the test's own and PostgreSQL databases.
 //!
 //! Orders stream in over HTTP, each followed by its `pedido.pagado`. One consumer is found out
 //! and killed:
@@ -107,7 +107,7 @@ async fn stalled_while_frozen(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_consumers_one_killed_every_order_applied_once_in_order() {
     let KafkaRig {
-        tansu: _broker,
+        broker: _broker,
         deployment,
         state,
         view,

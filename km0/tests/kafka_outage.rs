@@ -1,5 +1,5 @@
-//! A broker outage, with real processes: `km0 run pedidos`, `relay` and `inventario` reach a
-//! tansu broker of the test's own through a TCP proxy the test cuts for 60 s
+//! A broker outage, with real processes: `km0 run pedidos`, `relay` and `inventario` reach
+//! an Apache Kafka broker of the test's own through a TCP proxy the test cuts for 60 s
 //! (`KM0_OUTAGE_SECS` shortens it for a local run) while orders keep coming at a steady
 //! rate, each followed by its `pedido.pagado`.
 //!
@@ -21,7 +21,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::kafka::Tansu;
+use common::kafka::KafkaBroker;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Outcome, Placed};
 use common::kafka_state::{KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
@@ -196,8 +196,8 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let outage = outage();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
     let proxy_addr = listener.local_addr().expect("proxy addr");
-    let tansu = Tansu::start_advertising(proxy_addr.port());
-    let proxy = Proxy::start_on(listener, proxy_addr, tansu.addr());
+    let kafka = KafkaBroker::start_advertising(proxy_addr.port());
+    let proxy = Proxy::start_on(listener, proxy_addr, kafka.addr());
     let url = format!("kafka://{proxy_addr}?session_timeout_ms={SESSION_TIMEOUT_MS}");
     let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
     let state = databases(&deployment).await;

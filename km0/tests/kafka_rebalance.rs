@@ -1,6 +1,6 @@
 //! Rebalance with messages in flight, on Kafka, with real processes: a backlog of orders
-//! (each a `pedido.creado` and a `pedido.pagado`) waits in km0's six-partition topic on a
-//! tansu broker of the test's own; one `km0 run inventario` starts working through it.
+//! (each a `pedido.creado` and a `pedido.pagado`) waits in km0's six-partition topic on an
+//! Apache Kafka broker of the test's own; one `km0 run inventario` starts working through it.
 //!
 //! The test holds a brake: a transaction of its own that locks one product's stock row, so
 //! every consumer transaction that takes that product waits, its batch in flight (uncommitted,
@@ -40,7 +40,7 @@ const PER_SECOND: u32 = 300;
 /// The product whose stock row the brake locks (in about two orders of five).
 const BRAKE_PRODUCT: &str = "tomate-rosa";
 /// How long the brake stays on while the new consumers join: long enough for the group's
-/// first round (tansu takes a few seconds), which asks the first consumer to give partitions
+/// first round (a few seconds), which asks the first consumer to give partitions
 /// up; it can only do so once its batch is done.
 const JOINING: Duration = Duration::from_secs(6);
 /// How long the brake is let go at a time until every consumer has a batch in flight.
@@ -116,7 +116,7 @@ async fn committed_total(view: &KafkaView) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partitions_move_with_batches_in_flight_without_loss_or_double_effect() {
     let KafkaRig {
-        tansu: _broker,
+        broker: _broker,
         deployment,
         state,
         view,

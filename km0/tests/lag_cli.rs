@@ -1,4 +1,4 @@
-//! `km0 lag` as a process, on the log transport (SQLite) and on a tansu broker of its own:
+//! `km0 lag` as a process, on the log transport (SQLite) and on an Apache Kafka broker of its own:
 //! events are published, a group consumes and commits part of them, and the numbers `km0 lag`
 //! prints must be the end and committed offsets read independently of km0 (the log's tables
 //! by SQL; Kafka through a plain librdkafka client).
@@ -22,7 +22,7 @@ use rdkafka::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 
-use common::kafka::Tansu;
+use common::kafka::KafkaBroker;
 
 /// Events published on the orders topic, and dead letters on its dead-letter topic.
 const EVENTS: usize = 60;
@@ -338,6 +338,6 @@ async fn lag_on_the_sqlite_log() {
 
 #[tokio::test]
 async fn lag_on_kafka() {
-    let tansu = Tansu::start();
-    lag_is_what_the_broker_holds(&tansu.url(), Truth::Kafka(tansu.bootstrap())).await;
+    let kafka = KafkaBroker::start();
+    lag_is_what_the_broker_holds(&kafka.url(), Truth::Kafka(kafka.bootstrap())).await;
 }

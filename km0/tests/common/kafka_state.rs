@@ -238,17 +238,17 @@ fn to_u32(p: i32) -> u32 {
     u32::try_from(p).expect("partition id")
 }
 
-/// Session timeout of the Kafka process tests' consumers (tansu forms groups slowly with more).
+/// Session timeout of the Kafka process tests' consumers: a killed member is expelled after it.
 pub const SESSION_TIMEOUT_MS: u64 = 6_000;
 /// Relay lane lease of the Kafka process tests.
 pub const LEASE_TTL_MS: u64 = 1_000;
 
-/// What a Kafka process test starts from: a tansu broker of its own, a km0 deployment on fresh
+/// What a Kafka process test starts from: an Apache Kafka broker of its own, a km0 deployment on fresh
 /// PostgreSQL databases using it, the state and broker views the checks read, and the stock
 /// the test filled in.
 pub struct KafkaRig {
     /// The broker; stopped when the rig is dropped.
-    pub tansu: super::kafka::Tansu,
+    pub broker: super::kafka::KafkaBroker,
     /// Starts km0 processes on the broker.
     pub deployment: super::process::Deployment,
     /// The deployment's databases.
@@ -262,14 +262,14 @@ pub struct KafkaRig {
 impl KafkaRig {
     /// Starts the broker, creates the deployment and fills the stock.
     pub async fn start() -> Self {
-        let tansu = super::kafka::Tansu::start();
-        let url = format!("{}?session_timeout_ms={SESSION_TIMEOUT_MS}", tansu.url());
+        let kafka = super::kafka::KafkaBroker::start();
+        let url = format!("{}?session_timeout_ms={SESSION_TIMEOUT_MS}", kafka.url());
         let deployment = super::process::Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
         let state = deployment.state().await;
-        let view = KafkaView::new(tansu.bootstrap());
+        let view = KafkaView::new(kafka.bootstrap());
         let start = orders::fill_stock(&state).await;
         Self {
-            tansu,
+            broker: kafka,
             deployment,
             state,
             view,

@@ -41,7 +41,7 @@ impl Deployment {
     }
 
     /// Fresh databases of `backend` with the broker at `broker_url` instead of the log
-    /// transport (e.g. `kafka://127.0.0.1:<port>` of a test's own tansu).
+    /// transport (e.g. `kafka://127.0.0.1:<port>` of a test's own broker).
     pub fn with_broker(backend: &str, broker_url: &str, lease_ttl_ms: u64) -> Self {
         let databases = super::test_system(backend).databases().clone();
         let system = System::new(databases, broker_url.to_owned())

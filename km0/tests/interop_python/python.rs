@@ -10,7 +10,7 @@ use tokio::process::Command;
 
 use km0::services::pedidos::TOPIC;
 
-use crate::common::kafka::Tansu;
+use crate::common::kafka::KafkaBroker;
 
 /// Longest run of one Python script.
 pub const SCRIPT_WITHIN: Duration = Duration::from_secs(120);
@@ -96,7 +96,7 @@ pub async fn run_ok(script: &str, args: &[String]) -> Value {
 }
 
 /// The topic read to its end, with the committed offsets of `group` (`topic_stats.py`).
-pub async fn topic_stats(broker: &Tansu, topic: &str, group: &str) -> Value {
+pub async fn topic_stats(broker: &KafkaBroker, topic: &str, group: &str) -> Value {
     let bootstrap = broker.bootstrap();
     let args = argv(&format!(
         "--bootstrap {bootstrap} --topic {topic} --group {group}"
@@ -113,7 +113,7 @@ pub fn caught_up(stats: &Value) -> bool {
 }
 
 /// Messages in the dead-letter topic (none when the topic does not exist).
-pub async fn dead_letters(broker: &Tansu) -> i64 {
+pub async fn dead_letters(broker: &KafkaBroker) -> i64 {
     let bootstrap = broker.bootstrap();
     let dlq = format!("{TOPIC}.dlq");
     let args = argv(&format!("--bootstrap {bootstrap} --topic {dlq}"));

@@ -1,0 +1,67 @@
+# RabbitMQ from Debian's packages for the tests and scripts/services: one node named
+# rabbit@localhost, listening on 127.0.0.1:5672 only, with rabbitmq_consistent_hash_exchange
+# enabled; `amqp://guest:guest@127.0.0.1:5672` (guest may connect from loopback only).
+# Needs provision.sh (run_step, fail, apt_install, port_open) sourced first.
+
+RABBITMQ_PID_FILE=/var/run/rabbitmq/pid
+RABBITMQ_ENV_CONF=/etc/rabbitmq/rabbitmq-env.conf
+
+# The node's name and address, read by rabbitmq-server and rabbitmqctl alike. A fixed name
+# keeps the node independent of whether this machine's hostname resolves.
+rabbitmq_configure() {
+  local marker="# km0 (scripts/lib/rabbitmq.sh)"
+  grep -qF "$marker" "$RABBITMQ_ENV_CONF" 2>/dev/null && return 0
+  echo "configuring RabbitMQ in $RABBITMQ_ENV_CONF: node rabbit@localhost on 127.0.0.1"
+  mkdir -p "$(dirname "$RABBITMQ_ENV_CONF")"
+  cat >"$RABBITMQ_ENV_CONF" <<CONF
+$marker
+NODENAME=rabbit@localhost
+NODE_IP_ADDRESS=127.0.0.1
+NODE_PORT=5672
+CONF
+}
+
+rabbitmq_running() {
+  command -v rabbitmqctl >/dev/null && timeout 30 rabbitmqctl -q status >/dev/null 2>&1
+}
+
+ensure_rabbitmq() {
+  if ! command -v rabbitmq-server >/dev/null; then
+    if port_open 5672; then
+      echo "RabbitMQ: something answers on 127.0.0.1:5672 and no local server is installed; using it"
+      return 0
+    fi
+    run_step "installing RabbitMQ from Debian's packages" "$KM0_LOGS/apt-rabbitmq.log" \
+      apt_install rabbitmq-server
+  fi
+  if rabbitmq_running; then
+    echo "RabbitMQ already runs"
+  else
+    rabbitmq_configure
+    run_step "enabling rabbitmq_consistent_hash_exchange" "$KM0_LOGS/rabbitmq-plugins.log" \
+      rabbitmq-plugins enable --offline rabbitmq_consistent_hash_exchange
+    mkdir -p "$(dirname "$RABBITMQ_PID_FILE")"
+    chown rabbitmq:rabbitmq "$(dirname "$RABBITMQ_PID_FILE")"
+    local log="$KM0_LOGS/rabbitmq-server.log"
+    echo "starting RabbitMQ on 127.0.0.1:5672 (output: $log, node logs: /var/log/rabbitmq/)"
+    RABBITMQ_PID_FILE=$RABBITMQ_PID_FILE start-stop-daemon --start --quiet --background \
+      --chuid rabbitmq --pidfile "$RABBITMQ_PID_FILE" --output "$log" \
+      --exec /usr/sbin/rabbitmq-server ||
+      fail "starting RabbitMQ" "read $log and /var/log/rabbitmq/"
+    run_step "waiting for RabbitMQ to boot" "$KM0_LOGS/rabbitmq-wait.log" \
+      rabbitmqctl wait --timeout 120 "$RABBITMQ_PID_FILE"
+  fi
+  # Online, so a node that was already running gets the plugin too (a no-op if enabled).
+  run_step "checking rabbitmq_consistent_hash_exchange" "$KM0_LOGS/rabbitmq-plugins.log" \
+    rabbitmq-plugins enable rabbitmq_consistent_hash_exchange
+  run_step "checking that guest/guest may log in" "$KM0_LOGS/rabbitmq-auth.log" \
+    rabbitmqctl authenticate_user guest guest
+  port_open 5672 || fail "RabbitMQ" "nothing listens on 127.0.0.1:5672; read /var/log/rabbitmq/"
+  export ENTREGA_TEST_AMQP="${ENTREGA_TEST_AMQP:-amqp://guest:guest@127.0.0.1:5672}"
+}
+
+stop_rabbitmq() {
+  rabbitmq_running || return 0
+  echo "stopping RabbitMQ"
+  rabbitmqctl -q stop "$RABBITMQ_PID_FILE" || rabbitmqctl -q stop || true
+}
