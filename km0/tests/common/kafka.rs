@@ -12,9 +12,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer as _};
-use rdkafka::ClientConfig;
-
 /// Longest wait for a starting broker to answer a Metadata request.
 const START_WITHIN: Duration = Duration::from_secs(90);
 
@@ -167,19 +164,21 @@ impl KafkaBroker {
         self.wait_ready();
     }
 
+    /// Asks with `scripts/kafka/probe.py` (the provisioning's own check), on the node's own
+    /// port: a client library would follow the advertised address, which may be a proxy that
+    /// is not accepting yet.
     fn wait_ready(&mut self) {
-        let probe: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", format!("127.0.0.1:{}", self.port))
-            .set("client.id", "km0-test-probe")
-            .set("log_level", "0")
-            .create()
-            .expect("probe client");
         let deadline = Instant::now() + START_WITHIN;
         loop {
-            if let Ok(metadata) = probe.fetch_metadata(None, Duration::from_millis(500)) {
-                if !metadata.brokers().is_empty() {
-                    return;
-                }
+            let probe = Command::new("python3")
+                .arg(repo_root().join("scripts/kafka/probe.py"))
+                .arg(format!("127.0.0.1:{}", self.port))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run scripts/kafka/probe.py");
+            if probe.success() {
+                return;
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
