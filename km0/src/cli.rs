@@ -95,7 +95,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// pedidos HTTP + relay + inventario consumer in one process, until SIGINT/SIGTERM.
+    /// pedidos HTTP + relay + inventario consumer (+ analitica on Kafka) in one process, until
+    /// SIGINT/SIGTERM.
     Up {
         /// Address of the pedidos HTTP API.
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -173,6 +174,8 @@ pub enum Component {
     Relay,
     /// The delivery consumer (couriers for paid orders).
     Reparto,
+    /// Sales per market in Kafka transactions (Kafka brokers only).
+    Analitica,
 }
 
 impl Component {
@@ -183,6 +186,7 @@ impl Component {
             Self::Inventario => "inventario",
             Self::Relay => "relay",
             Self::Reparto => "reparto",
+            Self::Analitica => "analitica",
         }
     }
 }
@@ -271,7 +275,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Up { http } => {
             let instance = format!("km0-{}", std::process::id());
-            wiring::run_until_signal(&system, Components::all(&instance), http).await?;
+            let mut components = Components::all(&instance);
+            components.analitica = system.broker_kind()?.is_kafka();
+            wiring::run_until_signal(&system, components, http).await?;
         }
         Command::Run(args) => {
             let instance = args
@@ -284,6 +290,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Component::Inventario => components.inventario = true,
                 Component::Relay => components.relay = true,
                 Component::Reparto => components.reparto = true,
+                Component::Analitica => components.analitica = true,
             }
             wiring::run_until_signal(&system, components, args.http).await?;
         }

@@ -1,14 +1,17 @@
 //! km0's consumers as tasks: the inventario stock consumer, the reparto delivery consumer,
-//! and their periodic chores (purging old processed-message keys, assigning pending
-//! deliveries). Both consumers take their retry policy from the process's `--retry` flags.
+//! their periodic chores (purging old processed-message keys, assigning pending deliveries),
+//! and analitica's transactional transformer. The two workers take their retry policy from
+//! the process's `--retry` flags.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use entrega::{CancellationToken, Router, Worker, WorkerConfig};
+use entrega_kafka::{KafkaTransformer, TransformerConfig};
 
 use crate::config::{parking_store, Db, RetryMode};
+use crate::services::analitica::{self, SalesTransform};
 use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
 use crate::services::pedidos::{PARTITIONS, TOPIC};
 use crate::services::reparto::{self, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps};
@@ -93,6 +96,44 @@ pub(crate) async fn spawn_reparto(
     tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto consumer started");
     Ok(tokio::spawn(async move {
         worker.run(stop).await.context("reparto consumer")
+    }))
+}
+
+/// analitica on Kafka, as group member and transactional id `<instance>-analitica`: sales per
+/// market from `pedidos.eventos` to `analitica.ventas`, in Kafka transactions. Refused on the
+/// log transport, which has no transactions.
+pub(crate) async fn spawn_analitica(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let broker = system.broker().await.context("opening the broker")?;
+    let Broker::Kafka(kafka) = &broker else {
+        anyhow::bail!(
+            "analitica writes its sales in Kafka transactions: it needs --broker kafka://..., \
+             not the {}",
+            broker.kind()
+        );
+    };
+    ensure_topics(&broker).await?;
+    broker
+        .admin()
+        .ensure_topic(analitica::OUTPUT_TOPIC, analitica::OUTPUT_PARTITIONS)
+        .await
+        .with_context(|| format!("creating topic {}", analitica::OUTPUT_TOPIC))?;
+    let name = format!("{instance}-analitica");
+    let config = TransformerConfig::new(analitica::GROUP, name.clone(), name, &[TOPIC]);
+    let transformer = KafkaTransformer::start(kafka.config(), config)
+        .await
+        .context("starting analitica's transactional clients")?;
+    tracing::info!(instance, "analitica started");
+    Ok(tokio::spawn(async move {
+        let transform = SalesTransform::new(TOPIC);
+        transformer
+            .run(&transform, stop.cancelled_owned())
+            .await
+            .map(drop)
+            .context("analitica")
     }))
 }
 

@@ -1,5 +1,6 @@
 //! Starting km0's components for a deployment: the pedidos HTTP API, the outbox relay, the
-//! inventario consumer and the reparto consumer, in any combination, in this process.
+//! inventario consumer, the reparto consumer and analitica, in any combination, in this
+//! process.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ pub use crate::system::{outbox_ports, Retention, System, DEFAULT_LEASE_TTL};
 
 pub use crate::consumers::ASSIGN_EVERY;
 
-use crate::consumers::{spawn_consumer, spawn_reparto};
+use crate::consumers::{spawn_analitica, spawn_consumer, spawn_reparto};
 use crate::services::inventario::ConsumerStats;
 use crate::services::pedidos::{app, PedidosState, AGGREGATE, PARTITIONS, SOURCE, TOPIC};
 
@@ -42,6 +43,8 @@ pub struct Components {
     pub reparto: bool,
     /// reparto's maps service; `None` computes routes in-process.
     pub mapas_url: Option<String>,
+    /// analitica: sales per market in Kafka transactions (Kafka brokers only).
+    pub analitica: bool,
     /// Relay lane owner and consumer group member name.
     pub instance: String,
 }
@@ -55,6 +58,7 @@ impl Components {
             inventario: true,
             reparto: false,
             mapas_url: None,
+            analitica: false,
             instance: instance.to_owned(),
         }
     }
@@ -67,6 +71,7 @@ impl Components {
             inventario: false,
             reparto: false,
             mapas_url: None,
+            analitica: false,
             instance: instance.to_owned(),
         }
     }
@@ -192,6 +197,10 @@ impl System {
             let task = spawn_reparto(self, &components, stop.clone()).await?;
             running.tasks.push(("reparto", task));
         }
+        if components.analitica {
+            let task = spawn_analitica(self, &components.instance, stop.clone()).await?;
+            running.tasks.push(("analitica", task));
+        }
         Ok(running)
     }
 }
@@ -282,6 +291,9 @@ fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
     }
     if components.reparto {
         line.push_str(" reparto");
+    }
+    if components.analitica {
+        line.push_str(" analitica");
     }
     line
 }

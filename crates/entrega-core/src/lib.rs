@@ -5,6 +5,7 @@ mod clock;
 mod dlq;
 mod envelope;
 mod error;
+pub mod failpoint;
 pub mod headers;
 mod inspect;
 mod lease;

@@ -220,6 +220,29 @@ impl KafkaConfig {
         self.finish(c, Role::Producer)
     }
 
+    /// The transactional producer of a [`crate::KafkaTransformer`]: the idempotent
+    /// producer's properties plus its `transactional.id`.
+    pub(crate) fn transactional_producer(
+        &self,
+        transactional_id: &str,
+        timeout: Duration,
+    ) -> ClientConfig {
+        let mut c = self.producer();
+        // librdkafka refuses a message that may outlive its transaction.
+        c.set("transactional.id", transactional_id)
+            .set("transaction.timeout.ms", ms(timeout))
+            .set("message.timeout.ms", ms(self.delivery_timeout.min(timeout)));
+        self.finish(c, Role::Producer)
+    }
+
+    /// The consumer of a [`crate::KafkaTransformer`]: a group member that reads only
+    /// committed transactions; its offsets are committed by the producer's transactions.
+    pub(crate) fn transform_consumer(&self, group: &str, member: &str) -> ClientConfig {
+        let mut c = self.member(group, member);
+        c.set("isolation.level", "read_committed");
+        c
+    }
+
     /// A group member's properties.
     pub(crate) fn member(&self, group: &str, member: &str) -> ClientConfig {
         let mut c = self.consumer(group, member);

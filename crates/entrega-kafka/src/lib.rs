@@ -10,6 +10,8 @@
 //! - [`KafkaAdmin`]: topic creation that waits until the topic is usable.
 //! - [`KafkaInspector`]: end offsets, committed offsets and direct reads, without joining
 //!   any group.
+//! - [`KafkaTransformer`]: read-process-write inside Kafka transactions (a [`Transform`]'s
+//!   output and the group's offsets commit together), for pipelines from Kafka to Kafka.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,6 +36,8 @@ mod record;
 mod scope;
 mod subscriber;
 mod subscription;
+mod transform;
+mod transform_error;
 
 pub use admin::KafkaAdmin;
 pub use config::{KafkaConfig, KafkaUrlError};
@@ -42,3 +46,5 @@ pub use inspector::KafkaInspector;
 pub use publisher::KafkaPublisher;
 pub use subscriber::KafkaSubscriber;
 pub use subscription::KafkaSubscription;
+pub use transform::{KafkaTransformer, Transform, TransformStats, TransformerConfig};
+pub use transform_error::TransformError;

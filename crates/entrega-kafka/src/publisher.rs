@@ -135,20 +135,7 @@ impl KafkaPublisher {
     ) -> Result<DeliveryFuture, TransportError> {
         let started = Instant::now();
         loop {
-            let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
-            for (name, value) in m.headers.iter() {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: Some(value),
-                });
-            }
-            let mut record = FutureRecord::<str, [u8]>::to(&m.topic)
-                .payload(m.payload.as_slice())
-                .headers(headers);
-            if let Some(key) = &m.key {
-                record = record.key(key.as_str());
-            }
-            match producer.send_result(record) {
+            match producer.send_result(future_record(m)) {
                 Ok(delivery) => return Ok(delivery),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
                     if started.elapsed() < self.delivery_timeout =>
@@ -159,6 +146,24 @@ impl KafkaPublisher {
                 Err((e, _)) => return Err(transport(e, &m.topic)),
             }
         }
+    }
+}
+
+/// `m` as librdkafka's record: topic, key, headers and payload as they are.
+pub(crate) fn future_record(m: &OutgoingMessage) -> FutureRecord<'_, str, [u8]> {
+    let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
+    for (name, value) in m.headers.iter() {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value),
+        });
+    }
+    let record = FutureRecord::<str, [u8]>::to(&m.topic)
+        .payload(m.payload.as_slice())
+        .headers(headers);
+    match &m.key {
+        Some(key) => record.key(key.as_str()),
+        None => record,
     }
 }
 

@@ -16,13 +16,15 @@
 
 mod backoff;
 pub mod dlq;
-pub mod failpoint;
 mod relay;
 mod relay_config;
 mod shutdown;
 mod worker;
 
 pub use backoff::Backoff;
+/// Named failure points for crash tests (defined in `entrega-core`, so every crate's engine
+/// code can pass them).
+pub use entrega_core::failpoint;
 pub use relay::{Relay, RelayError};
 pub use relay_config::{OutboxPorts, RelayConfig, RelayStats, TopicRouting};
 pub use shutdown::{shutdown_token, signal};

@@ -46,8 +46,18 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A cluster id as `kafka-storage random-uuid` makes one: 16 random bytes, base64url, no pad.
+/// A cluster id as `kafka-storage random-uuid` makes one: 16 random bytes, base64url, no pad,
+/// and, as Kafka's own, never starting with `-` (the tool would read it as an option).
 fn cluster_id() -> String {
+    loop {
+        let id = encoded_uuid();
+        if !id.starts_with('-') {
+            return id;
+        }
+    }
+}
+
+fn encoded_uuid() -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let bytes = *uuid::Uuid::new_v4().as_bytes();
     let mut bits: u32 = 0;

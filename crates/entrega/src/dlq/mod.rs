@@ -15,6 +15,7 @@
 //!                          &ReplayOptions::new("ana")).await?;
 //! ```
 
+mod compose;
 mod error;
 mod filter;
 mod letter;
@@ -29,6 +30,8 @@ use entrega_core::{
     SystemClock,
 };
 
+pub(crate) use compose::truncate;
+pub use compose::{dead_letter_of, set_origin, MAX_REASON_BYTES, ORIGIN_HEADERS};
 pub use error::DlqError;
 pub use filter::DlqFilter;
 pub use letter::{motivo_class, DeadLetter, Origin};

@@ -1,36 +1,29 @@
 //! Dead letters: the original record, set aside in `<topic>.dlq` with why and how often.
 
-use entrega_core::headers::{INTENTOS, MOTIVO, ORIGIN_TOPIC};
+use entrega_core::headers::ORIGIN_TOPIC;
 use entrega_core::{OutgoingMessage, Record, TransportError};
 
-use super::retry::set_origin;
 use super::{Worker, WorkerConfig};
+use crate::dlq::dead_letter_of;
 
-/// Longest `motivo` header, in bytes; reasons can embed large error texts.
-const MAX_REASON_BYTES: usize = 1000;
-
-/// The dead letter of `record`: its payload and key unchanged, its headers plus `intentos`,
-/// `motivo` and where it came from. A record read from the retry topic keeps the origin it
-/// was given when it left its source topic.
+/// The dead letter of `record` ([`dead_letter_of`]). A record read from the retry topic
+/// keeps the origin it was given when it left its source topic.
 pub(super) fn dead_letter(
     config: &WorkerConfig,
     record: &Record,
     attempt: u32,
     reason: &str,
 ) -> OutgoingMessage {
-    let mut headers = record.headers.clone();
-    headers.set(INTENTOS, attempt.to_string());
-    headers.set(MOTIVO, truncate(reason, MAX_REASON_BYTES));
     let from_retry_topic = record.topic == config.retry_topic();
-    if !(from_retry_topic && headers.get(ORIGIN_TOPIC).is_some()) {
-        set_origin(config, record, &mut headers);
+    let mut letter = dead_letter_of(record, &config.group, &config.dlq_topic(), attempt, reason);
+    if from_retry_topic && record.headers.get(ORIGIN_TOPIC).is_some() {
+        for name in crate::dlq::ORIGIN_HEADERS {
+            if let Some(value) = record.headers.get(name) {
+                letter.headers.set(name, value.to_owned());
+            }
+        }
     }
-    OutgoingMessage {
-        topic: config.dlq_topic(),
-        key: record.key.clone(),
-        headers,
-        payload: record.payload.clone(),
-    }
+    letter
 }
 
 /// Publishes dead letters and retry records, creating the dead-letter and retry topics first
@@ -56,28 +49,4 @@ pub(super) async fn publish_set_aside(
             .await?;
     }
     worker.publisher.publish(batch).await
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary.
-pub(super) fn truncate(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::truncate;
-
-    #[test]
-    fn truncates_at_char_boundaries() {
-        assert_eq!(truncate("abc", 10), "abc");
-        assert_eq!(truncate("añb", 2), "a");
-        assert_eq!(truncate("añb", 3), "añ");
-    }
 }

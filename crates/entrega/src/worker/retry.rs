@@ -3,13 +3,11 @@
 
 use std::time::Duration;
 
-use entrega_core::headers::{
-    INTENTOS, NO_ANTES, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC, ULTIMO_ERROR,
-};
+use entrega_core::headers::{INTENTOS, NO_ANTES, ORIGIN_GROUP, ULTIMO_ERROR};
 use entrega_core::{OutgoingMessage, Record};
 
-use super::dead_letter::truncate;
 use super::WorkerConfig;
+use crate::dlq::truncate;
 
 /// Longest `ultimo_error` header, in bytes (the seed keeps 200 characters; errors that name
 /// a row or a field need a little more).
@@ -101,7 +99,7 @@ pub(super) fn retry_message(
     headers.set(NO_ANTES, format!("{:.3}", due_ms as f64 / 1000.0));
     headers.set(ULTIMO_ERROR, truncate(error, MAX_ERROR_BYTES));
     if role == Role::Source {
-        set_origin(config, record, &mut headers);
+        crate::dlq::set_origin(record, &config.group, &mut headers);
     }
     OutgoingMessage {
         topic: config.retry_topic(),
@@ -111,23 +109,12 @@ pub(super) fn retry_message(
     }
 }
 
-/// Records where a message came from, for the retry and dead-letter topics.
-pub(super) fn set_origin(
-    config: &WorkerConfig,
-    record: &Record,
-    headers: &mut entrega_core::Headers,
-) {
-    headers.set(ORIGIN_TOPIC, record.topic.clone());
-    headers.set(ORIGIN_PARTITION, record.partition.to_string());
-    headers.set(ORIGIN_OFFSET, record.offset.to_string());
-    headers.set(ORIGIN_GROUP, config.group.clone());
-}
-
 #[cfg(test)]
 mod tests {
     use entrega_core::Headers;
 
     use super::*;
+    use entrega_core::headers::{ORIGIN_OFFSET, ORIGIN_TOPIC};
 
     fn record(headers: Headers) -> Record {
         Record {

@@ -17,6 +17,7 @@
 //! | [`RELAY_AFTER_PUBLISH`] | relay, publish confirmed, before marking the rows published |
 //! | [`WORKER_AFTER_HANDLER`] | worker, handler's transaction committed, before the offset commit |
 //! | [`WORKER_BEFORE_COMMIT`] | worker, outcomes final, right before committing offsets |
+//! | [`KAFKA_TRANSFORM_BEFORE_COMMIT`] | Kafka transformer, the batch's records acknowledged inside the open transaction, before its offsets and commit |
 
 use std::collections::HashMap;
 use std::sync::{OnceLock, RwLock};
@@ -31,6 +32,10 @@ pub const RELAY_AFTER_PUBLISH: &str = "relay.after_publish";
 pub const WORKER_AFTER_HANDLER: &str = "worker.after_handler";
 /// Worker: outcomes are final, right before committing offsets.
 pub const WORKER_BEFORE_COMMIT: &str = "worker.before_commit";
+
+/// Kafka transformer: the batch's records are acknowledged inside the open transaction,
+/// before the offsets are added and the transaction committed.
+pub const KAFKA_TRANSFORM_BEFORE_COMMIT: &str = "kafka.transform.before_commit";
 
 /// What a failpoint does when hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
