@@ -120,7 +120,7 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
 }
 
 /// What one drain measured.
-struct Drained {
+pub(crate) struct Drained {
     /// Messages/s from the group's first hand-out of partitions to the last offset commit.
     rate: f64,
     /// Share of the workers' time spent in `poll` (records from the broker).
@@ -142,7 +142,11 @@ async fn measure(common: &Common, args: &ConsumeArgs, workers: usize) -> anyhow:
     Ok(drained)
 }
 
-async fn drain(run: &BenchRun, args: &ConsumeArgs, workers: usize) -> anyhow::Result<Drained> {
+pub(crate) async fn drain(
+    run: &BenchRun,
+    args: &ConsumeArgs,
+    workers: usize,
+) -> anyhow::Result<Drained> {
     let stock = run
         .system
         .inventario()

@@ -1,4 +1,4 @@
-//! `km0 bench relay|consume|e2e|poison`: throughput and latency of km0 on entrega.
+//! `km0 bench relay|consume|e2e|poison|seed`: throughput and latency of km0 on entrega.
 //!
 //! Every measurement runs on databases of its own (`km0bench<id>_*` on PostgreSQL, a
 //! `km0bench<id>` directory on SQLite), created for it and removed afterwards. On PostgreSQL
@@ -13,6 +13,7 @@ mod pgbench;
 mod poison;
 mod relay;
 mod report;
+mod seed;
 mod timed_publisher;
 mod timed_subscriber;
 mod workload;
@@ -25,6 +26,7 @@ pub use e2e::E2eArgs;
 pub use poison::PoisonArgs;
 pub use relay::RelayArgs;
 pub use report::{BenchReport, Measurement, Target};
+pub use seed::SeedArgs;
 
 use crate::config::{is_postgres, sqlite_path, with_database, BrokerUrl, DataPlace, Databases};
 use crate::services::inventario::GROUP;
@@ -68,6 +70,9 @@ pub enum BenchCommand {
     E2e(E2eArgs),
     /// Poison: healthy events' latency while one message always fails, per retry strategy.
     Poison(PoisonArgs),
+    /// Seed: entrega's relay and consumer against the seed's Python ones, same rows, same
+    /// broker (PostgreSQL and Kafka only).
+    Seed(SeedArgs),
 }
 
 /// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
@@ -203,6 +208,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         BenchCommand::Consume(a) => consume::run(&common, a).await?,
         BenchCommand::E2e(a) => e2e::run(&common, a).await?,
         BenchCommand::Poison(a) => poison::run(&common, a).await?,
+        BenchCommand::Seed(a) => seed::run(&common, a).await?,
     };
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.output {

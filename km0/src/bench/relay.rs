@@ -19,7 +19,7 @@ use super::workload::{outbox_events, prefill_outbox};
 use super::{progress, BenchRun, Common};
 use crate::config::Db;
 use crate::services::pedidos::{AGGREGATE, SOURCE};
-use crate::wiring::{ensure_topic_and_dlq, outbox_ports, DEFAULT_LEASE_TTL};
+use crate::wiring::{ensure_topic_and_dlq, outbox_ports, Broker, DEFAULT_LEASE_TTL};
 
 /// The relay must reach this share of the pgbench ceiling, in percent.
 const TARGET_PERCENT: f64 = 70.0;
@@ -124,12 +124,12 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
 }
 
 /// What one drain measured.
-struct Drained {
+pub(crate) struct Drained {
     /// Events/s from the start of the relays to the last mark.
-    rate: f64,
+    pub(crate) rate: f64,
     /// Share of the relays' time spent in `publish` (waiting for the broker's
     /// confirmations), the rest going to the outbox's statements and the relay itself.
-    publish_percent: f64,
+    pub(crate) publish_percent: f64,
 }
 
 /// One drain on fresh databases.
@@ -150,12 +150,26 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
     let broker = run.system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, &run.topic).await?;
     prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)).await?;
+    let drained = drain_prefilled(run, pedidos.db(), &broker, args, instances).await?;
+    pedidos.db().close().await;
+    broker.close().await;
+    Ok(drained)
+}
 
+/// Drains the `args.events` rows already pending in the outbox of `pedidos` into `run.topic`
+/// with `instances` relays.
+pub(crate) async fn drain_prefilled(
+    run: &BenchRun,
+    pedidos: &Db,
+    broker: &Broker,
+    args: &RelayArgs,
+    instances: usize,
+) -> anyhow::Result<Drained> {
     let ids: Vec<String> = (0..instances).map(|i| format!("bench-relay-{i}")).collect();
     // Long-running relays have split the lanes long before a backlog builds up: let them
     // join and balance before the clock starts, or the first one would hold every lane for
     // a third of the lease period.
-    let leases = outbox_ports(pedidos.db()).leases;
+    let leases = outbox_ports(pedidos).leases;
     for _round in 0..3 {
         for id in &ids {
             leases.balance(id, now_ms(), DEFAULT_LEASE_TTL).await?;
@@ -176,7 +190,7 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
             config.lease_ttl = DEFAULT_LEASE_TTL;
             config.poll_interval = Duration::from_millis(200);
             Arc::new(Relay::new(
-                outbox_ports(pedidos.db()),
+                outbox_ports(pedidos),
                 Arc::clone(&publisher),
                 Arc::new(SystemClock),
                 config,
@@ -219,7 +233,7 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
     let publish_percent =
         100.0 * busy_us.load(Ordering::Relaxed) as f64 / (drain_us * instances as f64).max(1.0);
 
-    let status = crate::wiring::outbox_ports(pedidos.db())
+    let status = crate::wiring::outbox_ports(pedidos)
         .maintenance
         .status(now_ms())
         .await?;
@@ -230,9 +244,7 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
             status.pending
         );
     }
-    let end_ms = last_mark_ms(pedidos.db()).await?;
-    pedidos.db().close().await;
-    broker.close().await;
+    let end_ms = last_mark_ms(pedidos).await?;
     Ok(Drained {
         rate: rate(args.events, start_ms, end_ms),
         publish_percent,
