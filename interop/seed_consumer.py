@@ -91,7 +91,7 @@ def consumir(args: argparse.Namespace, conn: psycopg.Connection,
     consumidor = Consumer({
         "bootstrap.servers": args.bootstrap, "group.id": args.group,
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        # tansu completes a group join only after a session timeout; keep it short.
+        # A dead member of a test's group is noticed after this; keep it short.
         "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
         # The topic may be created after we subscribe: look for it again soon.
         "topic.metadata.refresh.interval.ms": 1000,

@@ -5,8 +5,8 @@ distinct id_evento headers they carry (duplicates on the topic show as messages 
     python topic_stats.py --bootstrap 127.0.0.1:9092 --topic pedidos.eventos --group inventario
 
 The end offsets come from reading every partition to its end (the high watermark of the
-fetch responses), not from ListOffsets: tansu 0.x answers ListOffsets(latest) with the base
-offset of the last batch plus one, short of the real end when a producer sent batches.
+fetch responses), not from ListOffsets (tansu 0.x, once the test broker, answered
+ListOffsets(latest) short of the real end).
 """
 
 import argparse

@@ -30,8 +30,8 @@ struct KafkaLog {
 
 #[async_trait]
 impl LogHarness for KafkaHarness {
-    /// Joins take about 3 s on tansu and each cooperative round about as long, and a member
-    /// that stops polling is expelled after `max.poll.interval.ms` (8 s in `test_config`):
+    /// A join and each cooperative round take up to a few seconds, and a member that stops
+    /// polling is expelled after `max.poll.interval.ms` (8 s in `test_config`):
     /// polls wait up to a second so the suite's bounded rounds span that, and a lone member
     /// is polled until its join completes.
     fn capabilities(&self) -> LogCapabilities {

@@ -81,8 +81,8 @@ impl KafkaView {
     }
 
     /// End offset (next offset to be written) per partition of `topic`. Read, not taken
-    /// from the reported high watermark alone: tansu reports the base offset of the last
-    /// record batch plus one, which leaves out the rest of that batch.
+    /// from the reported high watermark alone, as the inspector does (some Kafka-protocol
+    /// brokers report it short of the end).
     pub async fn ends(&self, topic: &str) -> BTreeMap<u32, i64> {
         let (view, topic) = (self.clone(), topic.to_owned());
         blocking(move || view.scan(&topic, false).1).await
