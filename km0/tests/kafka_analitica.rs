@@ -173,10 +173,7 @@ async fn analitica_killed_mid_transaction_counts_each_order_once() {
         "no order appears twice to a read_uncommitted reader: the aborted transactions' \
          records never reached the broker, so the kills proved nothing"
     );
-    assert!(
-        third.exit_status().is_none(),
-        "analitica stopped during the test"
-    );
+    third.assert_running();
     eprintln!(
         "{} orders, {} committed ventas.mercado records, {} in the log with the aborted ones",
         placed.len(),

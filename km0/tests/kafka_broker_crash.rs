@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
 use common::kafka_state::orders::{all_accepted, Load};
 use common::kafka_state::KafkaRig;
+use common::process::Km0;
 use common::state::eventually;
 use km0::config::Db;
 use km0::services::inventario::GROUP;
@@ -132,23 +133,8 @@ async fn broker_killed_while_the_relay_publishes_loses_nothing_and_applies_once(
         marked_at_kill.len(),
         lost.first()
     );
-    assert!(
-        relay.exit_status().is_none(),
-        "the relay stopped during the test"
-    );
-    for member in &mut members {
-        assert!(
-            member.exit_status().is_none(),
-            "{} stopped during the test",
-            member.name
-        );
-    }
-    let summary = assert_applied_exactly_once_in_order(&state, &view, &placed, &start).await;
-    eprintln!(
-        "{} orders, {} records ({} published more than once), every order applied once",
-        placed.len(),
-        summary.records,
-        summary.republished
-    );
+    relay.assert_running();
+    members.iter_mut().for_each(Km0::assert_running);
+    assert_applied_exactly_once_in_order(&state, &view, &placed, &start).await;
     deployment.destroy().await;
 }

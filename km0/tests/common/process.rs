@@ -286,6 +286,16 @@ impl Km0 {
         }
     }
 
+    /// Asserts the process is still running (it did not stop by itself during the test).
+    pub fn assert_running(&mut self) {
+        assert!(
+            self.exit_status().is_none(),
+            "{} stopped during the test; see {}",
+            self.name,
+            self.log.display()
+        );
+    }
+
     /// Asserts the process died at a failpoint set to `exit` (status 137, no cleanup).
     pub async fn died_at_failpoint(&mut self) {
         let status = self.exited().await;

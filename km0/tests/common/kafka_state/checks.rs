@@ -107,6 +107,12 @@ pub async fn assert_applied_exactly_once_in_order(
     assert_applied_in_partition_order(&records, &transactions);
     let dead: i64 = view.ends(&dead_letter_topic()).await.values().sum();
     assert_eq!(dead, 0, "events were dead-lettered");
+    eprintln!(
+        "{} orders, {} records ({} published more than once), every order applied once",
+        placed.len(),
+        summary.records,
+        summary.republished
+    );
     summary
 }
 
