@@ -44,14 +44,18 @@ impl KafkaAdmin {
     }
 
     /// Waits until every partition of `topic` has a leader, so a produce right after works.
+    /// A transient metadata error of a topic just created is waited out like a missing leader.
     async fn wait_ready(&self, topic: &str) -> Result<u32, TransportError> {
         let deadline = Instant::from_std(after(self.request_timeout));
         loop {
-            if let Some(info) = self.info(topic).await? {
-                if info.ready {
+            match self.info(topic).await {
+                Ok(Some(info)) if info.ready => {
                     return u32::try_from(info.partitions.len())
                         .map_err(|_| invalid("partition count out of range"));
                 }
+                Ok(_) => {}
+                Err(e) if e.is_transient() && Instant::now() < deadline => {}
+                Err(e) => return Err(e),
             }
             if Instant::now() >= deadline {
                 return Err(TransportError::unavailable(KafkaError::MetadataFetch(

@@ -1,16 +1,16 @@
 //! Reading a topic's positions and records without joining any consumer group.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use entrega_core::{LogInspector, Record, TransportError};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
 use crate::error::{invalid, transport};
-use crate::meta::{after, blocking, partition_id, topic_info};
+use crate::meta::{after, blocking, partition_id, ready_topic_info};
 use crate::record::to_record;
 use crate::KafkaConfig;
 
@@ -68,6 +68,26 @@ struct Scan {
     end: i64,
 }
 
+/// The partition's low and high watermarks. A partition whose leader was just elected may
+/// answer "not leader" for a moment after the metadata names it: asked again, within
+/// `timeout`. Blocking.
+fn watermarks(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), KafkaError> {
+    let deadline = after(timeout);
+    loop {
+        match consumer.fetch_watermarks(topic, partition, timeout) {
+            Err(KafkaError::MetadataFetch(
+                RDKafkaErrorCode::NotLeaderForPartition | RDKafkaErrorCode::LeaderNotAvailable,
+            )) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            other => return other,
+        }
+    }
+}
+
 /// Reads up to `max` records of one partition from `from` on, and finds its true end. Blocking.
 ///
 /// Kafka reports the end (high watermark) as the offset after the last record. Some
@@ -84,7 +104,7 @@ fn scan(
     timeout: Duration,
 ) -> Result<Scan, TransportError> {
     let id = partition_id(partition)?;
-    let (low, high) = match consumer.fetch_watermarks(topic, id, timeout) {
+    let (low, high) = match watermarks(consumer, topic, id, timeout) {
         Ok(marks) => marks,
         Err(e) => {
             return match transport(e, topic) {
@@ -167,7 +187,7 @@ impl LogInspector for KafkaInspector {
         blocking(move || {
             with_reader(&config, &slot, |consumer| {
                 let timeout = config.request_timeout;
-                let info = topic_info(consumer.client(), &topic, timeout)
+                let info = ready_topic_info(consumer.client(), &topic, timeout)
                     .map_err(|e| transport(e, &topic))?;
                 let Some(info) = info else {
                     return Ok(Vec::new());
@@ -190,7 +210,8 @@ impl LogInspector for KafkaInspector {
         blocking(move || {
             let timeout = config.request_timeout;
             let info = with_reader(&config, &slot, |consumer| {
-                topic_info(consumer.client(), &topic, timeout).map_err(|e| transport(e, &topic))
+                ready_topic_info(consumer.client(), &topic, timeout)
+                    .map_err(|e| transport(e, &topic))
             })?;
             let Some(info) = info else {
                 return Ok(Vec::new());

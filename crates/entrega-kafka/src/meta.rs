@@ -41,10 +41,13 @@ pub(crate) fn topic_info<C: ClientContext>(
         let code = RDKafkaErrorCode::from(err);
         return match code {
             RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic => Ok(None),
-            RDKafkaErrorCode::LeaderNotAvailable => Ok(Some(TopicInfo {
-                partitions: Vec::new(),
-                ready: false,
-            })),
+            // A topic just created: its leaders are still being elected or announced.
+            RDKafkaErrorCode::LeaderNotAvailable | RDKafkaErrorCode::NotLeaderForPartition => {
+                Ok(Some(TopicInfo {
+                    partitions: Vec::new(),
+                    ready: false,
+                }))
+            }
             other => Err(KafkaError::MetadataFetch(other)),
         };
     }
@@ -61,6 +64,30 @@ pub(crate) fn topic_info<C: ClientContext>(
                     .is_none_or(|e| e == RDKafkaRespErr::RD_KAFKA_RESP_ERR_NO_ERROR)
         });
     Ok(Some(TopicInfo { partitions, ready }))
+}
+
+/// [`topic_info`] of a topic whose partitions all have a leader: a topic just created (or
+/// whose leaders move) is asked again until it is, for up to `timeout`. `None` when the
+/// brokers do not know the topic. Blocking.
+pub(crate) fn ready_topic_info<C: ClientContext>(
+    client: &Client<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<TopicInfo>, KafkaError> {
+    let deadline = after(timeout);
+    loop {
+        match topic_info(client, topic, timeout)? {
+            Some(info) if !info.ready => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(KafkaError::MetadataFetch(
+                        RDKafkaErrorCode::LeaderNotAvailable,
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            found => return Ok(found),
+        }
+    }
 }
 
 /// The instant `d` from now; a duration too long to represent means "a century from now"
