@@ -107,22 +107,26 @@ impl Relay {
                 })
                 .collect();
             let publish = self.publish_round(&current);
-            let database = async {
-                let marked = match &confirmed {
+            // The mark of round N−1 and the read of round N+1 touch disjoint rows (the read
+            // starts past every row in flight), so they run at once, on two connections.
+            // After a failed mark the pipeline stops and what was read is dropped.
+            let mark = async {
+                match &confirmed {
                     Some(read) => Some(self.mark_round(leases, read).await),
                     None => None,
-                };
-                // After a failed mark the pipeline stops; nothing more is read.
-                let next = if cursors.is_empty() || matches!(marked, Some(Err(_))) {
+                }
+            };
+            let read = async {
+                if cursors.is_empty() {
                     Ok(Vec::new())
                 } else {
                     self.ports
                         .reader
                         .pending_lanes_after(&cursors, self.config.batch_size)
                         .await
-                };
-                (marked, next)
+                }
             };
+            let database = async { tokio::join!(mark, read) };
             let (published, (marked, next)) = tokio::join!(publish, database);
 
             let mut stop = false;
