@@ -3,8 +3,8 @@
 //! A round reads up to a batch of every lane, publishes everything read in one call, and marks
 //! it under each lane's lease. Rounds overlap: while round N's publish waits for the broker,
 //! round N−1 is marked and round N+1 is read from the lanes that filled their batch in round N,
-//! past the rows still in flight (a cursor per lane). The database sees the statements of one
-//! relay one at a time (mark, read, mark, read, ...), the broker one publish at a time.
+//! past the rows still in flight (a cursor per lane). The mark and the read run at once, on two
+//! connections (they touch disjoint rows); the broker sees one publish at a time.
 //!
 //! Order and safety are those of sequential rounds:
 //! * a round is published only after the round before it was confirmed, so a lane's rows
