@@ -63,10 +63,7 @@ async fn broker_killed_while_the_relay_publishes_loses_nothing_and_applies_once(
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let mut relay = deployment.start("relay", "relay-1").await;
-    let mut members = Vec::new();
-    for name in MEMBERS {
-        members.push(deployment.start("inventario", name).await);
-    }
+    let mut members = deployment.start_each("inventario", &MEMBERS).await;
     let load = Load::start(
         pedidos.http_addr(),
         state.pedidos.clone(),

@@ -116,10 +116,7 @@ async fn three_consumers_one_killed_every_order_applied_once_in_order() {
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let relay = deployment.start("relay", "relay-1").await;
-    let mut members = Vec::new();
-    for name in MEMBERS {
-        members.push(deployment.start("inventario", name).await);
-    }
+    let mut members = deployment.start_each("inventario", &MEMBERS).await;
     let load = Load::start(
         pedidos.http_addr(),
         state.pedidos.clone(),

@@ -173,6 +173,15 @@ impl Deployment {
         process
     }
 
+    /// Starts `component` once per name in `instances`, one after the other, each waited for.
+    pub async fn start_each(&self, component: &str, instances: &[&str]) -> Vec<Km0> {
+        let mut started = Vec::with_capacity(instances.len());
+        for instance in instances {
+            started.push(self.start(component, instance).await);
+        }
+        started
+    }
+
     /// Removes the deployment's databases and the process logs.
     pub async fn destroy(mut self) {
         self.destroyed = true;
