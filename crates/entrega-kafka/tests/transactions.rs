@@ -109,6 +109,29 @@ impl Transform for Copy {
     }
 }
 
+/// Runs `transformer` with a [`Copy`] to `output` on a task of its own until the returned
+/// sender is used (or dropped).
+fn spawn_copy(
+    transformer: KafkaTransformer,
+    output: &str,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<entrega_kafka::TransformStats, TransformError>>,
+) {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let copy = Copy {
+        output: output.to_owned(),
+    };
+    let run = tokio::spawn(async move {
+        transformer
+            .run(&copy, async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    (stop_tx, run)
+}
+
 fn config(input: &str, group: &str, transactional_id: &str) -> TransformerConfig {
     TransformerConfig::new(group, format!("{group}-member"), transactional_id, &[input])
         .with_max_batch(50)
@@ -153,17 +176,7 @@ async fn aborted_transactions_leave_nothing_and_each_input_counts_once() {
     .await
     .unwrap();
     let stats = transformer.stats();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let copy = Copy {
-        output: output.clone(),
-    };
-    let run = tokio::spawn(async move {
-        transformer
-            .run(&copy, async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let (stop_tx, run) = spawn_copy(transformer, &output);
     wait_for("three aborted transactions", || stats.aborted() >= 3).await;
     assert_eq!(
         stats.committed(),
@@ -237,17 +250,7 @@ async fn a_second_instance_with_the_same_transactional_id_fences_the_first() {
     .await
     .unwrap();
     let stats = successor.stats();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let copy = Copy {
-        output: output.clone(),
-    };
-    let successor_run = tokio::spawn(async move {
-        successor
-            .run(&copy, async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let (stop_tx, successor_run) = spawn_copy(successor, &output);
     wait_for("the successor to copy every input", || {
         stats.records_in() >= INPUTS as u64
     })
