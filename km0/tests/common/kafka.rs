@@ -77,6 +77,13 @@ fn encoded_uuid() -> String {
     id
 }
 
+/// The last lines of a log, for a failure message (the log dir goes with the broker).
+fn tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
 /// A running Apache Kafka node owned by one test.
 pub struct KafkaBroker {
     child: Option<Child>,
@@ -88,17 +95,37 @@ pub struct KafkaBroker {
 impl KafkaBroker {
     /// Starts a broker on a free port and waits until it answers a Metadata request.
     pub fn start() -> Self {
-        let port = free_port();
-        Self::launch(port, port)
+        Self::launch(None)
     }
 
     /// Starts a broker on a free port that tells clients to connect to
     /// `127.0.0.1:<advertised>` instead (a [`super::proxy::Proxy`] in front of it, say).
     pub fn start_advertising(advertised: u16) -> Self {
-        Self::launch(free_port(), advertised)
+        Self::launch(Some(advertised))
     }
 
-    fn launch(port: u16, advertised: u16) -> Self {
+    /// A node on free ports. Tests start brokers in parallel, and a port found free may be
+    /// taken by another before this node binds it: a node that exits at start-up is tried
+    /// again on other ports.
+    fn launch(advertised: Option<u16>) -> Self {
+        const ATTEMPTS: usize = 3;
+        let mut failures = Vec::new();
+        for _ in 0..ATTEMPTS {
+            let port = free_port();
+            let mut broker = Self::format(port, advertised.unwrap_or(port));
+            match broker.spawn_and_wait() {
+                Ok(()) => return broker,
+                Err(why) => failures.push(why),
+            }
+        }
+        panic!(
+            "Kafka did not start in {ATTEMPTS} attempts:\n{}",
+            failures.join("\n")
+        )
+    }
+
+    /// A formatted log dir and the settings of a node on `port`, not started yet.
+    fn format(port: u16, advertised: u16) -> Self {
         let dir = std::env::temp_dir().join(format!("km0-kafka-{}-{port}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("data")).expect("broker dir");
@@ -119,17 +146,15 @@ impl KafkaBroker {
             .expect("run kafka.tools.StorageTool");
         assert!(
             format.success(),
-            "formatting Kafka storage failed; see {}",
-            dir.join("format.log").display()
+            "formatting Kafka storage failed: {}",
+            tail(&dir.join("format.log"))
         );
-        let mut broker = Self {
+        Self {
             child: None,
             port,
             advertised,
             dir,
-        };
-        broker.restart();
-        broker
+        }
     }
 
     /// `java` with Kafka's jars, a small heap and its output appended to `log` in `dir`.
@@ -164,6 +189,12 @@ impl KafkaBroker {
     /// Starts the node on its ports and log dir (after [`Self::kill`]) and waits until it
     /// answers a Metadata request listing itself.
     pub fn restart(&mut self) {
+        if let Err(why) = self.spawn_and_wait() {
+            panic!("{why}");
+        }
+    }
+
+    fn spawn_and_wait(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "the broker is still running");
         let child = Self::java(&self.dir, "broker.log")
             .arg("kafka.Kafka")
@@ -171,14 +202,15 @@ impl KafkaBroker {
             .spawn()
             .expect("start kafka.Kafka");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
     /// Asks with `scripts/kafka/probe.py` (the provisioning's own check), on the node's own
     /// port: a client library would follow the advertised address, which may be a proxy that
     /// is not accepting yet.
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_WITHIN;
+        let log = self.dir.join("broker.log");
         loop {
             let probe = Command::new("python3")
                 .arg(repo_root().join("scripts/kafka/probe.py"))
@@ -188,22 +220,26 @@ impl KafkaBroker {
                 .status()
                 .expect("run scripts/kafka/probe.py");
             if probe.success() {
-                return;
+                return Ok(());
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!(
-                        "Kafka exited with {status}; see {}",
-                        self.dir.join("broker.log").display()
-                    );
+                    self.child = None;
+                    return Err(format!(
+                        "Kafka on {} exited with {status}: {}",
+                        self.port,
+                        tail(&log)
+                    ));
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "Kafka on {} did not answer a Metadata request within {START_WITHIN:?}; see {}",
-                self.port,
-                self.dir.join("broker.log").display()
-            );
+            if Instant::now() >= deadline {
+                self.kill();
+                return Err(format!(
+                    "Kafka on {} did not answer a Metadata request within {START_WITHIN:?}: {}",
+                    self.port,
+                    tail(&log)
+                ));
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
     }
