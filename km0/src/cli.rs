@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{BrokerUrl, DataPlace, Databases};
 use crate::demo::{self, DemoOptions};
+use crate::wiring::config::{BrokerUrl, DataPlace, Databases};
 use crate::wiring::{self, Components, Retention, System};
 
 /// Kilómetro Cero: orders and stock over entrega (outbox, relay, idempotent consumer).
@@ -85,7 +85,7 @@ pub struct Cli {
 
     /// How consumers retry.
     #[command(flatten)]
-    pub retry: crate::config::RetryArgs,
+    pub retry: crate::wiring::config::RetryArgs,
 
     /// What to do.
     #[command(subcommand)]
@@ -119,30 +119,14 @@ pub enum Command {
     Bench(crate::bench::BenchArgs),
     /// Consumer lag per group and partition (committed offset, end offset, lag), and the
     /// dead letters waiting on each topic's dead-letter topic.
-    Lag(LagArgs),
+    Lag(crate::ops::lag::LagArgs),
     /// Dead letters of km0's topics: list, stats, show, replay, discard, audit
     /// (procedure in docs/OPERATIONS.md).
     Dlq {
         /// What to do.
         #[command(subcommand)]
-        command: crate::dlq::DlqCommand,
+        command: crate::ops::dlq::DlqCommand,
     },
-}
-
-/// `km0 lag`.
-#[derive(Debug, Args)]
-pub struct LagArgs {
-    /// Consumer group to report (repeat for several); default km0's stock consumer
-    /// (`inventario`).
-    #[arg(long = "group")]
-    pub groups: Vec<String>,
-    /// Topic to report (repeat for several); default `pedidos.eventos`. Each topic's
-    /// dead-letter topic `<topic>.dlq` is reported too.
-    #[arg(long = "topic")]
-    pub topics: Vec<String>,
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// `km0 run <component>`.
@@ -150,7 +134,7 @@ pub struct LagArgs {
 pub struct RunArgs {
     /// The component.
     pub component: Component,
-    /// Address of the HTTP API (pedidos only).
+    /// Address of the HTTP API (pedidos, pasarela).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,
     /// Name of this instance among its peers (relay lane owner, consumer group member);
@@ -161,6 +145,50 @@ pub struct RunArgs {
     /// without it routes are computed in-process.
     #[arg(long, env = "KM0_MAPAS_URL")]
     pub mapas_url: Option<String>,
+    /// The payment gateway pagos charges through (`POST <url>/cargos`); default
+    /// http://127.0.0.1:8095.
+    #[arg(long, env = "KM0_PASARELA_URL")]
+    pub pasarela_url: Option<String>,
+    /// Faults the gateway simulator injects (pasarela only).
+    #[command(flatten)]
+    pub faults: FaultArgs,
+}
+
+/// `km0 run pasarela`'s faults for this run (`PUT /fallos` replaces them while it runs).
+#[derive(Debug, Clone, Default, Args)]
+pub struct FaultArgs {
+    /// Added to every request, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub latencia_ms: u64,
+    /// The next N requests answer 503 before charging.
+    #[arg(long, default_value_t = 0)]
+    pub fallar_503: u32,
+    /// The next N charges are recorded, then answered only after `--colgar-ms`.
+    #[arg(long, default_value_t = 0)]
+    pub colgar_tras_cobro: u32,
+    /// How long such an answer waits, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub colgar_ms: u64,
+    /// A card to decline (repeat for several).
+    #[arg(long = "rechazar-tarjeta")]
+    pub tarjetas_rechazadas: Vec<String>,
+    /// Decline amounts above this, in cents.
+    #[arg(long)]
+    pub importe_maximo_centimos: Option<i64>,
+}
+
+impl FaultArgs {
+    /// The gateway's faults.
+    pub fn to_faults(&self) -> crate::services::pasarela::Faults {
+        crate::services::pasarela::Faults {
+            latencia_ms: self.latencia_ms,
+            fallar_503: self.fallar_503,
+            colgar_tras_cobro: self.colgar_tras_cobro,
+            colgar_ms: self.colgar_ms,
+            tarjetas_rechazadas: self.tarjetas_rechazadas.clone(),
+            importe_maximo_centimos: self.importe_maximo_centimos,
+        }
+    }
 }
 
 /// A component that `km0 run` starts.
@@ -176,6 +204,11 @@ pub enum Component {
     Reparto,
     /// Sales per market in Kafka transactions (Kafka brokers only).
     Analitica,
+    /// The payment gateway simulator (HTTP on `--http`, its own ledger database).
+    Pasarela,
+    /// Card authorisations on `pagos.autorizaciones`, the charge of each order at the
+    /// gateway (`--pasarela-url`), and pagos' outbox relay.
+    Pagos,
 }
 
 impl Component {
@@ -187,6 +220,8 @@ impl Component {
             Self::Relay => "relay",
             Self::Reparto => "reparto",
             Self::Analitica => "analitica",
+            Self::Pasarela => "pasarela",
+            Self::Pagos => "pagos",
         }
     }
 }
@@ -267,10 +302,17 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
-    // A crash test whose failpoint is misspelt must fail, not pass without crashing.
+    // A crash test whose failpoint is misspelt, or that runs a build without failpoints,
+    // must fail, not pass without crashing.
     if let Ok(spec) = std::env::var(entrega::failpoint::ENV) {
-        entrega::failpoint::parse(&spec)
+        let points = entrega::failpoint::parse(&spec)
             .with_context(|| format!("invalid {}", entrega::failpoint::ENV))?;
+        if !points.is_empty() && !entrega::failpoint::ENABLED {
+            anyhow::bail!(
+                "{} is set, but this build of km0 has no failpoints (cargo feature `failpoints`)",
+                entrega::failpoint::ENV
+            );
+        }
     }
     match cli.command {
         Command::Up { http } => {
@@ -285,12 +327,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .unwrap_or_else(|| format!("{}-{}", args.component.name(), std::process::id()));
             let mut components = Components::none(&instance);
             components.mapas_url = args.mapas_url.clone();
+            components.pasarela_url = args.pasarela_url.clone();
             match args.component {
                 Component::Pedidos => components.pedidos = true,
                 Component::Inventario => components.inventario = true,
                 Component::Relay => components.relay = true,
                 Component::Reparto => components.reparto = true,
                 Component::Analitica => components.analitica = true,
+                Component::Pasarela => components.pasarela = Some(args.faults.to_faults()),
+                Component::Pagos => components.pagos = true,
             }
             wiring::run_until_signal(&system, components, args.http).await?;
         }
@@ -299,8 +344,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("migrated: {}", migrated.join(", "));
         }
         Command::Outbox { command } => match command {
-            OutboxCommand::Status { json } => crate::outbox_cli::status(&system, json).await?,
-            OutboxCommand::Release { id } => crate::outbox_cli::release(&system, id).await?,
+            OutboxCommand::Status { json } => crate::ops::outbox::status(&system, json).await?,
+            OutboxCommand::Release { id } => crate::ops::outbox::release(&system, id).await?,
         },
         Command::Demo(args) => {
             let options = DemoOptions {
@@ -325,32 +370,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(args) => {
             crate::bench::run(&cli.database, &cli.broker, &args).await?;
         }
-        Command::Lag(args) => lag(&system, args).await?,
-        Command::Dlq { command } => return crate::dlq::run(&system, command).await,
+        Command::Lag(args) => crate::ops::lag::run(&system, args).await?,
+        Command::Dlq { command } => return crate::ops::dlq::run(&system, command).await,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// `km0 lag`: the report of [`crate::lag`] for the requested groups and topics.
-async fn lag(system: &System, args: LagArgs) -> anyhow::Result<()> {
-    let groups = if args.groups.is_empty() {
-        vec![crate::services::inventario::GROUP.to_owned()]
-    } else {
-        args.groups
-    };
-    let topics = if args.topics.is_empty() {
-        vec![crate::services::pedidos::TOPIC.to_owned()]
-    } else {
-        args.topics
-    };
-    let broker = system.broker().await.context("opening the broker")?;
-    let report = crate::lag::lag_report(broker.inspector().as_ref(), &groups, &topics).await;
-    broker.close().await;
-    let report = report.context("reading offsets")?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", report.render());
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn every_command_line_definition_is_consistent() {
+        // Duplicate argument ids, bad defaults and conflicting flags fail here, not at the
+        // first run of the subcommand that has them.
+        super::Cli::command().debug_assert();
     }
-    Ok(())
 }

@@ -35,7 +35,6 @@ use entrega::failpoint::RELAY_AFTER_PUBLISH;
 use entrega_core::headers::ID_EVENTO;
 use entrega_core::{now_ms, Envelope, NewEvent};
 use entrega_postgres::PgOutbox;
-use km0::config::Db;
 use km0::services::pedidos::{AGGREGATE, ORDER_PAID, TOPIC};
 use serde_json::json;
 use sqlx::PgPool;
@@ -259,7 +258,7 @@ async fn three_relays_keep_order_through_a_late_commit_and_a_kill(backend: &str)
     lanes_shared_by(&state, &RELAYS).await;
 
     let mut produced = Vec::new();
-    if let Db::Postgres(pool) = &state.pedidos {
+    if let Some(pool) = state.pedidos.postgres() {
         late_commit(pool, &state, &mut produced).await;
     }
 

@@ -4,8 +4,8 @@
 
 mod common;
 
+use entrega::db::{query, Db};
 use entrega_core::{Envelope, Processed};
-use km0::config::Db;
 use km0::services::inventario::{StockConsumer, StockStore, CONSUMER};
 use serde_json::json;
 use uuid::Uuid;
@@ -41,21 +41,11 @@ async fn units(c: &StockConsumer, product: &str) -> i64 {
 
 async fn key_stored(db: &Db, id: Uuid) -> bool {
     let sql = "SELECT COUNT(*) FROM mensajes_procesados WHERE id_mensaje = $1 AND consumidor = $2";
-    let n: i64 = match db {
-        Db::Sqlite(pool) => sqlx::query_scalar(sql)
-            .bind(id.to_string())
-            .bind(CONSUMER)
-            .fetch_one(pool)
-            .await
-            .unwrap(),
-        Db::Postgres(pool) => sqlx::query_scalar(sql)
-            .bind(id.to_string())
-            .bind(CONSUMER)
-            .fetch_one(pool)
-            .await
-            .unwrap(),
-    };
-    n == 1
+    let n: Option<i64> = db
+        .scalar(query(sql).bind(id.to_string()).bind(CONSUMER))
+        .await
+        .unwrap();
+    n == Some(1)
 }
 
 async fn new_event_takes_stock_once_and_a_redelivery_is_a_duplicate(backend: &str) {

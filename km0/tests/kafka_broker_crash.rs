@@ -24,7 +24,7 @@ use common::kafka_state::orders::{all_accepted, Load};
 use common::kafka_state::KafkaRig;
 use common::process::Km0;
 use common::state::eventually;
-use km0::config::Db;
+use entrega::Db;
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::TOPIC;
 
@@ -40,7 +40,7 @@ const MEMBERS: [&str; 3] = ["inventario-a", "inventario-b", "inventario-c"];
 
 /// Ids of the outbox rows marked published.
 async fn marked(pedidos: &Db) -> HashSet<String> {
-    let Db::Postgres(pool) = pedidos else {
+    let Some(pool) = pedidos.postgres() else {
         panic!("the Kafka process tests run on PostgreSQL");
     };
     let ids: Vec<String> =

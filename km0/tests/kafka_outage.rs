@@ -39,6 +39,8 @@ const PER_SECOND: u32 = 50;
 const BEFORE_CUT: Duration = Duration::from_secs(5);
 /// How often the backlog and the refused connections are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
+/// Time for the proxy to close the connections that were open at the cut.
+const CUT_SETTLES: Duration = Duration::from_millis(500);
 /// Longest wait for the backlog to drain and be consumed after the restore.
 const DRAIN_WITHIN: Duration = Duration::from_secs(120);
 /// librdkafka's reconnect backoff (`reconnect.backoff.ms`, `reconnect.backoff.max.ms`
@@ -149,8 +151,11 @@ fn write_measurements(report: &serde_json::Value) {
 
 /// What was seen while the proxy was cut.
 struct During {
+    /// When every connection through the proxy had been closed.
+    cut_at: Instant,
     largest_backlog: i64,
     backlog_at_restore: i64,
+    /// When the query that read `backlog_at_restore` was sent.
     sampled_at: Instant,
     refused: u64,
     refused_second_half: u64,
@@ -160,12 +165,15 @@ struct During {
 async fn cut_for(outage: Duration, proxy: &Proxy, state: &DbState, relay: &Km0) -> During {
     let relay_cpu = cpu_time(relay.pid());
     proxy.cut();
+    // Open connections close asynchronously; bytes already in flight may still pass.
+    tokio::time::sleep(CUT_SETTLES).await;
     let cut_at = Instant::now();
     let mut largest_backlog = 0;
     let mut refused_at_half = None;
     let (backlog_at_restore, sampled_at) = loop {
-        let backlog = state.pending().await;
+        // Taken before the query: an order answered by then is in the query's snapshot.
         let sampled_at = Instant::now();
+        let backlog = state.pending().await;
         largest_backlog = largest_backlog.max(backlog);
         if refused_at_half.is_none() && cut_at.elapsed() >= outage / 2 {
             refused_at_half = Some(proxy.refused());
@@ -179,6 +187,7 @@ async fn cut_for(outage: Duration, proxy: &Proxy, state: &DbState, relay: &Km0) 
     let relay_cpu = cpu_time(relay.pid()) - relay_cpu;
     let refused = proxy.refused();
     During {
+        cut_at,
         largest_backlog,
         backlog_at_restore,
         sampled_at,
@@ -220,8 +229,8 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let load = Load::start(addr, db, "P-OUT", PER_SECOND, usize::MAX, 0x6b6d_3047);
     tokio::time::sleep(BEFORE_CUT).await;
     assert_eq!(proxy.refused(), 0, "connections refused before the cut");
-    let cut_at = Instant::now();
     let during = cut_for(outage, &proxy, &state, &relay).await;
+    let cut_at = during.cut_at;
     proxy.restore();
     let restored_at = Instant::now();
     let outcomes: Vec<Outcome> = load.stop().await;

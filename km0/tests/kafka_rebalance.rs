@@ -29,7 +29,7 @@ use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled}
 use common::kafka_state::orders::{all_accepted, Load};
 use common::kafka_state::{KafkaRig, KafkaView};
 use common::state::eventually;
-use km0::config::Db;
+use entrega::Db;
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::TOPIC;
 use sqlx::{PgPool, Postgres, Transaction};
@@ -60,7 +60,7 @@ struct Brake {
 
 impl Brake {
     fn new(inventario: &Db) -> Self {
-        let Db::Postgres(pool) = inventario else {
+        let Some(pool) = inventario.postgres() else {
             panic!("the Kafka process tests run on PostgreSQL");
         };
         Self {

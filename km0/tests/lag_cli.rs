@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use entrega_core::headers::{ID_EVENTO, TIPO};
 use entrega_core::{Headers, OutgoingMessage};
-use km0::config::{DataPlace, Databases};
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::{PARTITIONS, TOPIC};
+use km0::wiring::config::{DataPlace, Databases};
 use km0::wiring::{dead_letter_topic, ensure_topics, System};
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
 use rdkafka::Message as _;

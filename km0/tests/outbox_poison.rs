@@ -1,9 +1,9 @@
 //! A poison outbox row with real `km0` processes, on SQLite and on PostgreSQL with the log
 //! transport: an event routed to a topic that does not exist (`factura` → `facturas.eventos`)
-//! is refused by the broker at every attempt and ends parked, visible in
+//! is refused by the broker at every attempt and ends held, visible in
 //! `km0 outbox status --json` and in the table, while orders placed through the pedidos API
-//! flow past it. Releasing an unknown row or a row that is not parked fails and changes
-//! nothing; once the topic exists, `km0 outbox release <id>` sends the parked row and then
+//! flow past it. Releasing an unknown row or a row that is not held fails and changes
+//! nothing; once the topic exists, `km0 outbox release <id>` sends the held row and then
 //! its aggregate's next event, in order.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -20,8 +20,8 @@ use km0::services::pedidos::TOPIC;
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-/// The relay parks a row after 5 refusals, 0.1 + 0.2 + 0.4 + 0.8 s of backoff apart.
-const PARKED_WITHIN: Duration = Duration::from_secs(30);
+/// The relay holds a row after 5 refusals, 0.1 + 0.2 + 0.4 + 0.8 s of backoff apart.
+const HELD_WITHIN: Duration = Duration::from_secs(30);
 const MISSING_TOPIC: &str = "facturas.eventos";
 
 /// `id_evento`s on `topic`, in offset order (one partition here, or per partition).
@@ -49,7 +49,7 @@ async fn pending_row(state: &DbState, id: Uuid) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow() {
+async fn a_row_refused_for_good_is_held_shown_and_released_while_orders_flow() {
     for backend in ["sqlite", "postgres"] {
         let dep = Deployment::new(backend, 2_000);
         let state = dep.state().await;
@@ -68,7 +68,7 @@ async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow()
         }
 
         // The orders go out while the factura row is refused.
-        eventually(PARKED_WITHIN, "the orders on the topic", || async {
+        eventually(HELD_WITHIN, "the orders on the topic", || async {
             let seen: HashSet<String> = ids_on(&state, TOPIC)
                 .await
                 .iter()
@@ -77,9 +77,9 @@ async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow()
             orders.is_subset(&seen).then_some(())
         })
         .await;
-        let status = eventually(PARKED_WITHIN, "the factura row parked", || async {
+        let status = eventually(HELD_WITHIN, "the factura row held", || async {
             let status = status_json(&dep).await;
-            (status["parked"] == 1).then_some(status)
+            (status["held"] == 1).then_some(status)
         })
         .await;
         let row = &status["blocked"][0];
@@ -88,7 +88,7 @@ async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow()
         assert_eq!(row["kind"], "factura.emitida");
         assert_eq!(row["attempts"], 5, "{backend}: {status}");
         assert!(row["next_attempt_ms"].is_null());
-        assert!(row["parked_at_ms"].as_i64().is_some());
+        assert!(row["held_at_ms"].as_i64().is_some());
         assert!(
             row["last_error"].as_str().unwrap().contains(MISSING_TOPIC),
             "{status}"
@@ -104,11 +104,11 @@ async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow()
         let table = dep.cli(&["outbox", "status"]).await;
         let text = String::from_utf8_lossy(&table.stdout);
         assert!(
-            text.contains(&factura[0].id.to_string()) && text.contains("parked"),
+            text.contains(&factura[0].id.to_string()) && text.contains("held"),
             "{text}"
         );
 
-        // Releasing an unknown row, or one that is not parked, fails and changes nothing.
+        // Releasing an unknown row, or one that is not held, fails and changes nothing.
         let unknown = dep
             .cli(&["outbox", "release", &Uuid::new_v4().to_string()])
             .await;
@@ -117,7 +117,7 @@ async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow()
         let flowing = orders.iter().next().unwrap();
         let not_parked = dep.cli(&["outbox", "release", flowing]).await;
         assert!(!not_parked.status.success());
-        assert!(String::from_utf8_lossy(&not_parked.stderr).contains("is not parked"));
+        assert!(String::from_utf8_lossy(&not_parked.stderr).contains("is not held"));
         assert_eq!(
             status_json(&dep).await["blocked"],
             status["blocked"],
@@ -136,13 +136,13 @@ async fn a_row_refused_for_good_is_parked_shown_and_released_while_orders_flow()
             .await;
         assert!(release.status.success(), "{release:?}");
         let want = vec![factura[0].id, factura[1].id];
-        eventually(PARKED_WITHIN, "the factura events published", || async {
+        eventually(HELD_WITHIN, "the factura events published", || async {
             (ids_on(&state, MISSING_TOPIC).await == want).then_some(())
         })
         .await;
         let after = status_json(&dep).await;
         assert_eq!(
-            (after["parked"].as_u64(), after["pending"].as_u64()),
+            (after["held"].as_u64(), after["pending"].as_u64()),
             (Some(0), Some(0))
         );
 

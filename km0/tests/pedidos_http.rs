@@ -8,7 +8,6 @@ use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt as _;
-use km0::config::Db;
 use km0::services::pedidos::{app, OrderStore, PedidosState, MAX_BODY_BYTES};
 use serde_json::{json, Value};
 use tower::ServiceExt as _;
@@ -67,10 +66,7 @@ impl Api {
     }
 
     fn pool(&self) -> &sqlx::SqlitePool {
-        match &self.test_db.db {
-            Db::Sqlite(pool) => pool,
-            Db::Postgres(_) => unreachable!("HTTP tests run on SQLite"),
-        }
+        self.test_db.db.sqlite().expect("HTTP tests run on SQLite")
     }
 
     async fn count(&self, table: &str) -> i64 {

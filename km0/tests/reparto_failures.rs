@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use entrega_core::headers::{INTENTOS, MOTIVO, ULTIMO_ERROR};
 use entrega_core::{Envelope, Headers, OutgoingMessage, Record};
-use km0::config::{DataPlace, Databases, RetryArgs, RetryMode};
-use km0::services::reparto::{DeliveryStore, ASSIGNED, CONSUMER, PENDING};
+use km0::services::reparto::{DeliveryState, DeliveryStore, CONSUMER};
+use km0::wiring::config::{DataPlace, Databases, RetryArgs, RetryMode};
 use km0::wiring::{Broker, Components, Running, System};
 use serde_json::json;
 
@@ -157,21 +157,18 @@ where
     }
 }
 
-async fn state(store: &DeliveryStore, order: &str) -> Option<String> {
-    store.delivery(order).await.unwrap().map(|d| d.estado)
+async fn state(store: &DeliveryStore, order: &str) -> Option<DeliveryState> {
+    store.delivery(order).await.unwrap().map(|d| d.state)
 }
 
 async fn processed(store: &DeliveryStore) -> i64 {
     let sql = "SELECT COUNT(*) FROM mensajes_procesados WHERE consumidor = $1";
-    match store.db() {
-        km0::config::Db::Sqlite(pool) => {
-            sqlx::query_scalar(sql).bind(CONSUMER).fetch_one(pool).await
-        }
-        km0::config::Db::Postgres(pool) => {
-            sqlx::query_scalar(sql).bind(CONSUMER).fetch_one(pool).await
-        }
-    }
-    .unwrap()
+    store
+        .db()
+        .scalar(entrega::db::query(sql).bind(CONSUMER))
+        .await
+        .unwrap()
+        .expect("a count")
 }
 
 async fn a_503_is_retried_then_applied(backend: &str, mode: RetryMode) {
@@ -183,7 +180,7 @@ async fn a_503_is_retried_then_applied(backend: &str, mode: RetryMode) {
     let store = system.reparto().await.unwrap();
     paid(&broker, "P-503", "Madrid").await;
     eventually("P-503 assigned", || async {
-        state(&store, "P-503").await.as_deref() == Some(ASSIGNED)
+        state(&store, "P-503").await == Some(DeliveryState::Assigned)
     })
     .await;
     running.stop().await.unwrap();
@@ -195,7 +192,7 @@ async fn a_503_is_retried_then_applied(backend: &str, mode: RetryMode) {
     );
     let delivery = store.delivery("P-503").await.unwrap().unwrap();
     assert_eq!(delivery.km, Some(4.5));
-    assert_eq!(delivery.repartidor_id.as_deref(), Some("R-MAD-1"));
+    assert_eq!(delivery.courier.as_deref(), Some("R-MAD-1"));
     assert!(records(&broker, DLQ, "P-503").await.is_empty());
     let retried = records(&broker, RETRY, "P-503").await;
     if mode == RetryMode::RetryTopic {
@@ -254,10 +251,10 @@ async fn permanent_failures_are_dead_lettered_at_once(backend: &str) {
         "no retry for a permanent error"
     );
     let schema = records(&broker, DLQ, "P-v1").await;
-    let motivo = schema[0].headers.get(MOTIVO).unwrap();
+    let reason = schema[0].headers.get(MOTIVO).unwrap();
     assert!(
-        motivo.starts_with("permanent: esquema: pedido.pagado version 1"),
-        "{motivo}"
+        reason.starts_with("permanent: esquema: pedido.pagado version 1"),
+        "{reason}"
     );
     assert_eq!(schema[0].headers.get(INTENTOS), Some("1"));
     for order in ["P-lugo", "P-v1"] {
@@ -286,12 +283,12 @@ async fn no_free_courier_is_pending_not_retried(backend: &str) {
     // Tarragona has one courier.
     paid(&broker, "P-tgn-1", "Tarragona").await;
     eventually("P-tgn-1 assigned", || async {
-        state(&store, "P-tgn-1").await.as_deref() == Some(ASSIGNED)
+        state(&store, "P-tgn-1").await == Some(DeliveryState::Assigned)
     })
     .await;
     paid(&broker, "P-tgn-2", "Tarragona").await;
     eventually("P-tgn-2 pending", || async {
-        state(&store, "P-tgn-2").await.as_deref() == Some(PENDING)
+        state(&store, "P-tgn-2").await == Some(DeliveryState::Pending)
     })
     .await;
     assert!(records(&broker, RETRY, "P-tgn-2").await.is_empty());
@@ -302,12 +299,12 @@ async fn no_free_courier_is_pending_not_retried(backend: &str) {
         .await
         .unwrap());
     eventually("P-tgn-2 assigned", || async {
-        state(&store, "P-tgn-2").await.as_deref() == Some(ASSIGNED)
+        state(&store, "P-tgn-2").await == Some(DeliveryState::Assigned)
     })
     .await;
     running.stop().await.unwrap();
     let second = store.delivery("P-tgn-2").await.unwrap().unwrap();
-    assert_eq!(second.repartidor_id.as_deref(), Some("R-TGN-1"));
+    assert_eq!(second.courier.as_deref(), Some("R-TGN-1"));
     assert!(
         records(&broker, RETRY, "P-tgn-2").await.is_empty(),
         "never bounced"
@@ -350,7 +347,7 @@ async fn a_database_restart_is_retried_through_the_retry_topic() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     proxy.restore();
     eventually("P-down assigned", || async {
-        matches!(store.delivery("P-down").await, Ok(Some(d)) if d.estado == ASSIGNED)
+        matches!(store.delivery("P-down").await, Ok(Some(d)) if d.state == DeliveryState::Assigned)
     })
     .await;
     running.stop().await.unwrap();

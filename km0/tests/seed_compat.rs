@@ -5,8 +5,8 @@
 
 mod common;
 
+use entrega::Db;
 use entrega_core::Envelope;
-use km0::config::Db;
 use km0::services::inventario::{StockConsumer, StockStore, CONSUMER};
 use km0::services::pedidos::{NewOrder, OrderStore};
 use serde_json::json;
@@ -15,10 +15,7 @@ use sqlx::PgPool;
 use common::TestDb;
 
 fn pg(db: &Db) -> &PgPool {
-    match db {
-        Db::Postgres(pool) => pool,
-        Db::Sqlite(_) => unreachable!("the seed is PostgreSQL"),
-    }
+    db.postgres().expect("the seed is PostgreSQL")
 }
 
 #[tokio::test]
@@ -62,7 +59,8 @@ async fn an_order_written_by_the_seeds_crear_pedido_reads_back_through_km0() {
     tx.commit().await.unwrap();
 
     let order = store.find("P-2026-000123").await.unwrap().expect("order");
-    assert_eq!(order.state, "creado");
+    assert_eq!(order.state, km0::services::pedidos::OrderState::Created);
+    assert_eq!(order.state.as_str(), "creado");
     assert_eq!(order.lines.len(), 1);
     assert_eq!(
         NewOrder::from_json(&pedido).unwrap().lines,

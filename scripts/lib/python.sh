@@ -20,7 +20,7 @@ interop_base_python() {
 # Whether the venv at $1 imports what the interop scripts need.
 interop_venv_works() {
   [ -f "$1/.km0-installed" ] &&
-    "$1/bin/python" -c 'import confluent_kafka, psycopg' >/dev/null 2>&1
+    "$1/bin/python" -c 'import confluent_kafka, pika, psycopg' >/dev/null 2>&1
 }
 
 ensure_interop_venv() {

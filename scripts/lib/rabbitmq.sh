@@ -1,15 +1,26 @@
 # RabbitMQ from Debian's packages for the tests and scripts/services: one node named
 # rabbit@localhost, listening on 127.0.0.1:5672 only, with rabbitmq_consistent_hash_exchange
-# enabled; `amqp://guest:guest@127.0.0.1:5672` (guest may connect from loopback only).
+# and rabbitmq_management (its HTTP API on 127.0.0.1:15672, for unacked counts) enabled;
+# `amqp://guest:guest@127.0.0.1:5672` (guest may connect from loopback only).
 # Needs provision.sh (run_step, fail, apt_install, port_open) sourced first.
 
 RABBITMQ_PID_FILE=/var/run/rabbitmq/pid
 RABBITMQ_ENV_CONF=/etc/rabbitmq/rabbitmq-env.conf
+RABBITMQ_CONF=/etc/rabbitmq/rabbitmq.conf
 
 # The node's name and address, read by rabbitmq-server and rabbitmqctl alike. A fixed name
 # keeps the node independent of whether this machine's hostname resolves.
 rabbitmq_configure() {
   local marker="# km0 (scripts/lib/rabbitmq.sh)"
+  if ! grep -qF "$marker" "$RABBITMQ_CONF" 2>/dev/null; then
+    echo "configuring RabbitMQ in $RABBITMQ_CONF: management API on 127.0.0.1:15672"
+    mkdir -p "$(dirname "$RABBITMQ_CONF")"
+    cat >"$RABBITMQ_CONF" <<CONF
+$marker
+management.tcp.ip = 127.0.0.1
+management.tcp.port = 15672
+CONF
+  fi
   grep -qF "$marker" "$RABBITMQ_ENV_CONF" 2>/dev/null && return 0
   echo "configuring RabbitMQ in $RABBITMQ_ENV_CONF: node rabbit@localhost on 127.0.0.1"
   mkdir -p "$(dirname "$RABBITMQ_ENV_CONF")"
@@ -38,8 +49,9 @@ ensure_rabbitmq() {
     echo "RabbitMQ already runs"
   else
     rabbitmq_configure
-    run_step "enabling rabbitmq_consistent_hash_exchange" "$KM0_LOGS/rabbitmq-plugins.log" \
-      rabbitmq-plugins enable --offline rabbitmq_consistent_hash_exchange
+    run_step "enabling rabbitmq_consistent_hash_exchange and rabbitmq_management" \
+      "$KM0_LOGS/rabbitmq-plugins.log" \
+      rabbitmq-plugins enable --offline rabbitmq_consistent_hash_exchange rabbitmq_management
     mkdir -p "$(dirname "$RABBITMQ_PID_FILE")"
     chown rabbitmq:rabbitmq "$(dirname "$RABBITMQ_PID_FILE")"
     local log="$KM0_LOGS/rabbitmq-server.log"
@@ -52,8 +64,9 @@ ensure_rabbitmq() {
       rabbitmqctl wait --timeout 120 "$RABBITMQ_PID_FILE"
   fi
   # Online, so a node that was already running gets the plugin too (a no-op if enabled).
-  run_step "checking rabbitmq_consistent_hash_exchange" "$KM0_LOGS/rabbitmq-plugins.log" \
-    rabbitmq-plugins enable rabbitmq_consistent_hash_exchange
+  run_step "checking rabbitmq_consistent_hash_exchange and rabbitmq_management" \
+    "$KM0_LOGS/rabbitmq-plugins.log" \
+    rabbitmq-plugins enable rabbitmq_consistent_hash_exchange rabbitmq_management
   run_step "checking that guest/guest may log in" "$KM0_LOGS/rabbitmq-auth.log" \
     rabbitmqctl authenticate_user guest guest
   port_open 5672 || fail "RabbitMQ" "nothing listens on 127.0.0.1:5672; read /var/log/rabbitmq/"

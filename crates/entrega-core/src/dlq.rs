@@ -171,28 +171,64 @@ pub struct DlqAuditEntry {
     pub detail: Option<String>,
 }
 
-/// The columns of an `entrega_dlq_state` row, in table order: topic, partition, offset,
-/// state, changed at (ms), operator, reason, replays.
-pub type MarkColumns = (String, i64, i64, String, i64, String, Option<String>, i64);
+/// A mark as a store reads it back, numbers as the database holds them; checked by
+/// [`DeadLetterMark::from_stored`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMark {
+    /// Dead-letter topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i64,
+    /// Offset.
+    pub offset: i64,
+    /// State name ([`DeadLetterState::as_str`]).
+    pub state: String,
+    /// When it was set, epoch ms.
+    pub at_ms: i64,
+    /// Who set it.
+    pub operator: String,
+    /// Why, if given.
+    pub reason: Option<String>,
+    /// Times replayed.
+    pub replays: i64,
+}
 
-/// The columns of an `entrega_dlq_audit` row after its id: at (ms), operator, action,
-/// filter, dry run, matched, applied, refused, detail.
-pub type AuditColumns = (
-    i64,
-    String,
-    String,
-    String,
-    bool,
-    i64,
-    i64,
-    i64,
-    Option<String>,
-);
+/// An audit entry as a store reads it back; checked by [`DlqAuditEntry::from_stored`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAudit {
+    /// When, epoch ms.
+    pub at_ms: i64,
+    /// Who.
+    pub operator: String,
+    /// Action name ([`DlqAction::as_str`]).
+    pub action: String,
+    /// The filter, as the operator gave it.
+    pub filter: String,
+    /// Whether it was a dry run.
+    pub dry_run: bool,
+    /// Dead letters the filter matched.
+    pub matched: i64,
+    /// Dead letters acted on.
+    pub applied: i64,
+    /// Dead letters refused.
+    pub refused: i64,
+    /// Anything else worth keeping.
+    pub detail: Option<String>,
+}
 
 impl DeadLetterMark {
-    /// A mark read back from its row; a value out of range is a corrupt row.
-    pub fn from_columns(cols: MarkColumns) -> Result<Self, StoreError> {
-        let (topic, partition, offset, state, at_ms, operator, reason, replays) = cols;
+    /// A mark read back from its store; a value out of range is a corrupt row.
+    pub fn from_stored(stored: StoredMark) -> Result<Self, StoreError> {
+        let StoredMark {
+            topic,
+            partition,
+            offset,
+            state,
+            at_ms,
+            operator,
+            reason,
+            replays,
+        } = stored;
         let corrupt = |reason: String| StoreError::Corrupt {
             table: "entrega_dlq_state",
             reason,
@@ -215,9 +251,19 @@ impl DeadLetterMark {
 }
 
 impl DlqAuditEntry {
-    /// An entry read back from its row; an unknown action is a corrupt row.
-    pub fn from_columns(cols: AuditColumns) -> Result<Self, StoreError> {
-        let (at_ms, operator, action, filter, dry_run, matched, applied, refused, detail) = cols;
+    /// An entry read back from its store; an unknown action is a corrupt row.
+    pub fn from_stored(stored: StoredAudit) -> Result<Self, StoreError> {
+        let StoredAudit {
+            at_ms,
+            operator,
+            action,
+            filter,
+            dry_run,
+            matched,
+            applied,
+            refused,
+            detail,
+        } = stored;
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(Self {
             at_ms,
@@ -234,11 +280,6 @@ impl DlqAuditEntry {
             detail,
         })
     }
-}
-
-/// A count as a database integer (saturating: no count comes near it).
-pub fn db_count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Operator state and audit of dead letters, in the service's database.

@@ -1,7 +1,10 @@
 //! Named failure points for crash tests.
 //!
 //! A failpoint is a place in the engine where a test can make the process die or a step fail,
-//! chosen at run time through the environment variable `ENTREGA_FAILPOINTS`, read once:
+//! chosen at run time through the environment variable `ENTREGA_FAILPOINTS`, read once.
+//! They exist only in builds with the cargo feature `failpoints` (the test suites enable it
+//! through their dev-dependencies); in every other build [`hit`] does nothing, the variable
+//! is never read, and [`configure`] fails with [`FailpointError::Disabled`]:
 //!
 //! ```text
 //! ENTREGA_FAILPOINTS="relay.after_publish=exit,worker.after_handler=error"
@@ -20,10 +23,13 @@
 //! | [`KAFKA_TRANSFORM_BEFORE_COMMIT`] | Kafka transformer, the batch's records acknowledged inside the open transaction, before its offsets and commit |
 
 use std::collections::HashMap;
+#[cfg(feature = "failpoints")]
 use std::sync::{OnceLock, RwLock};
 
 /// Environment variable listing the active failpoints.
 pub const ENV: &str = "ENTREGA_FAILPOINTS";
+/// Whether this build has failpoints (cargo feature `failpoints`).
+pub const ENABLED: bool = cfg!(feature = "failpoints");
 /// Relay: rows read, before publishing them.
 pub const RELAY_BEFORE_PUBLISH: &str = "relay.before_publish";
 /// Relay: publish confirmed, before marking the rows published.
@@ -56,6 +62,9 @@ pub enum FailpointError {
         /// The failpoint's name.
         name: String,
     },
+    /// This build has no failpoints (feature `failpoints` off).
+    #[error("failpoints are not compiled into this build (cargo feature `failpoints`)")]
+    Disabled,
     /// An entry of a specification is not `name=exit` or `name=error`.
     #[error("invalid failpoint entry `{entry}`: expected `name=exit` or `name=error`")]
     Invalid {
@@ -64,6 +73,7 @@ pub enum FailpointError {
     },
 }
 
+#[cfg(feature = "failpoints")]
 fn points() -> &'static RwLock<HashMap<String, Action>> {
     static POINTS: OnceLock<RwLock<HashMap<String, Action>>> = OnceLock::new();
     POINTS.get_or_init(|| {
@@ -101,6 +111,22 @@ pub fn parse(spec: &str) -> Result<HashMap<String, Action>, FailpointError> {
 
 /// Replaces the active failpoints for the whole process (the environment is not read again).
 /// Meant for tools and single-purpose test processes; tests sharing a process share this.
+#[cfg(not(feature = "failpoints"))]
+pub fn configure(spec: &str) -> Result<(), FailpointError> {
+    parse(spec)?;
+    Err(FailpointError::Disabled)
+}
+
+/// Passes the failpoint `name`: a build without failpoints does nothing here.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn hit(_name: &str) -> Result<(), FailpointError> {
+    Ok(())
+}
+
+/// Replaces the active failpoints for the whole process (the environment is not read again).
+/// Meant for tools and single-purpose test processes; tests sharing a process share this.
+#[cfg(feature = "failpoints")]
 pub fn configure(spec: &str) -> Result<(), FailpointError> {
     let parsed = parse(spec)?;
     let mut guard = points().write().unwrap_or_else(|e| e.into_inner());
@@ -110,6 +136,7 @@ pub fn configure(spec: &str) -> Result<(), FailpointError> {
 
 /// Passes the failpoint `name`: does nothing unless it is active, exits the process for
 /// `exit`, returns an error for `error`.
+#[cfg(feature = "failpoints")]
 pub fn hit(name: &str) -> Result<(), FailpointError> {
     let action = {
         let guard = points().read().unwrap_or_else(|e| e.into_inner());
@@ -145,6 +172,14 @@ mod tests {
     }
 
     #[test]
+    #[cfg(not(feature = "failpoints"))]
+    fn a_build_without_failpoints_never_fails_a_step() {
+        assert_eq!(configure("test.point=error"), Err(FailpointError::Disabled));
+        assert_eq!(hit("test.point"), Ok(()));
+    }
+
+    #[test]
+    #[cfg(feature = "failpoints")]
     fn error_action_fails_the_step() {
         // The only test in this binary touching the process-wide table, with its own names.
         assert!(configure("test.point=error").is_ok());

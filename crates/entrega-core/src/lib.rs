@@ -1,30 +1,34 @@
-//! Vocabulary and seams of entrega: the event envelope, headers, delivery outcomes, classified
-//! errors, and the small traits that transports and stores implement. No I/O lives here.
+//! Vocabulary and seams of entrega: the event envelope, headers, classified handler failures
+//! and store errors, and the small traits that transports and stores implement. No I/O lives here.
 
 mod clock;
 mod dlq;
 mod envelope;
 mod error;
 pub mod failpoint;
+mod handler_error;
 pub mod headers;
 mod inspect;
 mod lease;
+pub mod migration;
 mod outbox;
 mod outbox_blocked;
-mod outcome;
 mod parking;
 mod partition;
 mod raw_json;
+mod rpc;
+mod side_queues;
 mod transport;
 pub mod utc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dlq::{
-    db_count, AuditColumns, DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction,
-    DlqAuditEntry, DlqStore, InvalidDeadLetterId, MarkColumns,
+    DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore,
+    InvalidDeadLetterId, StoredAudit, StoredMark,
 };
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
+pub use handler_error::{ErrorClass, HandlerError};
 pub use headers::Headers;
 pub use inspect::{group_lag, LogInspector, PartitionLag};
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
@@ -35,10 +39,11 @@ pub use outbox::{
 pub use outbox_blocked::{
     truncate_error, BlockedRow, Refusal, ReleaseError, BLOCKED_ROWS_LISTED, MAX_ERROR_CHARS,
 };
-pub use outcome::{ErrorClass, HandlerError, Outcome};
-pub use parking::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore};
+pub use parking::{ParkedAt, ParkedRecord, ParkingStore, StoredParked};
 pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
+pub use rpc::{RpcDelivery, RpcInbox, RpcMessage, RpcTransport};
+pub use side_queues::SideQueues;
 pub use transport::{OutgoingMessage, Publisher, Record, Subscriber, Subscription, TopicAdmin};
 
 /// Result of running an effect through an idempotent consumer.

@@ -185,7 +185,7 @@ pub struct LaneMark {
 ///
 /// Every pending read leaves out the rows of an aggregate from its earliest blocked row on:
 /// a row the transport refused waits for its next attempt (`proximo_intento` still in the
-/// future, by the store's clock) or, parked, for an operator, and the aggregate's later rows
+/// future, by the store's clock) or, held, for an operator, and the aggregate's later rows
 /// wait behind it. Rows of the lane's other aggregates are read as usual.
 #[async_trait]
 pub trait OutboxReader: Send + Sync {
@@ -204,7 +204,7 @@ pub trait OutboxReader: Send + Sync {
 
     /// Records that the transport refused the pending row `refusal.id` of `lease`'s lane:
     /// `intentos + 1`, the last error, and the next attempt time or, when
-    /// [`Refusal::retry_at_ms`] is `None`, the parking time `now_ms`. Only while `lease` is
+    /// [`Refusal::retry_at_ms`] is `None`, the holding time `now_ms`. Only while `lease` is
     /// still held, as [`OutboxReader::mark_published`]: otherwise nothing changes and
     /// [`StoreError::LeaseLost`] is returned. A row that is no longer pending, or not in the
     /// lane, is left alone.
@@ -309,9 +309,9 @@ pub struct OutboxStatus {
     pub published: u64,
     /// Pending rows the transport refused that wait for their next attempt.
     pub retrying: u64,
-    /// Pending rows the transport refused that are parked until an operator releases them.
-    pub parked: u64,
-    /// The refused rows (retrying and parked), oldest first, at most
+    /// Pending rows the transport refused that are held until an operator releases them.
+    pub held: u64,
+    /// The refused rows (retrying and held), oldest first, at most
     /// [`crate::BLOCKED_ROWS_LISTED`] of them.
     pub blocked: Vec<BlockedRow>,
 }
@@ -325,11 +325,11 @@ pub trait OutboxMaintenance: Send + Sync {
     /// Current backlog, with the rows the transport refused.
     async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError>;
 
-    /// Releases the parked row `id`: clears `aparcado_en` and `proximo_intento` so the relay
+    /// Releases the held row `id`: clears `aparcado_en` and `proximo_intento` so the relay
     /// tries it again at once, ahead of its aggregate's later rows. `intentos` and
     /// `ultimo_error` are kept as its history; a released row the transport refuses again is
-    /// parked again. Fails, changing nothing, with [`ReleaseError::UnknownRow`] or
-    /// [`ReleaseError::NotParked`].
+    /// held again. Fails, changing nothing, with [`ReleaseError::UnknownRow`] or
+    /// [`ReleaseError::NotHeld`].
     async fn release(&self, id: Uuid) -> Result<(), ReleaseError>;
 }
 

@@ -1,10 +1,10 @@
 //! Outbox rows the transport refused: what the relay records about them, how operators see
-//! them, and releasing a parked one.
+//! them, and releasing a held one.
 //!
 //! A row the transport refuses for good (too large, unknown topic) gets `intentos + 1`, the
 //! last error and either a next-attempt time (`proximo_intento`) or, once the relay's attempt
-//! limit is reached, a parking time (`aparcado_en`). While an aggregate's earliest pending row
-//! is blocked (waiting for its next attempt, or parked), the pending reads skip every later
+//! limit is reached, a holding time (`aparcado_en`). While an aggregate's earliest pending row
+//! is blocked (waiting for its next attempt, or held), the pending reads skip every later
 //! row of that aggregate, so only the aggregate waits and its lane flows.
 
 use uuid::Uuid;
@@ -22,7 +22,7 @@ pub struct Refusal {
     pub id: Uuid,
     /// Why the transport refused it, at most [`MAX_ERROR_CHARS`] characters.
     pub error: String,
-    /// When to try the row again (epoch ms); `None` parks it until an operator releases it.
+    /// When to try the row again (epoch ms); `None` holds it until an operator releases it.
     pub retry_at_ms: Option<i64>,
 }
 
@@ -36,8 +36,8 @@ impl Refusal {
         }
     }
 
-    /// A refusal that parks the row; `error` is cut to [`MAX_ERROR_CHARS`].
-    pub fn park(id: Uuid, error: &str) -> Self {
+    /// A refusal that holds the row; `error` is cut to [`MAX_ERROR_CHARS`].
+    pub fn hold(id: Uuid, error: &str) -> Self {
         Self {
             id,
             error: truncate_error(error),
@@ -45,8 +45,8 @@ impl Refusal {
         }
     }
 
-    /// Whether this refusal parks the row.
-    pub fn parks(&self) -> bool {
+    /// Whether this refusal holds the row.
+    pub fn holds(&self) -> bool {
         self.retry_at_ms.is_none()
     }
 }
@@ -72,25 +72,25 @@ pub struct BlockedRow {
     pub kind: String,
     /// Refused publishing attempts (`intentos`).
     pub attempts: u32,
-    /// Next attempt in epoch ms (`proximo_intento`); `None` once parked.
+    /// Next attempt in epoch ms (`proximo_intento`); `None` once held.
     pub next_attempt_ms: Option<i64>,
     /// Why the transport last refused it (`ultimo_error`).
     pub last_error: Option<String>,
-    /// When it was parked, in epoch ms (`aparcado_en`); `None` while it is still retried.
-    pub parked_at_ms: Option<i64>,
+    /// When it was held, in epoch ms (`aparcado_en`); `None` while it is still retried.
+    pub held_at_ms: Option<i64>,
 }
 
 impl BlockedRow {
-    /// Whether the row is parked (waits for an operator).
-    pub fn is_parked(&self) -> bool {
-        self.parked_at_ms.is_some()
+    /// Whether the row is held (waits for an operator).
+    pub fn is_held(&self) -> bool {
+        self.held_at_ms.is_some()
     }
 }
 
 /// At most this many blocked rows are listed by a status (the counts cover all of them).
 pub const BLOCKED_ROWS_LISTED: usize = 100;
 
-/// Why releasing a parked row failed ([`crate::OutboxMaintenance::release`]); nothing changed.
+/// Why releasing a held row failed ([`crate::OutboxMaintenance::release`]); nothing changed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReleaseError {
@@ -100,10 +100,10 @@ pub enum ReleaseError {
         /// The id asked for.
         id: Uuid,
     },
-    /// The row exists but is not parked (pending and flowing, waiting for a retry, or
+    /// The row exists but is not held (pending and flowing, waiting for a retry, or
     /// published).
-    #[error("outbox row {id} is not parked")]
-    NotParked {
+    #[error("outbox row {id} is not held")]
+    NotHeld {
         /// The id asked for.
         id: Uuid,
     },
@@ -116,7 +116,7 @@ impl ReleaseError {
     /// Whether repeating the release later may succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            Self::UnknownRow { .. } | Self::NotParked { .. } => false,
+            Self::UnknownRow { .. } | Self::NotHeld { .. } => false,
             Self::Store(e) => e.is_transient(),
         }
     }
@@ -132,22 +132,22 @@ mod tests {
         let cut = truncate_error(&long);
         assert_eq!(cut.chars().count(), MAX_ERROR_CHARS);
         assert_eq!(truncate_error("short"), "short");
-        let refusal = Refusal::park(Uuid::nil(), &long);
-        assert!(refusal.parks());
+        let refusal = Refusal::hold(Uuid::nil(), &long);
+        assert!(refusal.holds());
         assert_eq!(refusal.error.chars().count(), MAX_ERROR_CHARS);
-        assert!(!Refusal::retry(Uuid::nil(), "x", 5).parks());
+        assert!(!Refusal::retry(Uuid::nil(), "x", 5).holds());
     }
 
     #[test]
     fn release_errors_are_permanent_unless_the_store_is_down() {
         let id = Uuid::nil();
         assert!(!ReleaseError::UnknownRow { id }.is_transient());
-        assert!(!ReleaseError::NotParked { id }.is_transient());
+        assert!(!ReleaseError::NotHeld { id }.is_transient());
         let down = ReleaseError::from(StoreError::unavailable("refused"));
         assert!(down.is_transient());
         assert_eq!(
-            ReleaseError::NotParked { id }.to_string(),
-            format!("outbox row {id} is not parked")
+            ReleaseError::NotHeld { id }.to_string(),
+            format!("outbox row {id} is not held")
         );
     }
 }

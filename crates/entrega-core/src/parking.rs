@@ -36,30 +36,51 @@ pub struct ParkedRecord {
     pub parked_at_ms: i64,
 }
 
-/// The columns of an `entrega_aparcados` row, in table order, as every database backend reads
-/// them: group, topic, partition, offset, key, headers (JSON pairs), payload, attempts,
-/// next attempt (epoch ms), last error, parked at (epoch ms).
-pub type ParkedRow = (
-    String,
-    String,
-    i64,
-    i64,
-    Option<String>,
-    String,
-    Vec<u8>,
-    i64,
-    i64,
-    Option<String>,
-    i64,
-);
+/// A parked record as a store reads it back, numbers as the database holds them and the
+/// headers as their JSON text; checked by [`ParkedRecord::from_stored`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredParked {
+    /// Consumer group.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i64,
+    /// Offset.
+    pub offset: i64,
+    /// Key.
+    pub key: Option<String>,
+    /// Headers as JSON pairs ([`Headers::to_json`]).
+    pub headers: String,
+    /// Payload.
+    pub payload: Vec<u8>,
+    /// Attempts so far.
+    pub attempts: i64,
+    /// Next attempt, epoch ms.
+    pub not_before_ms: i64,
+    /// Last error.
+    pub last_error: Option<String>,
+    /// When it was parked, epoch ms.
+    pub parked_at_ms: i64,
+}
 
 impl ParkedRecord {
     /// A record from its stored columns; a value out of range or unreadable headers make a
     /// corrupt row.
-    pub fn from_row(row: ParkedRow) -> Result<Self, StoreError> {
-        let (group, topic, partition, offset, key, headers, payload, attempts, not_before_ms) = (
-            row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
-        );
+    pub fn from_stored(stored: StoredParked) -> Result<Self, StoreError> {
+        let StoredParked {
+            group,
+            topic,
+            partition,
+            offset,
+            key,
+            headers,
+            payload,
+            attempts,
+            not_before_ms,
+            last_error,
+            parked_at_ms,
+        } = stored;
         let corrupt = |reason: String| StoreError::Corrupt {
             table: "entrega_aparcados",
             reason,
@@ -75,8 +96,8 @@ impl ParkedRecord {
             payload,
             attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("intentos: {e}")))?,
             not_before_ms,
-            last_error: row.9,
-            parked_at_ms: row.10,
+            last_error,
+            parked_at_ms,
         })
     }
 }

@@ -9,12 +9,15 @@ use crate::errors::classify;
 
 /// Idempotency keys in `mensajes_procesados` (the seed's table).
 ///
-/// ```ignore
-/// let mut tx = pool.begin().await?;
-/// if PgInbox::claim(&mut *tx, "inventario.descuento_stock", &id).await? {
+/// ```no_run
+/// # use entrega_postgres::{classify, PgInbox, PgPool};
+/// # async fn consume(pool: PgPool, id: &str) -> Result<(), entrega_core::StoreError> {
+/// let mut tx = pool.begin().await.map_err(classify)?;
+/// if PgInbox::claim(&mut tx, "inventario.descuento_stock", id).await? {
 ///     // apply the effect with `&mut *tx`
 /// }
-/// tx.commit().await?;
+/// tx.commit().await.map_err(classify)?;
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PgInbox;

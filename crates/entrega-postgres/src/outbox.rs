@@ -16,7 +16,7 @@ use tokio::sync::{watch, Mutex};
 use uuid::Uuid;
 
 use crate::errors::{classify, invalid};
-use crate::listen::Listener;
+use crate::wakeup::Listener;
 
 /// Channel the outbox trigger notifies after every inserting statement.
 pub(crate) const OUTBOX_CHANNEL: &str = "entrega_outbox";
@@ -289,13 +289,13 @@ impl OutboxMaintenance for PgOutbox {
         let pending: i64 = row.try_get("pending").map_err(classify)?;
         let oldest: Option<i64> = row.try_get("oldest_ms").map_err(classify)?;
         let published: i64 = row.try_get("published").map_err(classify)?;
-        let (retrying, parked, blocked) = crate::outbox_blocked::refused(&self.pool).await?;
+        let (retrying, held, blocked) = crate::outbox_blocked::refused(&self.pool).await?;
         Ok(OutboxStatus {
             pending: u64::try_from(pending).unwrap_or(0),
             oldest_pending_age_ms: oldest.map_or(0, |t| (now_ms - t).max(0)),
             published: u64::try_from(published).unwrap_or(0),
             retrying,
-            parked,
+            held,
             blocked,
         })
     }

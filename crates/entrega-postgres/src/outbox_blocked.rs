@@ -1,5 +1,5 @@
 //! Outbox rows the transport refused, on PostgreSQL: recording a refusal under the lane's
-//! lease, the operators' list and releasing a parked row. The filter that keeps a blocked
+//! lease, the operators' list and releasing a held row. The filter that keeps a blocked
 //! aggregate out of the pending reads lives with those reads (`outbox_lanes`).
 
 use entrega_core::{BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED};
@@ -67,9 +67,9 @@ pub(crate) async fn record_refusal(
     }
 }
 
-/// Counts of refused pending rows (retrying, parked) and the first of them by insertion.
+/// Counts of refused pending rows (retrying, held) and the first of them by insertion.
 pub(crate) async fn refused(pool: &PgPool) -> Result<(u64, u64, Vec<BlockedRow>), StoreError> {
-    let (retrying, parked): (i64, i64) = sqlx::query_as(&format!(
+    let (retrying, held): (i64, i64) = sqlx::query_as(&format!(
         "SELECT count(*) FILTER (WHERE aparcado_en IS NULL),
                 count(*) FILTER (WHERE aparcado_en IS NOT NULL)
          FROM outbox WHERE {REFUSED}"
@@ -80,7 +80,7 @@ pub(crate) async fn refused(pool: &PgPool) -> Result<(u64, u64, Vec<BlockedRow>)
     let rows = sqlx::query(&format!(
         "SELECT id, agregado, agregado_id, tipo, intentos, ultimo_error,
                 (extract(epoch FROM proximo_intento) * 1000)::bigint AS next_ms,
-                (extract(epoch FROM aparcado_en) * 1000)::bigint AS parked_ms
+                (extract(epoch FROM aparcado_en) * 1000)::bigint AS held_ms
          FROM outbox WHERE {REFUSED}
          ORDER BY seq LIMIT $1"
     ))
@@ -91,7 +91,7 @@ pub(crate) async fn refused(pool: &PgPool) -> Result<(u64, u64, Vec<BlockedRow>)
     let listed = rows.iter().map(blocked_row).collect::<Result<_, _>>()?;
     Ok((
         u64::try_from(retrying).unwrap_or(0),
-        u64::try_from(parked).unwrap_or(0),
+        u64::try_from(held).unwrap_or(0),
         listed,
     ))
 }
@@ -106,7 +106,7 @@ fn blocked_row(row: &PgRow) -> Result<BlockedRow, StoreError> {
         attempts: u32::try_from(attempts).unwrap_or(0),
         next_attempt_ms: row.try_get("next_ms").map_err(classify)?,
         last_error: row.try_get("ultimo_error").map_err(classify)?,
-        parked_at_ms: row.try_get("parked_ms").map_err(classify)?,
+        held_at_ms: row.try_get("held_ms").map_err(classify)?,
     })
 }
 
@@ -115,14 +115,14 @@ pub(crate) async fn release(pool: &PgPool, id: Uuid) -> Result<(), ReleaseError>
     // nothing changed, when nothing did.
     let found: Option<(bool,)> = sqlx::query_as(
         "WITH target AS (
-             SELECT id, publicado_en IS NULL AND aparcado_en IS NOT NULL AS parked
+             SELECT id, publicado_en IS NULL AND aparcado_en IS NOT NULL AS held
              FROM outbox WHERE id = $1 FOR UPDATE
          ), released AS (
              UPDATE outbox o SET aparcado_en = NULL, proximo_intento = NULL
-             FROM target t WHERE o.id = t.id AND t.parked
+             FROM target t WHERE o.id = t.id AND t.held
              RETURNING 1
          )
-         SELECT parked FROM target",
+         SELECT held FROM target",
     )
     .bind(id)
     .fetch_optional(pool)
@@ -130,7 +130,7 @@ pub(crate) async fn release(pool: &PgPool, id: Uuid) -> Result<(), ReleaseError>
     .map_err(classify)?;
     match found {
         None => Err(ReleaseError::UnknownRow { id }),
-        Some((false,)) => Err(ReleaseError::NotParked { id }),
+        Some((false,)) => Err(ReleaseError::NotHeld { id }),
         Some((true,)) => Ok(()),
     }
 }

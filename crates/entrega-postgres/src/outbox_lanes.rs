@@ -13,7 +13,7 @@ use crate::outbox::{row_of, timestamp_ms};
 
 /// The oldest pending rows of each listed lane past its cursor (up to `$2` each), lanes in
 /// list order, leaving out every row of an aggregate from its earliest blocked row on (one
-/// refused and not due again at `$4`, or parked). Every lane is one range probe of the partial
+/// refused and not due again at `$4`, or held). Every lane is one range probe of the partial
 /// index `outbox_lane_pending (lane, seq)` plus one probe of the partial index
 /// `outbox_blocked`, empty while nothing is refused; only a lane that has refused rows asks
 /// that index again per row (`NOT g.blocked OR ...` stops at its first operand otherwise).

@@ -54,6 +54,8 @@ async fn only_the_requested_sets_are_created() -> TestResult {
         vec![
             "entrega_aparcados",
             "entrega_migrations",
+            "entrega_peticiones",
+            "entrega_respuestas",
             "mensajes_procesados"
         ]
     );

@@ -10,7 +10,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Sqlite, SqlitePool, Transaction};
 
 use crate::errors::classify;
-use crate::signal;
+use crate::wakeup;
 
 /// How long a statement waits for another connection's lock before failing as busy.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -41,7 +41,7 @@ pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
             }
         }
     }
-    let signals = signal::signals_for(&options);
+    let signals = wakeup::signals_for(&options);
     let mut pool = SqlitePoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         // Returning a connection past its lifetime skips `after_release`, and with it the
@@ -51,12 +51,12 @@ pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
             let signals = Arc::clone(&signals);
             move |conn, _meta| {
                 let signals = Arc::clone(&signals);
-                Box::pin(async move { signal::install_hooks(conn, signals).await })
+                Box::pin(async move { wakeup::install_hooks(conn, signals).await })
             }
         })
         .after_release(move |conn, _meta| {
             let signals = Arc::clone(&signals);
-            Box::pin(async move { signal::after_release(conn, &signals).await })
+            Box::pin(async move { wakeup::after_release(conn, &signals).await })
         });
     if in_memory {
         // A shared in-memory database lives only while a connection is open.

@@ -2,9 +2,7 @@
 //! SQLite, for `entrega`'s dead-letter tooling.
 
 use async_trait::async_trait;
-use entrega_core::{
-    db_count, AuditColumns, DeadLetterMark, DlqAuditEntry, DlqStore, MarkColumns, StoreError,
-};
+use entrega_core::{DeadLetterMark, DlqAuditEntry, DlqStore, StoreError, StoredAudit, StoredMark};
 use sqlx::SqlitePool;
 
 use crate::connect::begin_immediate;
@@ -23,10 +21,63 @@ impl SqliteDlqStore {
     }
 }
 
+/// `dlq_topic, partition_no, log_offset, state, changed_at_ms, operator, reason, replays` of
+/// `entrega_dlq_state`, as the query below selects them.
+type MarkRow = (String, i64, i64, String, i64, String, Option<String>, i64);
+
+/// `at_ms, operator, action, filter, dry_run, matched, applied, refused, detail` of
+/// `entrega_dlq_audit`, as the query below selects them.
+type AuditRow = (
+    i64,
+    String,
+    String,
+    String,
+    bool,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+);
+
+fn mark(
+    (topic, partition, offset, state, at_ms, operator, reason, replays): MarkRow,
+) -> Result<DeadLetterMark, StoreError> {
+    DeadLetterMark::from_stored(StoredMark {
+        topic,
+        partition,
+        offset,
+        state,
+        at_ms,
+        operator,
+        reason,
+        replays,
+    })
+}
+
+fn audit(row: AuditRow) -> Result<DlqAuditEntry, StoreError> {
+    let (at_ms, operator, action, filter, dry_run, matched, applied, refused, detail) = row;
+    DlqAuditEntry::from_stored(StoredAudit {
+        at_ms,
+        operator,
+        action,
+        filter,
+        dry_run,
+        matched,
+        applied,
+        refused,
+        detail,
+    })
+}
+
+/// A count as a database integer (saturating: no count comes near it).
+fn db_count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 #[async_trait]
 impl DlqStore for SqliteDlqStore {
     async fn marks(&self, dlq_topic: &str) -> Result<Vec<DeadLetterMark>, StoreError> {
-        let rows: Vec<MarkColumns> = sqlx::query_as(
+        let rows: Vec<MarkRow> = sqlx::query_as(
             "SELECT dlq_topic, partition_no, log_offset, state, changed_at_ms, operator, reason,
                     replays
              FROM entrega_dlq_state WHERE dlq_topic = ?
@@ -36,7 +87,7 @@ impl DlqStore for SqliteDlqStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        rows.into_iter().map(DeadLetterMark::from_columns).collect()
+        rows.into_iter().map(mark).collect()
     }
 
     async fn record(
@@ -88,7 +139,7 @@ impl DlqStore for SqliteDlqStore {
     }
 
     async fn audit(&self, limit: usize) -> Result<Vec<DlqAuditEntry>, StoreError> {
-        let rows: Vec<AuditColumns> = sqlx::query_as(
+        let rows: Vec<AuditRow> = sqlx::query_as(
             "SELECT at_ms, operator, action, filter, dry_run, matched, applied, refused, detail
              FROM entrega_dlq_audit ORDER BY id DESC LIMIT ?",
         )
@@ -96,6 +147,6 @@ impl DlqStore for SqliteDlqStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        rows.into_iter().map(DlqAuditEntry::from_columns).collect()
+        rows.into_iter().map(audit).collect()
     }
 }

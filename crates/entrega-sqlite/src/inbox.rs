@@ -11,12 +11,15 @@ use crate::timefmt::format_ms;
 /// Idempotent consumption: the message key is recorded in the same transaction as the effect,
 /// so both commit together or neither does.
 ///
-/// ```ignore
+/// ```no_run
+/// # use entrega_sqlite::SqliteInbox;
+/// # async fn consume(pool: sqlx::SqlitePool, id: &str) -> Result<(), entrega_core::StoreError> {
 /// let mut tx = entrega_sqlite::begin_immediate(&pool).await?;
-/// if SqliteInbox::claim(&mut *tx, "inventario.descuento_stock", &id).await? {
-///     apply_effect(&mut *tx).await?;
+/// if SqliteInbox::claim(&mut tx, "inventario.descuento_stock", id).await? {
+///     // apply the effect on `&mut *tx`
 /// }
-/// tx.commit().await?;
+/// tx.commit().await.map_err(entrega_sqlite::classify)?;
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SqliteInbox;

@@ -1,32 +1,14 @@
-//! entrega's own schema, applied per [`MigrationSet`] and recorded in `entrega_migrations`.
+//! The migration runner on SQLite: entrega's own schema, applied per [`MigrationSet`], and
+//! an application's sets, all recorded in `entrega_migrations`.
 
+use entrega_core::migration::{self, Migration, Step};
 use entrega_core::{MigrationSet, StoreError};
-use sqlx::{SqliteConnection, SqlitePool};
+use sqlx::{Executor as _, SqliteConnection, SqlitePool};
 
 use crate::connect::begin_immediate;
 use crate::errors::classify;
 
-/// One step of a migration.
-enum Step {
-    /// Statements run as a script.
-    Sql(&'static str),
-    /// `ALTER TABLE .. ADD COLUMN` unless the column exists (SQLite has no `IF NOT EXISTS`
-    /// there); needed to adopt tables created from the seed's own SQL.
-    AddColumn {
-        table: &'static str,
-        column: &'static str,
-        definition: &'static str,
-    },
-}
-
-/// A numbered, described change to one set.
-struct Migration {
-    version: i64,
-    description: &'static str,
-    steps: &'static [Step],
-}
-
-const OUTBOX: &[Migration] = &[
+const OUTBOX: &[Migration<'static>] = &[
     Migration {
         version: 1,
         description: "outbox, relay lanes and relay instances",
@@ -71,7 +53,7 @@ const OUTBOX: &[Migration] = &[
     },
 ];
 
-const INBOX: &[Migration] = &[
+const INBOX: &[Migration<'static>] = &[
     Migration {
         version: 1,
         description: "mensajes_procesados",
@@ -86,21 +68,35 @@ const INBOX: &[Migration] = &[
             "../migrations/inbox/0002_parking.sql"
         ))],
     },
+    Migration {
+        version: 3,
+        description: "entrega_respuestas: stored answers of idempotent request handlers",
+        steps: &[Step::Sql(include_str!(
+            "../migrations/inbox/0003_answers.sql"
+        ))],
+    },
+    Migration {
+        version: 4,
+        description: "entrega_peticiones: requests awaiting their replies (durable request/reply)",
+        steps: &[Step::Sql(include_str!(
+            "../migrations/inbox/0004_requests.sql"
+        ))],
+    },
 ];
 
-const LOG: &[Migration] = &[Migration {
+const LOG: &[Migration<'static>] = &[Migration {
     version: 1,
     description: "log transport: topics, partitions, records, group offsets, members, leases",
     steps: &[Step::Sql(include_str!("../migrations/log/0001_log.sql"))],
 }];
 
-const DLQ: &[Migration] = &[Migration {
+const DLQ: &[Migration<'static>] = &[Migration {
     version: 1,
     description: "dead-letter operator state and audit",
     steps: &[Step::Sql(include_str!("../migrations/dlq/0001_dlq.sql"))],
 }];
 
-fn migrations_of(set: MigrationSet) -> &'static [Migration] {
+fn migrations_of(set: MigrationSet) -> &'static [Migration<'static>] {
     match set {
         MigrationSet::Outbox => OUTBOX,
         MigrationSet::Inbox => INBOX,
@@ -109,13 +105,9 @@ fn migrations_of(set: MigrationSet) -> &'static [Migration] {
     }
 }
 
-/// The latest version of `set` this build knows.
-pub(crate) fn latest_version(set: MigrationSet) -> i64 {
-    migrations_of(set)
-        .iter()
-        .map(|m| m.version)
-        .max()
-        .unwrap_or(0)
+/// The latest version of `set` this build knows (what [`migrate`] brings a database to).
+pub fn latest_version(set: MigrationSet) -> i64 {
+    migration::latest_version(migrations_of(set))
 }
 
 const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS entrega_migrations (
@@ -137,27 +129,53 @@ pub async fn migrate(pool: &SqlitePool, sets: &[MigrationSet]) -> Result<(), Sto
         .await
         .map_err(classify)?;
     for &set in sets {
-        migrate_set(&mut tx, set).await?;
+        apply_set(&mut tx, set.name(), migrations_of(set)).await?;
     }
     tx.commit().await.map_err(classify)
 }
 
-async fn migrate_set(conn: &mut SqliteConnection, set: MigrationSet) -> Result<(), StoreError> {
+/// Brings an application's set `name` up to date with the same runner, rules and record as
+/// entrega's own sets ([`migrate`]): one transaction, each step once, refused when the
+/// database records a newer step. `name` may not be one of entrega's set names.
+pub async fn apply_migrations(
+    pool: &SqlitePool,
+    name: &str,
+    migrations: &[Migration<'_>],
+) -> Result<(), StoreError> {
+    if migration::is_reserved_set(name) {
+        return Err(StoreError::rejected(format!(
+            "`{name}` is one of entrega's own migration sets"
+        )));
+    }
+    let mut tx = begin_immediate(pool).await?;
+    sqlx::query(VERSION_TABLE)
+        .execute(&mut *tx)
+        .await
+        .map_err(classify)?;
+    apply_set(&mut tx, name, migrations).await?;
+    tx.commit().await.map_err(classify)
+}
+
+async fn apply_set(
+    conn: &mut SqliteConnection,
+    name: &str,
+    migrations: &[Migration<'_>],
+) -> Result<(), StoreError> {
     let recorded: i64 = sqlx::query_scalar(
         "SELECT COALESCE(MAX(version), 0) FROM entrega_migrations WHERE set_name = ?",
     )
-    .bind(set.name())
+    .bind(name)
     .fetch_one(&mut *conn)
     .await
     .map_err(classify)?;
-    let supported = latest_version(set);
+    let supported = migration::latest_version(migrations);
     if recorded > supported {
         return Err(StoreError::SchemaTooNew {
             found: recorded,
             supported,
         });
     }
-    for migration in migrations_of(set).iter().filter(|m| m.version > recorded) {
+    for migration in migrations.iter().filter(|m| m.version > recorded) {
         for step in migration.steps {
             run_step(conn, step).await?;
         }
@@ -165,29 +183,23 @@ async fn migrate_set(conn: &mut SqliteConnection, set: MigrationSet) -> Result<(
             "INSERT INTO entrega_migrations (set_name, version, description, applied_at_ms)
              VALUES (?, ?, ?, ?)",
         )
-        .bind(set.name())
+        .bind(name)
         .bind(migration.version)
         .bind(migration.description)
         .bind(entrega_core::now_ms())
         .execute(&mut *conn)
         .await
         .map_err(classify)?;
-        tracing::info!(
-            set = set.name(),
-            version = migration.version,
-            "applied migration"
-        );
+        tracing::info!(set = name, version = migration.version, "applied migration");
     }
     Ok(())
 }
 
-async fn run_step(conn: &mut SqliteConnection, step: &Step) -> Result<(), StoreError> {
+async fn run_step(conn: &mut SqliteConnection, step: &Step<'_>) -> Result<(), StoreError> {
     match step {
         Step::Sql(script) => {
-            sqlx::query(script)
-                .execute(&mut *conn)
-                .await
-                .map_err(classify)?;
+            // A plain `&str` runs every statement of the script.
+            conn.execute(*script).await.map_err(classify)?;
         }
         Step::AddColumn {
             table,

@@ -18,8 +18,8 @@ use uuid::Uuid;
 use crate::connect::begin_immediate;
 use crate::errors::{classify, corrupt};
 use crate::outbox_blocked::UNBLOCKED;
-use crate::signal::{signals_for, DbSignals};
 use crate::timefmt::{epoch_ms_sql, format_ms};
+use crate::wakeup::{signals_for, DbSignals};
 
 /// The outbox of a SQLite database, as the relay sees it. Cheap to clone.
 ///
@@ -267,13 +267,13 @@ impl OutboxMaintenance for SqliteOutbox {
         let pending: i64 = row.try_get("pending").map_err(get_err)?;
         let oldest: Option<i64> = row.try_get("oldest_ms").map_err(get_err)?;
         let published: i64 = row.try_get("published").map_err(get_err)?;
-        let (retrying, parked, blocked) = crate::outbox_blocked::refused(&self.pool).await?;
+        let (retrying, held, blocked) = crate::outbox_blocked::refused(&self.pool).await?;
         Ok(OutboxStatus {
             pending: u64::try_from(pending).unwrap_or(0),
             oldest_pending_age_ms: oldest.map_or(0, |oldest| (now_ms - oldest).max(0)),
             published: u64::try_from(published).unwrap_or(0),
             retrying,
-            parked,
+            held,
             blocked,
         })
     }

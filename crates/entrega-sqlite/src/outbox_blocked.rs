@@ -1,6 +1,6 @@
 //! Outbox rows the transport refused, on SQLite: the filter that keeps a blocked aggregate out
 //! of the pending reads, recording a refusal under the lane's lease, the operators' list and
-//! releasing a parked row.
+//! releasing a held row.
 
 use entrega_core::{BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED};
 use sqlx::sqlite::SqliteRow;
@@ -64,7 +64,7 @@ pub(crate) async fn record_refusal(
     )
     .bind(&refusal.error)
     .bind(refusal.retry_at_ms.map(format_ms))
-    .bind(refusal.parks().then(|| format_ms(now_ms)))
+    .bind(refusal.holds().then(|| format_ms(now_ms)))
     .bind(refusal.id.hyphenated().to_string())
     .bind(i64::from(lease.lane))
     .execute(&mut *tx)
@@ -73,11 +73,11 @@ pub(crate) async fn record_refusal(
     tx.commit().await.map_err(classify)
 }
 
-/// Counts of refused pending rows (retrying, parked) and the first of them by insertion.
+/// Counts of refused pending rows (retrying, held) and the first of them by insertion.
 pub(crate) async fn refused(pool: &SqlitePool) -> Result<(u64, u64, Vec<BlockedRow>), StoreError> {
     const REFUSED: &str = "publicado_en IS NULL
                            AND (proximo_intento IS NOT NULL OR aparcado_en IS NOT NULL)";
-    let (retrying, parked): (i64, i64) = sqlx::query_as(&format!(
+    let (retrying, held): (i64, i64) = sqlx::query_as(&format!(
         "SELECT COALESCE(SUM(aparcado_en IS NULL), 0), COALESCE(SUM(aparcado_en IS NOT NULL), 0)
          FROM outbox WHERE {REFUSED}"
     ))
@@ -86,7 +86,7 @@ pub(crate) async fn refused(pool: &SqlitePool) -> Result<(u64, u64, Vec<BlockedR
     .map_err(classify)?;
     let rows = sqlx::query(&format!(
         "SELECT id, agregado, agregado_id, tipo, intentos, ultimo_error,
-                {} AS next_ms, {} AS parked_ms
+                {} AS next_ms, {} AS held_ms
          FROM outbox WHERE {REFUSED}
          ORDER BY rowid LIMIT ?",
         epoch_ms_sql("proximo_intento"),
@@ -99,7 +99,7 @@ pub(crate) async fn refused(pool: &SqlitePool) -> Result<(u64, u64, Vec<BlockedR
     let listed = rows.iter().map(blocked_row).collect::<Result<_, _>>()?;
     Ok((
         u64::try_from(retrying).unwrap_or(0),
-        u64::try_from(parked).unwrap_or(0),
+        u64::try_from(held).unwrap_or(0),
         listed,
     ))
 }
@@ -117,7 +117,7 @@ fn blocked_row(row: &SqliteRow) -> Result<BlockedRow, StoreError> {
         attempts: u32::try_from(attempts).unwrap_or(0),
         next_attempt_ms: row.try_get("next_ms").map_err(get_err)?,
         last_error: row.try_get("ultimo_error").map_err(get_err)?,
-        parked_at_ms: row.try_get("parked_ms").map_err(get_err)?,
+        held_at_ms: row.try_get("held_ms").map_err(get_err)?,
     })
 }
 
@@ -132,7 +132,7 @@ pub(crate) async fn release(pool: &SqlitePool, id: Uuid) -> Result<(), ReleaseEr
     .map_err(classify)?;
     match found {
         None => return Err(ReleaseError::UnknownRow { id }),
-        Some((false,)) => return Err(ReleaseError::NotParked { id }),
+        Some((false,)) => return Err(ReleaseError::NotHeld { id }),
         Some((true,)) => {}
     }
     sqlx::query("UPDATE outbox SET aparcado_en = NULL, proximo_intento = NULL WHERE id = ?")

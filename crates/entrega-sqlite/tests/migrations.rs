@@ -39,6 +39,8 @@ async fn migrating_again_and_concurrently_changes_nothing() {
         vec![
             ("inbox".into(), 1),
             ("inbox".into(), 2),
+            ("inbox".into(), 3),
+            ("inbox".into(), 4),
             ("log".into(), 1),
             ("outbox".into(), 1),
             ("outbox".into(), 2)
@@ -62,16 +64,23 @@ async fn migrating_again_and_concurrently_changes_nothing() {
 async fn only_the_requested_sets_are_created() {
     let db = TestDb::new(&[MigrationSet::Inbox]).await;
     assert!(table_exists(&db.pool, "mensajes_procesados").await);
+    assert!(table_exists(&db.pool, "entrega_respuestas").await);
+    assert!(table_exists(&db.pool, "entrega_peticiones").await);
     assert!(!table_exists(&db.pool, "outbox").await);
     assert!(!table_exists(&db.pool, "entrega_log").await);
     assert_eq!(
         versions(&db.pool).await,
-        vec![("inbox".into(), 1), ("inbox".into(), 2)]
+        vec![
+            ("inbox".into(), 1),
+            ("inbox".into(), 2),
+            ("inbox".into(), 3),
+            ("inbox".into(), 4)
+        ]
     );
 
     migrate(&db.pool, &[MigrationSet::Log]).await.unwrap();
     assert!(table_exists(&db.pool, "entrega_log").await);
-    assert_eq!(versions(&db.pool).await.len(), 3);
+    assert_eq!(versions(&db.pool).await.len(), 5);
 }
 
 #[tokio::test]

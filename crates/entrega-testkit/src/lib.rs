@@ -2,15 +2,19 @@
 //! injectors the engine's tests are built on.
 //!
 //! A backend implements the small harness traits ([`OutboxHarness`], [`InboxHarness`],
-//! [`LogHarness`]) in its `tests/conformance.rs`, wrapping the backend-typed functions that
-//! take a transaction, and expands the suites:
+//! [`LogHarness`], ...) in its `tests/conformance.rs`, wrapping the backend-typed functions
+//! that take a transaction, and expands the suites, one test per scenario
+//! (`entrega_testkit::outbox_conformance!(MyHarness::new());`, and `inbox_`, `log_`,
+//! `parking_`, `dlq_`, `delivery_conformance!`), or runs a whole suite at once. The in-memory fakes pass
+//! every suite:
 //!
-//! ```ignore
-//! entrega_testkit::outbox_conformance!(MyHarness::new());
-//! entrega_testkit::inbox_conformance!(MyHarness::new());
-//! entrega_testkit::log_conformance!(MyHarness::new());
-//! entrega_testkit::parking_conformance!(MyHarness::new());
-//! entrega_testkit::dlq_conformance!(MyHarness::new());
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> entrega_testkit::Scenario {
+//! let harness = entrega_testkit::memory::MemoryHarness;
+//! entrega_testkit::run_all_inbox(&harness).await?;
+//! entrega_testkit::run_all_parking(&harness).await?;
+//! # Ok(()) }
 //! ```
 //!
 //! Scenarios return [`Scenario`] (`Result<(), BoxError>`) rather than panicking, so the
@@ -18,6 +22,7 @@
 
 mod fault;
 mod harness;
+mod harness_delivery;
 pub mod memory;
 mod runner;
 mod suite;
@@ -29,6 +34,9 @@ pub use harness::{
     LogFixture, LogHarness, LogSettings, OutboxFixture, OutboxHarness, ParkingFixture,
     ParkingHarness, RowState, Scenario, TxEnd,
 };
-pub use runner::{run_all_dlq, run_all_inbox, run_all_log, run_all_outbox, run_all_parking};
-pub use suite::{dlq, inbox, log, outbox, parking};
+pub use harness_delivery::{DeliveryFixture, DeliveryHarness};
+pub use runner::{
+    run_all_delivery, run_all_dlq, run_all_inbox, run_all_log, run_all_outbox, run_all_parking,
+};
+pub use suite::{delivery, dlq, inbox, log, outbox, parking};
 pub use wait::{wait_until, CheckFailed, CHECK_EVERY};

@@ -3,7 +3,8 @@
 use crate::harness::{
     BoxError, DlqHarness, InboxHarness, LogHarness, OutboxHarness, ParkingHarness, Scenario,
 };
-use crate::suite::{dlq, inbox, log, outbox, parking};
+use crate::harness_delivery::DeliveryHarness;
+use crate::suite::{delivery, dlq, inbox, log, outbox, parking};
 
 /// Collects the failures of scenarios run one after another.
 #[derive(Debug, Default)]
@@ -51,8 +52,25 @@ pub async fn run_all_outbox(h: &dyn OutboxHarness) -> Scenario {
         outbox::pending_lanes_after_reads_past_the_cursor,
         outbox::refused_row_holds_back_only_its_aggregate,
         outbox::refused_row_keeps_its_aggregate_in_order,
-        outbox::parked_row_waits_for_release,
+        outbox::held_row_waits_for_release,
         outbox::refusal_requires_valid_lease,
+    );
+    report.finish()
+}
+
+/// Runs every delivery scenario (any transport, log or queue); the error lists each failed
+/// scenario with its reason.
+pub async fn run_all_delivery(h: &dyn DeliveryHarness) -> Scenario {
+    let mut report = Report::default();
+    run_each!(
+        report,
+        h,
+        delivery::unknown_topic_is_refused,
+        delivery::key_headers_and_payload_arrive_unchanged,
+        delivery::each_key_arrives_in_order,
+        delivery::uncommitted_come_again_and_committed_do_not,
+        delivery::members_share_partitions_and_a_leaver_hands_over,
+        delivery::seek_serves_again_and_pause_holds_one_partition,
     );
     report.finish()
 }
@@ -158,7 +176,7 @@ macro_rules! outbox_conformance {
             pending_lanes_after_reads_past_the_cursor,
             refused_row_holds_back_only_its_aggregate,
             refused_row_keeps_its_aggregate_in_order,
-            parked_row_waits_for_release,
+            held_row_waits_for_release,
             refusal_requires_valid_lease,
         );
     };
@@ -212,6 +230,24 @@ macro_rules! log_conformance {
             stale_commit_is_refused,
             seek_redelivers,
             pause_holds_one_partition,
+        );
+    };
+}
+
+/// One test per delivery scenario, for any transport (log or queue):
+/// `entrega_testkit::delivery_conformance!(MyHarness::new());`.
+#[macro_export]
+macro_rules! delivery_conformance {
+    ($harness:expr) => {
+        $crate::__conformance_tests!(
+            delivery,
+            $harness,
+            unknown_topic_is_refused,
+            key_headers_and_payload_arrive_unchanged,
+            each_key_arrives_in_order,
+            uncommitted_come_again_and_committed_do_not,
+            members_share_partitions_and_a_leaver_hands_over,
+            seek_serves_again_and_pause_holds_one_partition,
         );
     };
 }

@@ -1,27 +1,52 @@
 //! The entrega engine: the [`Relay`] that publishes the transactional outbox and the
 //! [`Worker`] that consumes a topic through classified outcomes (ack, retry with backoff,
-//! dead letter). Both work through the small traits of `entrega-core`, so any backend
-//! (`entrega-sqlite`, `entrega-postgres`, ...) plugs in.
+//! dead letter). The database is one handle for SQLite and PostgreSQL ([`Db`], [`Tx`]), the
+//! broker one for the log transport in a database and Kafka ([`Broker`]); both are chosen at
+//! run time from their URLs. Underneath, everything works through the small traits of
+//! `entrega-core`, so another backend plugs in the same way.
 //!
-//! ```ignore
-//! let outbox = Arc::new(SqliteOutbox::new(pool.clone()));
-//! let relay = Relay::new(OutboxPorts::new(outbox), Arc::new(log.clone()), Arc::new(SystemClock),
-//!                        RelayConfig::new("pedidos"));
-//! let router = Router::new().route("pedido.creado", Arc::new(DescontarStock::new(db)));
-//! let worker = Worker::new(Arc::new(log.clone()), Arc::new(log.clone()), router,
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use entrega::entrega_core::SystemClock;
+//! use entrega::{
+//!     shutdown_token, Broker, Db, Handler, Relay, RelayConfig, Router, TopicRouting, Worker,
+//!     WorkerConfig,
+//! };
+//!
+//! # async fn run(take_stock: Arc<dyn Handler>) -> Result<(), Box<dyn std::error::Error>> {
+//! let db = Db::connect("sqlite://data/pedidos.db").await?;
+//! let broker = Broker::connect("sqlite://data/broker.db", Duration::from_secs(10)).await?;
+//! let routing = TopicRouting::new().route("pedido", "pedidos.eventos");
+//! let relay = Relay::new(db.outbox(), broker.publisher(), Arc::new(SystemClock),
+//!                        RelayConfig::new("pedidos", routing));
+//! let router = Router::new().route("pedido.creado", take_stock);
+//! let worker = Worker::new(broker.subscriber(), broker.publisher(), router,
 //!                          WorkerConfig::new("inventario", "pedidos.eventos"));
 //! let shutdown = shutdown_token();
-//! tokio::try_join!(relay.run(shutdown.clone()), worker.run(shutdown))?;
+//! let (relayed, consumed) = tokio::join!(relay.run(shutdown.clone()), worker.run(shutdown));
+//! relayed?;
+//! consumed?;
+//! # Ok(()) }
 //! ```
+//!
+//! `cargo run -p entrega --example sqlite` (or `postgres`) runs the whole round trip: orders
+//! with their events in one transaction, the relay, an idempotent consumer and a redelivery.
 
 mod backoff;
+pub mod broker;
+pub mod db;
 pub mod dlq;
 mod relay;
 mod relay_config;
+pub mod rpc;
 mod shutdown;
 mod worker;
 
 pub use backoff::Backoff;
+pub use broker::{Broker, BrokerError};
+pub use db::{Db, Tx};
 /// Named failure points for crash tests (defined in `entrega-core`, so every crate's engine
 /// code can pass them).
 pub use entrega_core::failpoint;

@@ -10,7 +10,7 @@
 //! same `id_evento`, which idempotent consumers absorb) and its lanes back off, then go alone
 //! until they succeed. A publish the transport refuses for good (too large, unknown topic) is
 //! narrowed down to the rows it refuses (see `isolate`): each gets its attempts, next attempt
-//! time and last error recorded, and is parked at `max_attempts`; only its aggregate waits
+//! time and last error recorded, and is held at `max_attempts`; only its aggregate waits
 //! behind it, the rest of the lane goes on. A lost lease drops the lane before anything of it
 //! is marked.
 

@@ -43,27 +43,30 @@ impl std::fmt::Debug for OutboxPorts {
     }
 }
 
-/// Which topic the events of each aggregate type go to.
+/// Which topic the events of each aggregate type go to, as the application says: no topic
+/// is assumed. A row whose aggregate has no route is refused like a row the transport
+/// refuses (retried with backoff, then held for an operator), never sent somewhere else.
 ///
-/// By default `pedido` goes to `pedidos.eventos` (the seed's topic) and any other aggregate
-/// `x` to `xs.eventos`; [`TopicRouting::route`] overrides single aggregates.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// ```
+/// use entrega::TopicRouting;
+///
+/// let routing = TopicRouting::new()
+///     .route("pedido", "pedidos.eventos")
+///     .otherwise("{aggregate}s.eventos");
+/// assert_eq!(routing.topic_for("pedido").as_deref(), Some("pedidos.eventos"));
+/// assert_eq!(routing.topic_for("pago").as_deref(), Some("pagos.eventos"));
+/// assert_eq!(TopicRouting::new().topic_for("pago"), None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicRouting {
     routes: HashMap<String, String>,
-}
-
-impl Default for TopicRouting {
-    fn default() -> Self {
-        Self::empty().route("pedido", "pedidos.eventos")
-    }
+    otherwise: Option<String>,
 }
 
 impl TopicRouting {
-    /// No explicit routes: every aggregate `x` goes to `xs.eventos`.
-    pub fn empty() -> Self {
-        Self {
-            routes: HashMap::new(),
-        }
+    /// No routes yet.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Sends the events of `aggregate` to `topic`.
@@ -72,12 +75,20 @@ impl TopicRouting {
         self
     }
 
-    /// The topic of `aggregate`.
-    pub fn topic_for(&self, aggregate: &str) -> String {
-        self.routes
-            .get(aggregate)
-            .cloned()
-            .unwrap_or_else(|| format!("{aggregate}s.eventos"))
+    /// Sends the events of every aggregate without a route of its own to `pattern`, with
+    /// `{aggregate}` replaced by the aggregate type.
+    pub fn otherwise(mut self, pattern: impl Into<String>) -> Self {
+        self.otherwise = Some(pattern.into());
+        self
+    }
+
+    /// The topic of `aggregate`; `None` when nothing routes it.
+    pub fn topic_for(&self, aggregate: &str) -> Option<String> {
+        self.routes.get(aggregate).cloned().or_else(|| {
+            self.otherwise
+                .as_ref()
+                .map(|pattern| pattern.replace("{aggregate}", aggregate))
+        })
     }
 }
 
@@ -104,21 +115,21 @@ pub struct RelayConfig {
     /// Delays after failed publishes of a lane, and after store failures; also the delays
     /// before a row the transport refused is tried again (by its attempt count).
     pub backoff: Backoff,
-    /// Attempts the transport may refuse a row before it is parked for an operator
+    /// Attempts the transport may refuse a row before it is held for an operator
     /// (`km0 outbox release`); its aggregate waits meanwhile. At least 1.
     pub max_attempts: u32,
 }
 
 impl RelayConfig {
-    /// Defaults for a service named `source`: a random instance id, default routing, batches
-    /// of 100, 10 s leases, 1 s polling fallback, one day of retention purged every 10 min,
-    /// backoff from 100 ms to 30 s, a refused row parked at its 5th refusal.
-    pub fn new(source: impl Into<String>) -> Self {
+    /// Defaults for a service named `source` publishing by `routing`: a random instance id,
+    /// batches of 100, 10 s leases, 1 s polling fallback, one day of retention purged every 10 min,
+    /// backoff from 100 ms to 30 s, a refused row held at its 5th refusal.
+    pub fn new(source: impl Into<String>, routing: TopicRouting) -> Self {
         let source = source.into();
         Self {
             instance_id: format!("{source}-relay-{}", uuid::Uuid::new_v4().simple()),
             source,
-            routing: TopicRouting::default(),
+            routing,
             batch_size: 100,
             lease_ttl: Duration::from_secs(10),
             poll_interval: Duration::from_secs(1),
@@ -145,8 +156,8 @@ pub struct RelayStats {
     pub purged: AtomicU64,
     /// Refusals recorded: rows the transport refused for good, one per refused attempt.
     pub refused: AtomicU64,
-    /// Rows parked after their last allowed attempt was refused.
-    pub parked: AtomicU64,
+    /// Rows held after their last allowed attempt was refused.
+    pub held: AtomicU64,
 }
 
 impl RelayStats {
@@ -170,9 +181,9 @@ impl RelayStats {
         self.refused.load(Ordering::Relaxed)
     }
 
-    /// Rows parked so far.
-    pub fn parked(&self) -> u64 {
-        self.parked.load(Ordering::Relaxed)
+    /// Rows held so far.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 }
 
@@ -189,12 +200,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn routing_defaults_and_overrides() {
-        let routing = TopicRouting::default();
-        assert_eq!(routing.topic_for("pedido"), "pedidos.eventos");
-        assert_eq!(routing.topic_for("pago"), "pagos.eventos");
-        let routing = routing.route("pago", "cobros");
-        assert_eq!(routing.topic_for("pago"), "cobros");
-        assert_eq!(TopicRouting::empty().topic_for("pedido"), "pedidos.eventos");
+    fn routes_are_explicit_and_the_fallback_is_the_applications() {
+        let routing = TopicRouting::new().route("pedido", "pedidos.eventos");
+        assert_eq!(
+            routing.topic_for("pedido").as_deref(),
+            Some("pedidos.eventos")
+        );
+        assert_eq!(routing.topic_for("pago"), None);
+        let routing = routing.otherwise("{aggregate}.v1").route("pago", "cobros");
+        assert_eq!(routing.topic_for("pago").as_deref(), Some("cobros"));
+        assert_eq!(routing.topic_for("factura").as_deref(), Some("factura.v1"));
     }
 }

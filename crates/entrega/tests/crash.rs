@@ -44,7 +44,7 @@ fn relay(outbox: SqlitePool, broker: SqlitePool, clock: Arc<dyn Clock>) -> Relay
         ports,
         Arc::new(SqliteLog::new(broker)),
         clock,
-        RelayConfig::new("pedidos"),
+        RelayConfig::new("pedidos", support::routing()),
     )
 }
 
@@ -192,7 +192,11 @@ async fn relay_killed_between_publish_and_mark_publishes_again() {
 
     // The dead instance still holds every lane; a new one takes them once the lease expires.
     let later = ManualClock::new(
-        now_ms() + RelayConfig::new("pedidos").lease_ttl.as_millis() as i64 + 1_000,
+        now_ms()
+            + RelayConfig::new("pedidos", support::routing())
+                .lease_ttl
+                .as_millis() as i64
+            + 1_000,
     );
     let successor = relay(outbox.clone(), log.pool().clone(), Arc::new(later));
     assert_eq!(successor.drain_once().await.unwrap(), 2);

@@ -31,8 +31,8 @@ async fn list_reads_every_field_and_filters_combine() {
     let first = &all[0];
     assert_eq!(first.id.to_string(), "pedidos.eventos.dlq/0/0");
     assert_eq!(first.key.as_deref(), Some("P-1"));
-    assert_eq!(first.tipo.as_deref(), Some("pedido.creado"));
-    assert_eq!(first.motivo, "producto desconocido: queso-azul");
+    assert_eq!(first.kind.as_deref(), Some("pedido.creado"));
+    assert_eq!(first.reason, "producto desconocido: queso-azul");
     assert_eq!(first.class(), "producto desconocido");
     assert_eq!(first.attempts, Some(3));
     assert_eq!(first.replays, 0);
@@ -47,17 +47,17 @@ async fn list_reads_every_field_and_filters_combine() {
     let keys = |letters: Vec<entrega::dlq::DeadLetter>| -> Vec<String> {
         letters.into_iter().filter_map(|l| l.key).collect()
     };
-    let by_tipo = DlqFilter::all().with_tipo("pedido.creado");
+    let by_tipo = DlqFilter::all().with_kind("pedido.creado");
     assert_eq!(
         keys(fx.tool.list(&by_tipo, false).await.unwrap()),
         ["P-1", "P-3"]
     );
-    let by_motivo = DlqFilter::all().with_motivo("QUESO");
+    let by_reason = DlqFilter::all().with_reason("QUESO");
     assert_eq!(
-        keys(fx.tool.list(&by_motivo, false).await.unwrap()),
+        keys(fx.tool.list(&by_reason, false).await.unwrap()),
         ["P-1", "P-3"]
     );
-    let both = by_motivo.clone().with_tipo("pedido.creado");
+    let both = by_reason.clone().with_kind("pedido.creado");
     let later = both.with_time(Some(START_MS + 1), None);
     assert_eq!(keys(fx.tool.list(&later, false).await.unwrap()), ["P-3"]);
     let earlier = DlqFilter::all().with_time(None, Some(START_MS + 1_000));
@@ -80,7 +80,7 @@ async fn bad_requests_are_usage_errors_and_change_nothing() {
     let replay = ReplayOptions::new("ana");
     let cases: Vec<(DlqFilter, &str)> = vec![
         (
-            DlqFilter::id(id(0)).with_tipo("pedido.creado"),
+            DlqFilter::id(id(0)).with_kind("pedido.creado"),
             "cannot be combined with --tipo",
         ),
         (
@@ -103,7 +103,7 @@ async fn bad_requests_are_usage_errors_and_change_nothing() {
             DlqFilter::all().with_topic("otro.dlq"),
             "not a tended dead-letter topic",
         ),
-        (DlqFilter::all().with_motivo(" "), "--motivo is empty"),
+        (DlqFilter::all().with_reason(" "), "--motivo is empty"),
     ];
     for (filter, expected) in cases {
         let err = fx.tool.replay(&filter, &replay).await.unwrap_err();

@@ -1,5 +1,5 @@
 //! Rows the transport refuses for good: the refused row gets attempts, a next attempt and the
-//! last error, is parked after `max_attempts`, and only its aggregate waits behind it; the
+//! last error, is held after `max_attempts`, and only its aggregate waits behind it; the
 //! other aggregates of its lane are published, in order. A released row goes out before its
 //! aggregate's later rows. A broker outage counts no attempts. On the memory fake, SQLite and
 //! PostgreSQL outboxes, on a `ManualClock`.
@@ -135,7 +135,7 @@ async fn drain(relay: &Relay) {
     panic!("the relay kept publishing");
 }
 
-/// An environment seeded by [`seed`] around `poison`, and a relay (parking at the third
+/// An environment seeded by [`seed`] around `poison`, and a relay (holding at the third
 /// attempt) whose publisher refuses the event `refused`.
 struct Setup {
     clock: ManualClock,
@@ -170,7 +170,7 @@ async fn setup(backend: Backend, poison: &[NewEvent], refused: Uuid) -> Setup {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_row_waits_with_its_aggregate_is_parked_and_released_in_order() {
+async fn a_refused_row_waits_with_its_aggregate_is_held_and_released_in_order() {
     for backend in BACKENDS {
         let poison = events("P-poison", 0..4);
         let Setup {
@@ -226,7 +226,7 @@ async fn a_refused_row_waits_with_its_aggregate_is_parked_and_released_in_order(
             .as_deref()
             .unwrap()
             .contains("message too large"));
-        assert!(!row.is_parked());
+        assert!(!row.is_held());
         assert_eq!(relay.stats().refused(), 1);
 
         // Not due yet: nothing is tried.
@@ -234,7 +234,7 @@ async fn a_refused_row_waits_with_its_aggregate_is_parked_and_released_in_order(
         drain(&relay).await;
         assert_eq!(blocked(&env, &clock).await[0].attempts, 1, "{backend:?}");
 
-        // Due twice more: refused again each time, then parked at the third attempt.
+        // Due twice more: refused again each time, then held at the third attempt.
         clock.advance(50);
         drain(&relay).await;
         let row = blocked(&env, &clock).await.remove(0);
@@ -252,14 +252,14 @@ async fn a_refused_row_waits_with_its_aggregate_is_parked_and_released_in_order(
             .status(clock.now_ms())
             .await
             .unwrap();
-        assert_eq!((status.parked, status.retrying), (1, 0), "{backend:?}");
+        assert_eq!((status.held, status.retrying), (1, 0), "{backend:?}");
         let row = &status.blocked[0];
         assert_eq!(row.attempts, 3);
-        assert_eq!(row.parked_at_ms, Some(clock.now_ms()), "{backend:?}");
+        assert_eq!(row.held_at_ms, Some(clock.now_ms()), "{backend:?}");
         assert_eq!(row.next_attempt_ms, None);
-        assert_eq!((relay.stats().refused(), relay.stats().parked()), (3, 1));
+        assert_eq!((relay.stats().refused(), relay.stats().held()), (3, 1));
 
-        // Parked: a week later it is still not tried, while new events of the lane flow.
+        // Held: a week later it is still not tried, while new events of the lane flow.
         clock.advance(7 * 24 * 3_600_000);
         let more_poison = events("P-poison", 4..5);
         let more_other = events(&same_lane[0].aggregate_id, 3..5);
@@ -335,7 +335,7 @@ async fn a_broker_outage_counts_no_attempts_and_a_lane_going_alone_narrows_a_ref
             .status(clock.now_ms())
             .await
             .unwrap();
-        assert_eq!((status.retrying, status.parked), (0, 0), "{backend:?}");
+        assert_eq!((status.retrying, status.held), (0, 0), "{backend:?}");
         assert_eq!(relay.stats().refused(), 0);
         assert!(relay.stats().publish_errors() >= 3);
 
@@ -362,6 +362,73 @@ async fn a_broker_outage_counts_no_attempts_and_a_lane_going_alone_narrows_a_ref
         assert_eq!(rows.len(), 1, "{backend:?}");
         assert_eq!((rows[0].id, rows[0].attempts), (poison[0].id, 1));
         assert_in_order(&env, &[&same_lane[..], &elsewhere[..]].concat()).await;
+        env.finish().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregate_nothing_routes_is_held_alone_and_never_sent_elsewhere() {
+    for backend in BACKENDS {
+        // `factura` shares the outbox but has no route: its rows are refused by the relay
+        // itself, attempt after attempt, then held; the orders around them go out.
+        let unrouted: Vec<NewEvent> = (0..2)
+            .map(|n| {
+                NewEvent::new(
+                    "factura",
+                    "P-poison",
+                    "factura.emitida",
+                    serde_json::json!({ "n": n }),
+                )
+            })
+            .collect();
+        let Setup {
+            clock,
+            env,
+            same_lane,
+            elsewhere,
+            relay,
+            ..
+        } = setup(backend, &unrouted, Uuid::nil()).await;
+        for _ in 0..3 {
+            drain(&relay).await;
+            clock.advance(1_000);
+        }
+        assert_eq!(
+            published(env.outbox.as_ref(), &same_lane).await
+                + published(env.outbox.as_ref(), &elsewhere).await,
+            same_lane.len() + elsewhere.len(),
+            "{backend:?}"
+        );
+        assert_eq!(
+            published(env.outbox.as_ref(), &unrouted).await,
+            0,
+            "{backend:?}"
+        );
+        let status = env
+            .outbox
+            .maintenance()
+            .status(clock.now_ms())
+            .await
+            .unwrap();
+        assert_eq!((status.held, status.retrying), (1, 0), "{backend:?}");
+        let row = &status.blocked[0];
+        assert_eq!(row.id, unrouted[0].id);
+        assert!(
+            row.last_error
+                .as_deref()
+                .unwrap()
+                .contains("no topic is routed for aggregate `factura`"),
+            "{backend:?}: {row:?}"
+        );
+        // Nothing of `factura` reached the topic, under any name.
+        let records = all_records(env.log.as_ref(), TOPIC).await;
+        assert!(!records.is_empty());
+        assert!(
+            records
+                .iter()
+                .all(|r| Envelope::parse(&r.payload).unwrap().kind == "pedido.creado"),
+            "{backend:?}"
+        );
         env.finish().await;
     }
 }

@@ -17,9 +17,9 @@ use super::report::{BenchReport, Measurement, Target};
 use super::timed_subscriber::{BrokerTime, TimedSubscriber};
 use super::workload::{fill_stock, prefill_topic, settle, topic_messages};
 use super::{progress, BenchRun, Common};
-use crate::config::Db;
 use crate::services::inventario::{StockConsumer, CONSUMER};
 use crate::wiring::{ensure_topic_and_dlq, Broker};
+use entrega::db::{query, Db};
 
 /// Messages per second the consumer must sustain.
 const TARGET_RATE: f64 = 5_000.0;
@@ -254,9 +254,7 @@ async fn committed(broker: &Broker, run: &BenchRun) -> anyhow::Result<u64> {
 /// When `group` last committed offsets in the log's database, in epoch ms.
 async fn last_commit_ms(db: &Db, group: &str) -> anyhow::Result<i64> {
     const SQL: &str = "SELECT max(committed_at_ms) FROM entrega_group_offsets WHERE group_id = $1";
-    let last: Option<i64> = match db {
-        Db::Postgres(pool) => sqlx::query_scalar(SQL).bind(group).fetch_one(pool).await?,
-        Db::Sqlite(pool) => sqlx::query_scalar(SQL).bind(group).fetch_one(pool).await?,
-    };
+    let last: Option<Option<i64>> = db.scalar(query(SQL).bind(group)).await?;
+    let last = last.flatten();
     last.context("no offsets were committed")
 }

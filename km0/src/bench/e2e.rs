@@ -34,7 +34,7 @@ use crate::services::inventario::StockConsumer;
 use crate::services::pedidos::{
     AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS, SOURCE,
 };
-use crate::wiring::{ensure_topic_and_dlq, outbox_ports, Broker};
+use crate::wiring::{ensure_topic_and_dlq, Broker};
 
 /// The p99 latency must stay under this many milliseconds.
 const TARGET_P99_MS: f64 = 25.0;
@@ -180,12 +180,12 @@ async fn load(run: &BenchRun, args: &E2eArgs) -> anyhow::Result<RunResult> {
     let broker = run.system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, &run.topic).await?;
 
-    let mut relay_config = RelayConfig::new(SOURCE);
+    let mut relay_config =
+        RelayConfig::new(SOURCE, TopicRouting::new().route(AGGREGATE, &run.topic));
     relay_config.instance_id = "bench-relay".to_owned();
-    relay_config.routing = TopicRouting::default().route(AGGREGATE, &run.topic);
     relay_config.poll_interval = Duration::from_millis(200);
     let relay = Relay::new(
-        outbox_ports(pedidos.db()),
+        pedidos.db().outbox(),
         broker.publisher(),
         Arc::new(SystemClock),
         relay_config,

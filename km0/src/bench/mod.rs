@@ -13,6 +13,7 @@ mod pgbench;
 mod poison;
 mod relay;
 mod report;
+mod rpc;
 mod seed;
 mod timed_publisher;
 mod timed_subscriber;
@@ -28,9 +29,11 @@ pub use relay::RelayArgs;
 pub use report::{BenchReport, Measurement, Target};
 pub use seed::SeedArgs;
 
-use crate::config::{is_postgres, sqlite_path, with_database, BrokerUrl, DataPlace, Databases};
 use crate::services::inventario::GROUP;
 use crate::services::pedidos::TOPIC;
+use crate::wiring::config::{
+    is_postgres, sqlite_path, with_database, BrokerUrl, DataPlace, Databases,
+};
 use crate::wiring::System;
 
 /// `km0 bench ...`.
@@ -73,6 +76,9 @@ pub enum BenchCommand {
     /// Seed: entrega's relay and consumer against the seed's Python ones, same rows, same
     /// broker (PostgreSQL and Kafka only).
     Seed(SeedArgs),
+    /// Request/reply on RabbitMQ: round trips and calls/s of pagos' authorisations against
+    /// the seed's client and a trivial responder.
+    Rpc(rpc::RpcArgs),
 }
 
 /// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
@@ -191,24 +197,43 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         let dir = sqlite_path(database).context("--database must be sqlite:// or postgres://")?;
         DataPlace::parse(&format!("sqlite://{dir}"))?
     };
-    let kafka = match BrokerUrl::parse(broker)? {
-        BrokerUrl::Kafka(url, _) => Some(url),
-        BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_) => None,
-    };
-    let place = BenchPlace { place, kafka };
-    let common = Common {
-        pgbench: (!args.no_ceiling && place.postgres_server().is_some())
-            .then(|| args.pgbench.clone()),
-        place,
-        runs: args.runs.max(1),
-        keep: args.keep,
-    };
-    let report = match &args.command {
-        BenchCommand::Relay(a) => relay::run(&common, a).await?,
-        BenchCommand::Consume(a) => consume::run(&common, a).await?,
-        BenchCommand::E2e(a) => e2e::run(&common, a).await?,
-        BenchCommand::Poison(a) => poison::run(&common, a).await?,
-        BenchCommand::Seed(a) => seed::run(&common, a).await?,
+    let parsed = BrokerUrl::parse(broker)?;
+    let report = if let BenchCommand::Rpc(a) = &args.command {
+        let BrokerUrl::Amqp(url, _) = &parsed else {
+            anyhow::bail!("km0 bench rpc runs on RabbitMQ: --broker amqp://...");
+        };
+        let common = Common {
+            pgbench: None,
+            place: BenchPlace { place, kafka: None },
+            runs: args.runs.max(1),
+            keep: args.keep,
+        };
+        rpc::run(&common, url, a).await?
+    } else {
+        let kafka = match parsed {
+            BrokerUrl::Kafka(url, _) => Some(url),
+            BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_) => None,
+            BrokerUrl::Amqp(..) => anyhow::bail!(
+                "the relay, consume, e2e, poison and seed benchmarks measure logs (a database \
+                 or Kafka), not RabbitMQ; km0 bench rpc measures it"
+            ),
+        };
+        let place = BenchPlace { place, kafka };
+        let common = Common {
+            pgbench: (!args.no_ceiling && place.postgres_server().is_some())
+                .then(|| args.pgbench.clone()),
+            place,
+            runs: args.runs.max(1),
+            keep: args.keep,
+        };
+        match &args.command {
+            BenchCommand::Relay(a) => relay::run(&common, a).await?,
+            BenchCommand::Consume(a) => consume::run(&common, a).await?,
+            BenchCommand::E2e(a) => e2e::run(&common, a).await?,
+            BenchCommand::Poison(a) => poison::run(&common, a).await?,
+            BenchCommand::Seed(a) => seed::run(&common, a).await?,
+            BenchCommand::Rpc(_) => anyhow::bail!("the rpc bench runs on RabbitMQ only"),
+        }
     };
     let json = serde_json::to_string_pretty(&report)?;
     if let Some(path) = &args.output {

@@ -17,9 +17,10 @@ use tokio::process::Command;
 
 use super::workload::{self, BENCH_UNITS};
 use super::{progress, Common};
-use crate::config::{with_database, Db};
 use crate::services::inventario::{StockStore, CONSUMER, GROUP};
 use crate::services::pedidos::{PARTITIONS, TOPIC};
+use crate::wiring::config::with_database;
+use entrega::Db;
 
 /// The relay's statements, one round over the held lanes per transaction.
 const RELAY_SCRIPT: &str = include_str!("../../../bench/pgbench/relay.sql");
@@ -51,10 +52,9 @@ impl CeilingDb {
         let name = format!("km0bench{id}_ceiling");
         let url = entrega_postgres::ensure_database(&server, &name).await?;
         let db = Db::connect(&url).await?;
-        let Db::Postgres(pool) = &db else {
+        let Some(pool) = db.postgres().cloned() else {
             bail!("the ceiling database is not PostgreSQL");
         };
-        let pool = pool.clone();
         Ok((
             Self {
                 server,
@@ -167,7 +167,7 @@ pub(crate) async fn relay_ceiling(
     let result = async {
         ceiling
             .db
-            .migrate_entrega(&[MigrationSet::Outbox, MigrationSet::Log])
+            .migrate(&[MigrationSet::Outbox, MigrationSet::Log])
             .await?;
         PgLog::new(pool.clone())
             .ensure_topic(TOPIC, PARTITIONS)
@@ -235,7 +235,7 @@ pub(crate) async fn consume_ceiling(
     let result = async {
         let stock = StockStore::new(ceiling.db.clone());
         stock.migrate().await?;
-        ceiling.db.migrate_entrega(&[MigrationSet::Log]).await?;
+        ceiling.db.migrate(&[MigrationSet::Log]).await?;
         workload::fill_stock(&stock).await?;
         let log = PgLog::new(pool.clone());
         log.ensure_topic(TOPIC, PARTITIONS).await?;

@@ -24,7 +24,6 @@ use serde_json::json;
 
 use super::report::{BenchReport, Measurement};
 use super::{progress, BenchRun, Common};
-use crate::config::parking_store;
 
 /// The key whose event always fails.
 const POISON_KEY: &str = "envenenado";
@@ -140,7 +139,7 @@ async fn measure(
         config,
     )
     .with_admin(admin)
-    .with_parking(parking_store(stock.db()));
+    .with_parking(stock.db().parking());
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let stop = stop.clone();

@@ -17,9 +17,9 @@ use super::report::{BenchReport, Measurement, Target};
 use super::timed_publisher::TimedPublisher;
 use super::workload::{outbox_events, prefill_outbox};
 use super::{progress, BenchRun, Common};
-use crate::config::Db;
 use crate::services::pedidos::{AGGREGATE, SOURCE};
-use crate::wiring::{ensure_topic_and_dlq, outbox_ports, Broker, DEFAULT_LEASE_TTL};
+use crate::wiring::{ensure_topic_and_dlq, Broker, DEFAULT_LEASE_TTL};
+use entrega::db::{query_each, Db};
 
 /// The relay must reach this share of the pgbench ceiling, in percent.
 const TARGET_PERCENT: f64 = 70.0;
@@ -169,7 +169,7 @@ pub(crate) async fn drain_prefilled(
     // Long-running relays have split the lanes long before a backlog builds up: let them
     // join and balance before the clock starts, or the first one would hold every lane for
     // a third of the lease period.
-    let leases = outbox_ports(pedidos).leases;
+    let leases = pedidos.outbox().leases;
     for _round in 0..3 {
         for id in &ids {
             leases.balance(id, now_ms(), DEFAULT_LEASE_TTL).await?;
@@ -183,14 +183,14 @@ pub(crate) async fn drain_prefilled(
     let relays: Vec<Arc<Relay>> = ids
         .iter()
         .map(|id| {
-            let mut config = RelayConfig::new(SOURCE);
+            let mut config =
+                RelayConfig::new(SOURCE, TopicRouting::new().route(AGGREGATE, &run.topic));
             config.instance_id = id.clone();
-            config.routing = TopicRouting::default().route(AGGREGATE, &run.topic);
             config.batch_size = args.batch.max(1);
             config.lease_ttl = DEFAULT_LEASE_TTL;
             config.poll_interval = Duration::from_millis(200);
             Arc::new(Relay::new(
-                outbox_ports(pedidos),
+                pedidos.outbox(),
                 Arc::clone(&publisher),
                 Arc::new(SystemClock),
                 config,
@@ -233,10 +233,7 @@ pub(crate) async fn drain_prefilled(
     let publish_percent =
         100.0 * busy_us.load(Ordering::Relaxed) as f64 / (drain_us * instances as f64).max(1.0);
 
-    let status = crate::wiring::outbox_ports(pedidos)
-        .maintenance
-        .status(now_ms())
-        .await?;
+    let status = pedidos.outbox().maintenance.status(now_ms()).await?;
     let on_topic = broker.topic_total(&run.topic).await?;
     if status.pending != 0 || on_topic < want {
         bail!(
@@ -253,22 +250,13 @@ pub(crate) async fn drain_prefilled(
 
 /// When the last outbox row was marked published, in epoch ms.
 async fn last_mark_ms(db: &Db) -> anyhow::Result<i64> {
-    let last: Option<i64> = match db {
-        Db::Postgres(pool) => {
-            sqlx::query_scalar(
-                "SELECT (extract(epoch FROM max(publicado_en)) * 1000)::bigint FROM outbox",
-            )
-            .fetch_one(pool)
-            .await?
-        }
-        Db::Sqlite(pool) => {
-            sqlx::query_scalar(
-                "SELECT CAST(round((julianday(max(publicado_en)) - 2440587.5) * 86400000.0)
-                        AS INTEGER) FROM outbox",
-            )
-            .fetch_one(pool)
-            .await?
-        }
-    };
+    let last: Option<Option<i64>> = db
+        .scalar(query_each(
+            "SELECT CAST(round((julianday(max(publicado_en)) - 2440587.5) * 86400000.0)
+                    AS INTEGER) FROM outbox",
+            "SELECT (extract(epoch FROM max(publicado_en)) * 1000)::bigint FROM outbox",
+        ))
+        .await?;
+    let last = last.flatten();
     last.context("no row was marked published")
 }

@@ -25,8 +25,8 @@ use super::relay::{drain_prefilled, RelayArgs};
 use super::report::{BenchReport, Measurement, Target};
 use super::workload::{outbox_events, prefill_outbox, BENCH_UNITS};
 use super::{progress, BenchRun, Common};
-use crate::config::{with_database, Db, Service};
 use crate::services::inventario::{CONSUMER, INITIAL_STOCK};
+use crate::wiring::config::{with_database, Service};
 use crate::wiring::ensure_topic_and_dlq;
 
 /// entrega's relay must reach this multiple of the seed's events/s.
@@ -144,7 +144,7 @@ async fn compare_relays(
     args: &SeedArgs,
 ) -> anyhow::Result<(f64, f64)> {
     let pedidos = run.system.pedidos().await.context("opening pedidos")?;
-    let Db::Postgres(pool) = pedidos.db() else {
+    let Some(pool) = pedidos.db().postgres() else {
         bail!("the seed's relay needs PostgreSQL");
     };
     let broker = run.system.broker().await.context("opening the broker")?;
@@ -198,7 +198,7 @@ async fn compare_consumers(
     };
     consume::drain(run, &consume_args, 1).await?;
     let stock = run.system.inventario().await?;
-    let Db::Postgres(pool) = stock.db() else {
+    let Some(pool) = stock.db().postgres() else {
         bail!("the comparison needs PostgreSQL");
     };
     let ours = span_rate(pool, "mensajes_procesados", "procesado_en", Some(CONSUMER)).await?;

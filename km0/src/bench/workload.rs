@@ -8,12 +8,10 @@
 use anyhow::Context as _;
 use entrega_core::headers::{ID_EVENTO, TIPO};
 use entrega_core::{now_ms, Envelope, Headers, NewEvent, OutgoingMessage, Publisher};
-use entrega_postgres::PgOutbox;
-use entrega_sqlite::SqliteOutbox;
 
-use crate::config::Db;
 use crate::services::inventario::{StockStore, INITIAL_STOCK};
 use crate::services::pedidos::{order_created, NewOrder, OrderLine, ORDER_CREATED, SOURCE};
+use entrega::db::{query, Backend, Db};
 
 /// Units given to every product before a bench, so no order is ever refused for stock.
 pub(crate) const BENCH_UNITS: i32 = 1_000_000_000;
@@ -39,6 +37,7 @@ pub(crate) fn order(id: String, n: usize) -> NewOrder {
         customer: "bench".to_owned(),
         market: "girona".to_owned(),
         lines: vec![line(n), line(n + 1)],
+        card: None,
     }
 }
 
@@ -91,18 +90,9 @@ pub(crate) fn topic_messages(
 /// Writes `events` to the outbox of `db`, a thousand per transaction.
 pub(crate) async fn prefill_outbox(db: &Db, events: &[NewEvent]) -> anyhow::Result<()> {
     for chunk in events.chunks(CHUNK) {
-        match db {
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                PgOutbox::enqueue_all(&mut tx, chunk).await?;
-                tx.commit().await?;
-            }
-            Db::Sqlite(pool) => {
-                let mut tx = entrega_sqlite::begin_immediate(pool).await?;
-                SqliteOutbox::enqueue_all(&mut tx, chunk).await?;
-                tx.commit().await?;
-            }
-        }
+        let mut tx = db.begin().await?;
+        tx.enqueue_all(chunk).await?;
+        tx.commit().await?;
     }
     settle(db, &["outbox"]).await
 }
@@ -133,23 +123,20 @@ pub(crate) async fn fill_stock(stock: &StockStore) -> anyhow::Result<()> {
 /// for the planner, dead rows vacuumed, and (PostgreSQL) the load's WAL checkpointed so a
 /// checkpoint does not land in the middle of the measurement.
 pub(crate) async fn settle(db: &Db, tables: &[&str]) -> anyhow::Result<()> {
-    match db {
-        Db::Postgres(pool) => {
+    // Maintenance statements have no common form: each backend's, side by side.
+    match db.backend() {
+        Backend::Postgres => {
             for table in tables {
-                sqlx::query(&format!("VACUUM ANALYZE {table}"))
-                    .execute(pool)
-                    .await?;
+                db.execute(query(format!("VACUUM ANALYZE {table}"))).await?;
             }
             // Needs superuser (or pg_checkpoint); without it the run is merely noisier.
-            if let Err(e) = sqlx::query("CHECKPOINT").execute(pool).await {
+            if let Err(e) = db.execute(query("CHECKPOINT")).await {
                 tracing::debug!(error = %e, "checkpoint before the bench skipped");
             }
         }
-        Db::Sqlite(pool) => {
-            sqlx::query("ANALYZE").execute(pool).await?;
-            sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
-                .execute(pool)
-                .await?;
+        Backend::Sqlite => {
+            db.execute(query("ANALYZE")).await?;
+            db.execute(query("PRAGMA wal_checkpoint(TRUNCATE)")).await?;
         }
     }
     Ok(())

@@ -19,7 +19,7 @@ use entrega_core::{now_ms, OutboxStatus};
 
 use crate::services::inventario::{StockStore, CONSUMER};
 use crate::services::pedidos::{OrderStore, TOPIC};
-use crate::wiring::{dead_letter_topic, outbox_ports, Broker, Components, System};
+use crate::wiring::{dead_letter_topic, dead_letters_of, Broker, Components, System};
 
 /// How a demo run goes.
 #[derive(Debug, Clone)]
@@ -48,7 +48,8 @@ pub struct DemoOptions {
 struct Counters {
     consumed: u64,
     published: u64,
-    on_topic: u64,
+    /// `None` on RabbitMQ, which keeps no log to count.
+    on_topic: Option<u64>,
     dead_letters: u64,
 }
 
@@ -57,10 +58,27 @@ impl Counters {
         Ok(Self {
             consumed: watch.stock.processed(CONSUMER).await?,
             published: watch.outbox().await?.published,
-            on_topic: watch.broker.topic_total(TOPIC).await?,
-            dead_letters: watch.broker.topic_total(&dead_letter_topic()).await?,
+            on_topic: match watch.broker.is_amqp() {
+                true => None,
+                false => Some(watch.broker.topic_total(TOPIC).await?),
+            },
+            dead_letters: dead_letter_count(&watch.broker).await?,
         })
     }
+}
+
+/// Dead letters of the stock consumer so far: records of its dead-letter topic, or messages
+/// in its dead-letter queue on RabbitMQ.
+async fn dead_letter_count(broker: &Broker) -> anyhow::Result<u64> {
+    let Some(amqp) = broker.as_amqp() else {
+        return Ok(broker.topic_total(&dead_letter_topic()).await?);
+    };
+    let queue = dead_letters_of(broker);
+    let depths = amqp.queue_depths(&[queue]).await?;
+    Ok(depths
+        .iter()
+        .map(|d| d.ready + d.unacked.unwrap_or(0))
+        .sum())
 }
 
 /// Connections the demo observes the run through, opened once (opening migrates).
@@ -76,7 +94,7 @@ impl Watch {
         let orders = system.pedidos().await.context("opening pedidos")?;
         Ok(Self {
             stock: system.inventario().await.context("opening inventario")?,
-            outbox: outbox_ports(orders.db()),
+            outbox: orders.db().outbox(),
             orders,
             broker: system.broker().await.context("opening the broker")?,
         })
@@ -114,7 +132,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     let before = Counters::read(&watch).await?;
     // On a shared broker (Kafka) the topic may hold earlier runs' events: this run's start
     // where it ends now.
-    let run_start = watch.broker.end_offsets(TOPIC).await?;
+    let replayable = redeliver::Replayable::open(&watch.broker, &run_id).await?;
 
     let started = Instant::now();
     let running = system
@@ -169,8 +187,9 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
     watcher.abort();
     consuming.finish();
     let redelivered = if drained {
-        redeliver_and_wait(&watch, &running, &run_start, options.redeliver, deadline).await?
+        redeliver_and_wait(&watch, &running, replayable, options.redeliver, deadline).await?
     } else {
+        replayable.discard(&watch.broker).await?;
         0
     };
     let total_ms = elapsed_ms(started);
@@ -190,7 +209,10 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         orders_accepted: placed.accepted,
         orders_failed: placed.failed,
         events_published: after.published.saturating_sub(before.published),
-        messages_on_topic: after.on_topic.saturating_sub(before.on_topic),
+        messages_on_topic: after
+            .on_topic
+            .zip(before.on_topic)
+            .map(|(a, b)| a.saturating_sub(b)),
         consumed: after.consumed.saturating_sub(before.consumed),
         duplicates: consumer_stats.map_or(0, |s| s.snapshot().duplicates),
         redelivered,
@@ -219,11 +241,11 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
 async fn redeliver_and_wait(
     watch: &Watch,
     running: &crate::wiring::Running,
-    run_start: &[(u32, i64)],
+    replayable: redeliver::Replayable,
     count: usize,
     deadline: Instant,
 ) -> anyhow::Result<u64> {
-    let sent = redeliver::redeliver(&watch.broker, TOPIC, run_start, count).await? as u64;
+    let sent = replayable.redeliver(&watch.broker, count).await? as u64;
     let Some(stats) = running.consumer_stats() else {
         return Ok(sent);
     };

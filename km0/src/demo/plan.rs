@@ -75,6 +75,7 @@ impl DemoPlan {
                     customer: CUSTOMERS[rng.gen_range(0..CUSTOMERS.len())].to_owned(),
                     market: MARKETS[rng.gen_range(0..MARKETS.len())].to_owned(),
                     lines,
+                    card: None,
                 }
             })
             .collect();

@@ -1,10 +1,89 @@
 //! Redelivery on purpose: the demo publishes some already-delivered events a second time,
 //! byte for byte (same `id_evento`), as a relay that died between publish and mark would.
 //! The inventory consumer must recognise every one as a duplicate and change nothing.
+//!
+//! On a log the demo reads the events back from the run's start offsets. A RabbitMQ queue
+//! forgets what was acked, so there the demo subscribes a tap group of its own before the run:
+//! the topic's fanout exchange gives it a copy of every event, which it publishes again.
 
-use entrega_core::OutgoingMessage;
+use std::time::{Duration, Instant};
 
-use crate::broker::Broker;
+use entrega_core::{OutgoingMessage, Subscription};
+
+use crate::services::pedidos::TOPIC;
+use crate::wiring::Broker;
+
+/// Longest wait for the tap's copies.
+const TAP_WAIT: Duration = Duration::from_secs(10);
+
+/// Where the demo takes the events it publishes again.
+pub enum Replayable {
+    /// A log, read back from these per-partition offsets (its ends before the run).
+    Log(Vec<(u32, i64)>),
+    /// RabbitMQ: the demo's tap group on the topic.
+    Tap {
+        /// The tap's group, deleted after use.
+        group: String,
+        /// Its subscription.
+        sub: Box<dyn Subscription>,
+    },
+}
+
+impl Replayable {
+    /// Marks where this run starts on `broker`: the topic's ends on a log, a new tap group
+    /// (named after `run`) on RabbitMQ.
+    pub async fn open(broker: &Broker, run: &str) -> anyhow::Result<Self> {
+        if broker.is_amqp() {
+            let group = format!("km0-demo-tap-{run}");
+            let sub = broker.subscriber().subscribe(&group, TOPIC, &group).await?;
+            return Ok(Self::Tap { group, sub });
+        }
+        Ok(Self::Log(broker.end_offsets(TOPIC).await?))
+    }
+
+    /// Publishes again up to `count` events of this run (see [`redeliver`]); a tap is then
+    /// removed. Returns how many.
+    pub async fn redeliver(self, broker: &Broker, count: usize) -> anyhow::Result<usize> {
+        match self {
+            Self::Log(from) => redeliver(broker, TOPIC, &from, count).await,
+            Self::Tap { group, mut sub } => {
+                let mut picked: Vec<OutgoingMessage> = Vec::with_capacity(count);
+                let until = Instant::now() + TAP_WAIT;
+                while picked.len() < count && Instant::now() < until {
+                    let records = sub
+                        .poll(count - picked.len(), Duration::from_millis(200))
+                        .await?;
+                    picked.extend(records.into_iter().map(|r| OutgoingMessage {
+                        topic: r.topic,
+                        key: r.key,
+                        headers: r.headers,
+                        payload: r.payload,
+                    }));
+                }
+                sub.close().await?;
+                broker.publisher().publish(&picked).await?;
+                Self::remove_tap(broker, &group).await?;
+                Ok(picked.len())
+            }
+        }
+    }
+
+    /// Removes the tap, when there is one, without publishing anything.
+    pub async fn discard(self, broker: &Broker) -> anyhow::Result<()> {
+        if let Self::Tap { group, mut sub } = self {
+            sub.close().await?;
+            Self::remove_tap(broker, &group).await?;
+        }
+        Ok(())
+    }
+
+    async fn remove_tap(broker: &Broker, group: &str) -> anyhow::Result<()> {
+        if let Some(amqp) = broker.as_amqp() {
+            amqp.delete_group(group, TOPIC).await?;
+        }
+        Ok(())
+    }
+}
 
 /// Publishes again up to `count` records of `topic` written during this run (from the
 /// per-partition offsets in `from`, the ends before the run; partitions not listed start at

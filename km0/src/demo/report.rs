@@ -62,8 +62,9 @@ pub struct DemoReport {
     pub orders_failed: u64,
     /// Rows of the outbox marked published.
     pub events_published: u64,
-    /// Messages appended to the topic (a relay that republishes adds duplicates here).
-    pub messages_on_topic: u64,
+    /// Messages appended to the topic (a relay that republishes adds duplicates here);
+    /// `None` on RabbitMQ, whose queues keep no log to count.
+    pub messages_on_topic: Option<u64>,
     /// Keys recorded by the stock consumer: orders applied.
     pub consumed: u64,
     /// Deliveries the consumer recognised as already applied.
@@ -159,7 +160,13 @@ impl DemoReport {
             ),
             ("orders failed", self.orders_failed.to_string()),
             ("events published", self.events_published.to_string()),
-            ("messages on topic", self.messages_on_topic.to_string()),
+            (
+                "messages on topic",
+                self.messages_on_topic.map_or_else(
+                    || "n/a (RabbitMQ keeps no log)".to_owned(),
+                    |n| n.to_string(),
+                ),
+            ),
             ("consumed", self.consumed.to_string()),
             ("redelivered (test)", self.redelivered.to_string()),
             ("duplicates absorbed", self.duplicates.to_string()),

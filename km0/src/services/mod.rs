@@ -3,5 +3,7 @@
 
 pub mod analitica;
 pub mod inventario;
+pub mod pagos;
+pub mod pasarela;
 pub mod pedidos;
 pub mod reparto;

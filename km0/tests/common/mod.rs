@@ -4,15 +4,17 @@
 
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
+pub mod amqp;
 pub mod kafka;
 pub mod kafka_state;
+pub mod ledger;
 pub mod process;
 pub mod proxy;
 pub mod state;
 
 use std::path::PathBuf;
 
-use km0::config::Db;
+use entrega::Db;
 
 /// Server used by PostgreSQL tests.
 pub fn pg_server() -> String {
@@ -92,7 +94,7 @@ impl TestDb {
 /// A whole deployment on fresh databases of `backend`: a temporary directory on SQLite,
 /// `entrega_t_<uuid>_*` databases on PostgreSQL. Remove it with `System::destroy`.
 pub fn test_system(backend: &str) -> km0::wiring::System {
-    use km0::config::{DataPlace, Databases};
+    use km0::wiring::config::{DataPlace, Databases};
     let id = uuid::Uuid::new_v4().simple().to_string();
     let (databases, broker) = match backend {
         "postgres" => (

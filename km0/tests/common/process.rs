@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use km0::config::DataPlace;
+use km0::wiring::config::DataPlace;
 use km0::wiring::System;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
@@ -79,6 +79,11 @@ impl Deployment {
         }
     }
 
+    /// The deployment's databases and broker, as the processes see them.
+    pub fn system(&self) -> &System {
+        &self.system
+    }
+
     /// The backend's name.
     pub fn backend(&self) -> &str {
         &self.backend
@@ -92,6 +97,18 @@ impl Deployment {
     /// Starts `km0 run <component> --instance <instance>` with `failpoints` (empty: none)
     /// in `ENTREGA_FAILPOINTS`, without waiting for it to be ready.
     pub fn spawn(&self, component: &str, instance: &str, failpoints: &str) -> Km0 {
+        self.spawn_with(component, instance, failpoints, &[])
+    }
+
+    /// [`Deployment::spawn`] with more arguments after `run <component>` (e.g.
+    /// `--pasarela-url URL`).
+    pub fn spawn_with(
+        &self,
+        component: &str,
+        instance: &str,
+        failpoints: &str,
+        extra: &[String],
+    ) -> Km0 {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -108,6 +125,7 @@ impl Deployment {
                 "--http",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .env_remove("KM0_DATABASE")
             .env_remove("KM0_BROKER")
             .env_remove("KM0_DB_PREFIX")
@@ -264,13 +282,16 @@ impl Km0 {
         line
     }
 
-    /// The pedidos HTTP address announced in the ready line.
+    /// The HTTP address announced in the ready line (pedidos', or pasarela's).
     pub fn http_addr(&self) -> SocketAddr {
         let line = self.ready.as_deref().expect("process is ready");
         line.split_whitespace()
-            .find_map(|w| w.strip_prefix("pedidos="))
+            .find_map(|w| {
+                w.strip_prefix("pedidos=")
+                    .or_else(|| w.strip_prefix("pasarela="))
+            })
             .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no pedidos address in `{line}`"))
+            .unwrap_or_else(|| panic!("no HTTP address in `{line}`"))
     }
 
     /// Its process id while it runs (to signal it, e.g. SIGSTOP).

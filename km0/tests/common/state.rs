@@ -9,10 +9,8 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use entrega::db::{query, Db};
 use entrega_core::{NewEvent, Record};
-use entrega_postgres::PgOutbox;
-use entrega_sqlite::SqliteOutbox;
-use km0::config::Db;
 use km0::services::inventario::{StockStore, CONSUMER, GROUP};
 use km0::services::pedidos::TOPIC;
 use km0::wiring::{Broker, System};
@@ -122,11 +120,12 @@ impl DbState {
     pub async fn keys(&self) -> Vec<String> {
         let sql = "SELECT id_mensaje FROM mensajes_procesados WHERE consumidor = $1 \
                    ORDER BY id_mensaje";
-        match &self.inventario {
-            Db::Sqlite(pool) => sqlx::query_scalar(sql).bind(CONSUMER).fetch_all(pool).await,
-            Db::Postgres(pool) => sqlx::query_scalar(sql).bind(CONSUMER).fetch_all(pool).await,
-        }
-        .expect("keys")
+        let rows: Vec<(String,)> = self
+            .inventario
+            .fetch_all(query(sql).bind(CONSUMER))
+            .await
+            .expect("keys");
+        rows.into_iter().map(|(key,)| key).collect()
     }
 
     /// Outbox rows still waiting for the relay (`publicado_en IS NULL`).
@@ -142,11 +141,10 @@ impl DbState {
     pub async fn lanes(&self) -> Vec<(i64, Option<String>, i64)> {
         let sql = "SELECT CAST(lane AS BIGINT), owner, expires_at_ms FROM entrega_relay_lanes \
                    ORDER BY lane";
-        match &self.pedidos {
-            Db::Sqlite(pool) => sqlx::query_as(sql).fetch_all(pool).await,
-            Db::Postgres(pool) => sqlx::query_as(sql).fetch_all(pool).await,
-        }
-        .expect("relay lanes")
+        self.pedidos
+            .fetch_all(query(sql))
+            .await
+            .expect("relay lanes")
     }
 
     /// Every record of `topic`, partition by partition, in offset order.
@@ -202,27 +200,17 @@ impl DbState {
 
 /// Commits `events` to the outbox of `db` in one transaction, as a producer would.
 pub async fn enqueue(db: &Db, events: &[NewEvent]) {
-    match db {
-        Db::Sqlite(pool) => {
-            let mut tx = entrega_sqlite::begin_immediate(pool).await.unwrap();
-            SqliteOutbox::enqueue_all(&mut tx, events).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-        Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.unwrap();
-            PgOutbox::enqueue_all(&mut tx, events).await.unwrap();
-            tx.commit().await.unwrap();
-        }
-    }
+    let mut tx = db.begin().await.unwrap();
+    tx.enqueue_all(events).await.unwrap();
+    tx.commit().await.unwrap();
 }
 
 /// `SELECT COUNT(*) ...` (or any single BIGINT) on either backend.
 pub async fn count(db: &Db, sql: &str) -> i64 {
-    match db {
-        Db::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
-        Db::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await,
-    }
-    .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    db.scalar::<i64>(query(sql.to_owned()))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_else(|| panic!("{sql}: no row"))
 }
 
 /// The stock `before` less what `orders` took, per product.

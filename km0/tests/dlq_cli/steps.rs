@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use entrega_core::headers::{ID_EVENTO, TIPO};
 use entrega_core::{Envelope, Headers, OutgoingMessage, Record};
-use km0::config::{DataPlace, Databases};
 use km0::services::inventario::{CONSUMER, GROUP};
 use km0::services::pedidos::TOPIC;
+use km0::wiring::config::{DataPlace, Databases};
 use km0::wiring::{dead_letter_topic, ensure_topics, Broker, Components, Running, System};
 use serde_json::{json, Value};
 use sqlx::SqlitePool;

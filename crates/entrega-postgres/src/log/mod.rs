@@ -2,8 +2,8 @@
 //! with fenced partition leases, and `LISTEN`/`NOTIFY` wake-ups.
 
 mod admin;
+mod group;
 mod inspect;
-mod leases;
 mod publish;
 mod subscription;
 
@@ -17,7 +17,7 @@ use sqlx::postgres::{PgPool, PgRow};
 use sqlx::Row;
 
 use crate::errors::{classify, transport};
-use crate::listen::Listener;
+use crate::wakeup::Listener;
 
 pub use subscription::PgSubscription;
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use entrega_core::{Record, Subscriber, Subscription, TransportError};
 use tokio::sync::watch;
 
-use super::leases::{self, HeldPartition, Member};
+use super::group::{self, HeldPartition, Member};
 use super::{record_of, PgLog};
 use crate::errors::transport;
 use crate::lanes::{slots_i32, ttl_ms};
@@ -69,7 +69,7 @@ impl PgSubscription {
 
     async fn rebalance(&mut self, now_ms: i64) -> Result<(), TransportError> {
         let ttl = ttl_ms(self.log.config.lease_ttl);
-        let held = leases::balance(&self.log.pool, &self.who(), now_ms, ttl).await?;
+        let held = group::balance(&self.log.pool, &self.who(), now_ms, ttl).await?;
         let mut next = BTreeMap::new();
         for HeldPartition {
             partition,
@@ -192,7 +192,7 @@ impl Subscription for PgSubscription {
             return Ok(());
         }
         let now = self.log.clock.now_ms();
-        let lost = leases::commit_offsets(&self.log.pool, &self.who(), &fenced, now).await?;
+        let lost = group::commit_offsets(&self.log.pool, &self.who(), &fenced, now).await?;
         match lost {
             None => Ok(()),
             Some(p) => {
@@ -227,7 +227,7 @@ impl Subscription for PgSubscription {
         if self.closed {
             return Ok(());
         }
-        leases::leave(&self.log.pool, &self.who()).await?;
+        group::leave(&self.log.pool, &self.who()).await?;
         self.held.clear();
         self.closed = true;
         Ok(())
@@ -252,7 +252,7 @@ impl Subscriber for PgLog {
             member,
         };
         let mut conn = self.pool.acquire().await.map_err(transport)?;
-        leases::join(&mut conn, &who, self.clock.now_ms()).await?;
+        group::join(&mut conn, &who, self.clock.now_ms()).await?;
         Ok(Box::new(PgSubscription {
             log: self.clone(),
             group: group.to_owned(),

@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use entrega_core::{Clock, Subscriber, Subscription, SystemClock, TransportError};
 use sqlx::SqlitePool;
 
-use crate::signal::{signals_for, DbSignals};
+use crate::wakeup::{signals_for, DbSignals};
 use subscription::SqliteSubscription;
 
 /// Tuning of the log transport's consumer groups.

@@ -24,20 +24,20 @@ pub(super) struct StoredRow {
     pub(super) published_at_ms: Option<i64>,
     pub(super) next_attempt_ms: Option<i64>,
     pub(super) last_error: Option<String>,
-    pub(super) parked_at_ms: Option<i64>,
+    pub(super) held_at_ms: Option<i64>,
 }
 
 impl StoredRow {
-    /// Refused and not yet due again (or parked), at `now_ms`.
+    /// Refused and not yet due again (or held), at `now_ms`.
     fn blocks(&self, now_ms: i64) -> bool {
         self.published_at_ms.is_none()
-            && (self.parked_at_ms.is_some() || self.next_attempt_ms.is_some_and(|t| t > now_ms))
+            && (self.held_at_ms.is_some() || self.next_attempt_ms.is_some_and(|t| t > now_ms))
     }
 
     /// Refused at least once and still pending: what a status lists.
     pub(super) fn refused(&self) -> bool {
         self.published_at_ms.is_none()
-            && (self.parked_at_ms.is_some() || self.next_attempt_ms.is_some())
+            && (self.held_at_ms.is_some() || self.next_attempt_ms.is_some())
     }
 }
 
@@ -153,7 +153,7 @@ impl MemoryOutbox {
                     published_at_ms: None,
                     next_attempt_ms: None,
                     last_error: None,
-                    parked_at_ms: None,
+                    held_at_ms: None,
                     row: OutboxRow {
                         id: e.id,
                         aggregate: e.aggregate.clone(),
@@ -302,7 +302,7 @@ impl OutboxReader for MemoryOutbox {
             row.row.attempts = row.row.attempts.saturating_add(1);
             row.last_error = Some(refusal.error.clone());
             row.next_attempt_ms = refusal.retry_at_ms;
-            row.parked_at_ms = refusal.parks().then_some(now_ms);
+            row.held_at_ms = refusal.holds().then_some(now_ms);
         }
         Ok(())
     }

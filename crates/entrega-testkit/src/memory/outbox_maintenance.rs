@@ -1,4 +1,4 @@
-//! Purging, status, releasing parked rows and inspecting rows of the in-memory outbox.
+//! Purging, status, releasing held rows and inspecting rows of the in-memory outbox.
 
 use async_trait::async_trait;
 use entrega_core::{
@@ -58,7 +58,7 @@ impl OutboxMaintenance for MemoryOutbox {
         let pending = state.rows.iter().filter(|r| r.published_at_ms.is_none());
         let oldest = pending.clone().map(|r| r.row.created_at_ms).min();
         let refused = state.rows.iter().filter(|r| r.refused());
-        let parked = refused.clone().filter(|r| r.parked_at_ms.is_some()).count() as u64;
+        let held = refused.clone().filter(|r| r.held_at_ms.is_some()).count() as u64;
         Ok(OutboxStatus {
             pending: pending.count() as u64,
             oldest_pending_age_ms: oldest.map_or(0, |at| (now_ms - at).max(0)),
@@ -67,8 +67,8 @@ impl OutboxMaintenance for MemoryOutbox {
                 .iter()
                 .filter(|r| r.published_at_ms.is_some())
                 .count() as u64,
-            retrying: refused.clone().count() as u64 - parked,
-            parked,
+            retrying: refused.clone().count() as u64 - held,
+            held,
             blocked: refused
                 .take(BLOCKED_ROWS_LISTED)
                 .map(|r| BlockedRow {
@@ -79,7 +79,7 @@ impl OutboxMaintenance for MemoryOutbox {
                     attempts: r.row.attempts,
                     next_attempt_ms: r.next_attempt_ms,
                     last_error: r.last_error.clone(),
-                    parked_at_ms: r.parked_at_ms,
+                    held_at_ms: r.held_at_ms,
                 })
                 .collect(),
         })
@@ -92,10 +92,10 @@ impl OutboxMaintenance for MemoryOutbox {
             .iter_mut()
             .find(|r| r.row.id == id)
             .ok_or(ReleaseError::UnknownRow { id })?;
-        if row.published_at_ms.is_some() || row.parked_at_ms.is_none() {
-            return Err(ReleaseError::NotParked { id });
+        if row.published_at_ms.is_some() || row.held_at_ms.is_none() {
+            return Err(ReleaseError::NotHeld { id });
         }
-        row.parked_at_ms = None;
+        row.held_at_ms = None;
         row.next_attempt_ms = None;
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! and [`crate::log_conformance!`] (one `#[tokio::test]` per scenario), or all at once through
 //! the `run_all` function of each module.
 
+pub mod delivery;
 pub mod dlq;
 pub mod inbox;
 mod log_groups;
@@ -29,7 +30,7 @@ pub mod outbox {
         owners_converge_to_disjoint_lanes,
     };
     pub use super::outbox_refused::{
-        parked_row_waits_for_release, refusal_requires_valid_lease,
+        held_row_waits_for_release, refusal_requires_valid_lease,
         refused_row_holds_back_only_its_aggregate, refused_row_keeps_its_aggregate_in_order,
     };
     pub use super::outbox_rows::{

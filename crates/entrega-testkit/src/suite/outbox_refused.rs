@@ -1,5 +1,5 @@
 //! Outbox conformance, rows the transport refused: a refused row blocks its own aggregate
-//! (and only it) until its next attempt is due, parks when told to until released, and the
+//! (and only it) until its next attempt is due, holds when told to until released, and the
 //! refusal is fenced by the lane's lease like marking. Every function is one scenario, run on
 //! a fresh outbox.
 
@@ -120,7 +120,7 @@ pub async fn refused_row_holds_back_only_its_aggregate(h: &dyn OutboxHarness) ->
             );
             let status = fx.maintenance().status(now).await?;
             ensure!(
-                status.retrying == 1 && status.parked == 0,
+                status.retrying == 1 && status.held == 0,
                 "status while retrying: {status:?}"
             );
             let row = status
@@ -136,7 +136,7 @@ pub async fn refused_row_holds_back_only_its_aggregate(h: &dyn OutboxHarness) ->
                         .next_attempt_ms
                         .is_some_and(|t| (t - retry_at).abs() <= 1)
                     && row.last_error.as_deref() == Some("message too large")
-                    && !row.is_parked(),
+                    && !row.is_held(),
                 "refused row as listed: {row:?}"
             );
 
@@ -208,39 +208,36 @@ pub async fn refused_row_keeps_its_aggregate_in_order(h: &dyn OutboxHarness) -> 
     .await
 }
 
-/// A parked row stays out of the pending reads however much time passes, with its aggregate;
-/// releasing it brings it back first. Releasing an unknown row or one that is not parked
+/// A held row stays out of the pending reads however much time passes, with its aggregate;
+/// releasing it brings it back first. Releasing an unknown row or one that is not held
 /// fails, changing nothing.
-pub async fn parked_row_waits_for_release(h: &dyn OutboxHarness) -> Scenario {
+pub async fn held_row_waits_for_release(h: &dyn OutboxHarness) -> Scenario {
     run(h, |fx, clock| {
         Box::pin(async move {
             let (lane, x, y) = two_aggregates_in_one_lane(fx).await?;
             let lease = lease_for(fx, "r", lane, clock.now_ms()).await?;
             let parked_at = clock.now_ms();
-            let park = Refusal::park(x[0].id, "message too large");
-            fx.reader().record_refusal(&lease, &park, parked_at).await?;
+            let hold = Refusal::hold(x[0].id, "message too large");
+            fx.reader().record_refusal(&lease, &hold, parked_at).await?;
             clock.advance(7 * 24 * 3_600_000);
             let later = pending_everywhere(fx, lane).await?;
             ensure!(
                 of(&later, "blocked-x").is_empty(),
-                "a parked row's aggregate is read: {later:?}"
+                "a held row's aggregate is read: {later:?}"
             );
             ensure!(of(&later, &y[0].aggregate_id) == ids(&y), "y does not flow");
             let status = fx.maintenance().status(clock.now_ms()).await?;
             ensure!(
-                status.parked == 1 && status.retrying == 0,
-                "status while parked: {status:?}"
+                status.held == 1 && status.retrying == 0,
+                "status while held: {status:?}"
             );
-            let row = status
-                .blocked
-                .first()
-                .ok_or("the parked row is not listed")?;
+            let row = status.blocked.first().ok_or("the held row is not listed")?;
             ensure!(
                 row.id == x[0].id
                     && row.attempts == 1
                     && row.next_attempt_ms.is_none()
-                    && row.parked_at_ms.is_some_and(|t| (t - parked_at).abs() <= 1),
-                "parked row as listed: {row:?}"
+                    && row.held_at_ms.is_some_and(|t| (t - parked_at).abs() <= 1),
+                "held row as listed: {row:?}"
             );
 
             let unknown = Uuid::new_v4();
@@ -251,7 +248,7 @@ pub async fn parked_row_waits_for_release(h: &dyn OutboxHarness) -> Scenario {
             );
             let err = fx.maintenance().release(y[0].id).await;
             ensure!(
-                matches!(&err, Err(ReleaseError::NotParked { id }) if *id == y[0].id),
+                matches!(&err, Err(ReleaseError::NotHeld { id }) if *id == y[0].id),
                 "release of a flowing row: {err:?}"
             );
             ensure!(
@@ -271,12 +268,12 @@ pub async fn parked_row_waits_for_release(h: &dyn OutboxHarness) -> Scenario {
             );
             let status = fx.maintenance().status(clock.now_ms()).await?;
             ensure!(
-                status.parked == 0 && status.retrying == 0 && status.blocked.is_empty(),
+                status.held == 0 && status.retrying == 0 && status.blocked.is_empty(),
                 "status after release: {status:?}"
             );
             let err = fx.maintenance().release(x[0].id).await;
             ensure!(
-                matches!(err, Err(ReleaseError::NotParked { .. })),
+                matches!(err, Err(ReleaseError::NotHeld { .. })),
                 "a second release: {err:?}"
             );
             Ok(())
@@ -297,8 +294,8 @@ pub async fn refusal_requires_valid_lease(h: &dyn OutboxHarness) -> Scenario {
                 ..lease.clone()
             };
             let now = clock.now_ms();
-            let park = Refusal::park(x[0].id, "message too large");
-            let err = fx.reader().record_refusal(&stale, &park, now).await;
+            let hold = Refusal::hold(x[0].id, "message too large");
+            let err = fx.reader().record_refusal(&stale, &hold, now).await;
             ensure!(
                 matches!(err, Err(StoreError::LeaseLost { .. })),
                 "a stale lease recorded a refusal: {err:?}"
@@ -315,14 +312,14 @@ pub async fn refusal_requires_valid_lease(h: &dyn OutboxHarness) -> Scenario {
             let other_lane = lane_of_row(fx, &other).await?;
             if other_lane != lane {
                 let other_lease = lease_for(fx, "r", other_lane, now).await?;
-                fx.reader().record_refusal(&other_lease, &park, now).await?;
+                fx.reader().record_refusal(&other_lease, &hold, now).await?;
                 ensure!(
                     blocked(fx, now).await?.is_empty(),
                     "a lease refused another lane's row"
                 );
             }
             fx.reader().mark_published(&lease, &[y[0].id], now).await?;
-            let published = Refusal::park(y[0].id, "late");
+            let published = Refusal::hold(y[0].id, "late");
             fx.reader().record_refusal(&lease, &published, now).await?;
             ensure!(
                 blocked(fx, now).await?.is_empty(),

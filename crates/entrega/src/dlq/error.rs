@@ -30,6 +30,14 @@ pub enum DlqError {
         /// The topics tended, comma-separated.
         topics: String,
     },
+    /// A topic or queue the tool does not tend.
+    #[error("`{topic}` is not tended here (tended: {tended})")]
+    NotTended {
+        /// The topic or queue asked for.
+        topic: String,
+        /// What is tended.
+        tended: String,
+    },
     /// An id names a dead letter an operator already replayed or discarded.
     #[error("dead letter {id} is already {state}; nothing to do")]
     NotPending {

@@ -15,9 +15,9 @@ pub struct DlqFilter {
     /// Only this dead-letter topic (`<topic>.dlq`).
     pub topic: Option<String>,
     /// Only this event type (`tipo`), exactly.
-    pub tipo: Option<String>,
+    pub kind: Option<String>,
     /// Only reasons (`motivo`) containing this text, ignoring case.
-    pub motivo: Option<String>,
+    pub reason: Option<String>,
     /// Only dead letters written at or after this time (epoch ms).
     pub since_ms: Option<i64>,
     /// Only dead letters written at or before this time (epoch ms).
@@ -45,14 +45,14 @@ impl DlqFilter {
     }
 
     /// Builder form: only this `tipo`.
-    pub fn with_tipo(mut self, tipo: impl Into<String>) -> Self {
-        self.tipo = Some(tipo.into());
+    pub fn with_kind(mut self, kind: impl Into<String>) -> Self {
+        self.kind = Some(kind.into());
         self
     }
 
     /// Builder form: only reasons containing `text`.
-    pub fn with_motivo(mut self, text: impl Into<String>) -> Self {
-        self.motivo = Some(text.into());
+    pub fn with_reason(mut self, text: impl Into<String>) -> Self {
+        self.reason = Some(text.into());
         self
     }
 
@@ -67,8 +67,8 @@ impl DlqFilter {
     pub fn validate(&self) -> Result<(), DlqError> {
         let others: Vec<&str> = [
             (self.topic.is_some(), "--topic"),
-            (self.tipo.is_some(), "--tipo"),
-            (self.motivo.is_some(), "--motivo"),
+            (self.kind.is_some(), "--tipo"),
+            (self.reason.is_some(), "--motivo"),
             (self.since_ms.is_some(), "--since"),
             (self.until_ms.is_some(), "--until"),
         ]
@@ -92,7 +92,7 @@ impl DlqFilter {
                 });
             }
         }
-        for (value, name) in [(&self.tipo, "--tipo"), (&self.motivo, "--motivo")] {
+        for (value, name) in [(&self.kind, "--tipo"), (&self.reason, "--motivo")] {
             if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
                 return Err(DlqError::ConflictingFilters {
                     reason: format!("{name} is empty"),
@@ -108,17 +108,17 @@ impl DlqFilter {
             return self.ids.contains(&letter.id);
         }
         let topic = self.topic.as_ref().is_none_or(|t| *t == letter.id.topic);
-        let tipo = self
-            .tipo
+        let kind = self
+            .kind
             .as_ref()
-            .is_none_or(|t| letter.tipo.as_deref() == Some(t.as_str()));
-        let motivo = self
-            .motivo
+            .is_none_or(|t| letter.kind.as_deref() == Some(t.as_str()));
+        let reason = self
+            .reason
             .as_ref()
-            .is_none_or(|m| letter.motivo.to_lowercase().contains(&m.to_lowercase()));
+            .is_none_or(|m| letter.reason.to_lowercase().contains(&m.to_lowercase()));
         let since = self.since_ms.is_none_or(|s| letter.timestamp_ms >= s);
         let until = self.until_ms.is_none_or(|u| letter.timestamp_ms <= u);
-        topic && tipo && motivo && since && until
+        topic && kind && reason && since && until
     }
 
     /// The selection as an operator would type it, for the audit.
@@ -126,8 +126,8 @@ impl DlqFilter {
         let mut parts: Vec<String> = self.ids.iter().map(|id| format!("--id {id}")).collect();
         let texts = [
             ("--topic", &self.topic),
-            ("--tipo", &self.tipo),
-            ("--motivo", &self.motivo),
+            ("--tipo", &self.kind),
+            ("--motivo", &self.reason),
         ];
         for (name, value) in texts {
             if let Some(v) = value {

@@ -30,9 +30,9 @@ pub struct DeadLetter {
     /// The original key.
     pub key: Option<String>,
     /// The event type (`tipo` header, else the envelope's `tipo`).
-    pub tipo: Option<String>,
+    pub kind: Option<String>,
     /// Why it was dead-lettered (`motivo`); empty when missing.
-    pub motivo: String,
+    pub reason: String,
     /// Delivery attempts made (`intentos`), when recorded.
     pub attempts: Option<u32>,
     /// Times it was replayed before this dead letter (`entrega-reenvios`, 0 when absent).
@@ -55,7 +55,7 @@ impl DeadLetter {
     /// Reads a dead-letter record.
     pub fn from_record(record: Record) -> Self {
         let h = &record.headers;
-        let tipo = h
+        let kind = h
             .get(TIPO)
             .map(str::to_owned)
             .or_else(|| envelope_tipo(&record.payload));
@@ -74,8 +74,8 @@ impl DeadLetter {
         Self {
             id: DeadLetterId::new(record.topic.clone(), record.partition, record.offset),
             key: record.key.clone(),
-            tipo,
-            motivo: h.get(MOTIVO).unwrap_or_default().to_owned(),
+            kind,
+            reason: h.get(MOTIVO).unwrap_or_default().to_owned(),
             attempts: h.get(INTENTOS).and_then(|a| a.trim().parse().ok()),
             replays: h
                 .get(REENVIOS)
@@ -107,9 +107,9 @@ impl DeadLetter {
             .is_some_and(|m| m.state == DeadLetterState::Replayed)
     }
 
-    /// The class of its reason: see [`motivo_class`].
+    /// The class of its reason: see [`reason_class`].
     pub fn class(&self) -> &str {
-        motivo_class(&self.motivo)
+        reason_class(&self.reason)
     }
 
     /// The payload as JSON when it is JSON (an envelope), else as text.
@@ -126,16 +126,16 @@ impl DeadLetter {
 /// `transient exhausted after N attempts`), the next segment is kept with it
 /// (`permanent: producto desconocido: queso-azul` → `permanent: producto desconocido`).
 /// The whole reason when it has neither; `(none)` when empty.
-pub fn motivo_class(motivo: &str) -> &str {
+pub fn reason_class(reason: &str) -> &str {
     let cut = |text: &str| text.find([':', '`']).unwrap_or(text.len());
-    let first = cut(motivo);
-    let head = motivo[..first].trim();
+    let first = cut(reason);
+    let head = reason[..first].trim();
     let classified = head == "permanent" || head.starts_with("transient");
-    let end = match motivo[first..].strip_prefix(':') {
+    let end = match reason[first..].strip_prefix(':') {
         Some(rest) if classified => first + 1 + cut(rest),
         _ => first,
     };
-    let class = motivo[..end].trim();
+    let class = reason[..end].trim();
     if class.is_empty() {
         "(none)"
     } else {
@@ -151,30 +151,30 @@ fn envelope_tipo(payload: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::motivo_class;
+    use super::reason_class;
 
     #[test]
     fn classes_cut_at_the_first_colon_or_backquote() {
         assert_eq!(
-            motivo_class("producto desconocido: queso"),
+            reason_class("producto desconocido: queso"),
             "producto desconocido"
         );
-        assert_eq!(motivo_class("unknown tipo `pedido.x`"), "unknown tipo");
+        assert_eq!(reason_class("unknown tipo `pedido.x`"), "unknown tipo");
         assert_eq!(
-            motivo_class("transient exhausted after 3 attempts: timeout"),
+            reason_class("transient exhausted after 3 attempts: timeout"),
             "transient exhausted after 3 attempts: timeout"
         );
-        assert_eq!(motivo_class("sin stock"), "sin stock");
+        assert_eq!(reason_class("sin stock"), "sin stock");
         assert_eq!(
-            motivo_class("permanent: producto desconocido: queso"),
+            reason_class("permanent: producto desconocido: queso"),
             "permanent: producto desconocido"
         );
         assert_eq!(
-            motivo_class("transient exhausted after 3 attempts: timeout: 5s"),
+            reason_class("transient exhausted after 3 attempts: timeout: 5s"),
             "transient exhausted after 3 attempts: timeout"
         );
-        assert_eq!(motivo_class("permanent"), "permanent");
-        assert_eq!(motivo_class(""), "(none)");
-        assert_eq!(motivo_class(": x"), "(none)");
+        assert_eq!(reason_class("permanent"), "permanent");
+        assert_eq!(reason_class(""), "(none)");
+        assert_eq!(reason_class(": x"), "(none)");
     }
 }

@@ -7,18 +7,24 @@
 //! dead letter replayed or discarded, and an audit entry per action, dry runs included.
 //! Pending dead letters are those without a mark.
 //!
-//! ```ignore
-//! let tool = DeadLetters::new(inspector, publisher, Arc::new(SqliteDlqStore::new(pool)),
+//! ```no_run
+//! use entrega::dlq::{DeadLetters, DlqFilter, ReplayOptions};
+//!
+//! # async fn tend(db: entrega::Db, broker: entrega::Broker) -> Result<(), entrega::dlq::DlqError> {
+//! let tool = DeadLetters::new(broker.inspector(), broker.publisher(), db.dead_letters(),
 //!                             vec!["pedidos.eventos.dlq".into()]);
-//! let pending = tool.list(&DlqFilter::all().with_motivo("producto"), false).await?;
-//! let report = tool.replay(&DlqFilter::all().with_motivo("producto"),
-//!                          &ReplayOptions::new("ana")).await?;
+//! let about_products = DlqFilter::all().with_reason("producto");
+//! let pending = tool.list(&about_products, false).await?;
+//! let report = tool.replay(&about_products, &ReplayOptions::new("ana")).await?;
+//! # let _ = (pending, report); Ok(()) }
 //! ```
 
 mod compose;
 mod error;
 mod filter;
 mod letter;
+#[cfg(feature = "amqp")]
+mod queue;
 mod replay;
 mod stats;
 
@@ -34,11 +40,13 @@ pub(crate) use compose::truncate;
 pub use compose::{dead_letter_of, set_origin, MAX_REASON_BYTES, ORIGIN_HEADERS};
 pub use error::DlqError;
 pub use filter::DlqFilter;
-pub use letter::{motivo_class, DeadLetter, Origin};
+pub use letter::{reason_class, DeadLetter, Origin};
+#[cfg(feature = "amqp")]
+pub use queue::QueueDeadLetters;
 pub use replay::{
     ActionReport, Applied, DiscardOptions, Refused, ReplayOptions, DEFAULT_MAX_REPLAYS,
 };
-pub use stats::{Counts, DlqStats, MotivoCount, RetryDepth, TopicStats};
+pub use stats::{Counts, DlqStats, ReasonCount, RetryDepth, TopicStats};
 
 /// Records read from a partition per call.
 const READ_CHUNK: usize = 500;

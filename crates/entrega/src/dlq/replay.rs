@@ -63,6 +63,15 @@ pub struct DiscardOptions {
 }
 
 impl DiscardOptions {
+    /// The reason, trimmed; a discard without one is refused.
+    pub(super) fn checked_reason(&self) -> Result<&str, DlqError> {
+        let reason = self.reason.trim();
+        if reason.is_empty() {
+            return Err(DlqError::ReasonRequired);
+        }
+        Ok(reason)
+    }
+
     /// A real discard by `operator` for `reason`.
     pub fn new(operator: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
@@ -126,7 +135,7 @@ impl DeadLetters {
             return Err(DlqError::ZeroReplayLimit);
         }
         let selected = self.select_pending(filter).await?;
-        let mut held: HashSet<(String, String)> = HashSet::new();
+        let mut held = HeldKeys::default();
         let mut report = ActionReport {
             action: DlqAction::Replay,
             dry_run: options.dry_run,
@@ -137,26 +146,8 @@ impl DeadLetters {
         let mut batch = Vec::new();
         let mut replayed = Vec::new();
         for letter in &selected {
-            let key = letter.key.clone().map(|k| (letter.id.topic.clone(), k));
-            let refusal = if letter.replays >= options.max_replays {
-                Some(format!(
-                    "replayed {} times already (limit {}): discard it or fix the cause",
-                    letter.replays, options.max_replays
-                ))
-            } else if key.as_ref().is_some_and(|k| held.contains(k)) {
-                Some("held: an earlier dead letter of its key was refused".to_owned())
-            } else {
-                None
-            };
-            if let Some(reason) = refusal {
-                if let Some(k) = key {
-                    held.insert(k);
-                }
-                report.refused.push(Refused {
-                    id: letter.id.to_string(),
-                    key: letter.key.clone(),
-                    reason,
-                });
+            if let Some(refused) = held.refuse(letter, options.max_replays) {
+                report.refused.push(refused);
                 continue;
             }
             let message = replay_message(letter, options.group.as_deref());
@@ -203,10 +194,7 @@ impl DeadLetters {
         filter: &DlqFilter,
         options: &DiscardOptions,
     ) -> Result<ActionReport, DlqError> {
-        let reason = options.reason.trim();
-        if reason.is_empty() {
-            return Err(DlqError::ReasonRequired);
-        }
+        let reason = options.checked_reason()?;
         let selected = self.select_pending(filter).await?;
         let at_ms = self.clock.now_ms();
         let report = ActionReport {
@@ -298,7 +286,38 @@ fn replay_message(letter: &DeadLetter, group: Option<&str>) -> OutgoingMessage {
     }
 }
 
-fn audit_entry(
+/// Keys a replay refused a dead letter of: their later dead letters are refused too, so a
+/// key's order is never broken.
+#[derive(Debug, Default)]
+pub(super) struct HeldKeys(HashSet<(String, String)>);
+
+impl HeldKeys {
+    /// Whether `letter` is refused, and why: replayed `max_replays` times already, or behind
+    /// a refused one of its key. A refused letter holds its key.
+    pub(super) fn refuse(&mut self, letter: &DeadLetter, max_replays: u32) -> Option<Refused> {
+        let key = letter.key.clone().map(|k| (letter.id.topic.clone(), k));
+        let reason = if letter.replays >= max_replays {
+            format!(
+                "replayed {} times already (limit {max_replays}): discard it or fix the cause",
+                letter.replays
+            )
+        } else if key.as_ref().is_some_and(|k| self.0.contains(k)) {
+            "held: an earlier dead letter of its key was refused".to_owned()
+        } else {
+            return None;
+        };
+        if let Some(k) = key {
+            self.0.insert(k);
+        }
+        Some(Refused {
+            id: letter.id.to_string(),
+            key: letter.key.clone(),
+            reason,
+        })
+    }
+}
+
+pub(super) fn audit_entry(
     report: &ActionReport,
     filter: &DlqFilter,
     operator: &str,

@@ -37,10 +37,11 @@ impl Counts {
 
 /// Dead letters of one reason, or of one reason class.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct MotivoCount {
+pub struct ReasonCount {
     /// The reason (`motivo`), or its class in [`TopicStats::by_class`].
-    pub motivo: String,
-    /// The reason's class ([`super::motivo_class`]).
+    #[serde(rename = "motivo")]
+    pub reason: String,
+    /// The reason's class ([`super::reason_class`]).
     pub class: String,
     /// By state.
     #[serde(flatten)]
@@ -73,9 +74,10 @@ pub struct TopicStats {
     #[serde(flatten)]
     pub counts: Counts,
     /// By exact reason, most pending first.
-    pub by_motivo: Vec<MotivoCount>,
+    #[serde(rename = "by_motivo")]
+    pub by_reason: Vec<ReasonCount>,
     /// By reason class, most pending first (`motivo` holds the class).
-    pub by_class: Vec<MotivoCount>,
+    pub by_class: Vec<ReasonCount>,
     /// The origin topic's retry topic.
     pub retry: RetryDepth,
 }
@@ -112,11 +114,11 @@ impl DeadLetters {
         for topic in topics {
             let mine: Vec<&DeadLetter> = letters.iter().filter(|l| l.id.topic == topic).collect();
             let mut counts = Counts::default();
-            let mut by_motivo: BTreeMap<&str, Counts> = BTreeMap::new();
+            let mut by_reason: BTreeMap<&str, Counts> = BTreeMap::new();
             let mut by_class: BTreeMap<&str, Counts> = BTreeMap::new();
             for letter in &mine {
                 counts.add(letter);
-                by_motivo.entry(&letter.motivo).or_default().add(letter);
+                by_reason.entry(&letter.reason).or_default().add(letter);
                 by_class.entry(letter.class()).or_default().add(letter);
             }
             let origin_topic = topic.strip_suffix(".dlq").unwrap_or(&topic).to_owned();
@@ -127,7 +129,7 @@ impl DeadLetters {
             out.totals.total += counts.total;
             out.topics.push(TopicStats {
                 counts,
-                by_motivo: ranked(by_motivo, |m| super::letter::motivo_class(m).to_owned()),
+                by_reason: ranked(by_reason, |m| super::letter::reason_class(m).to_owned()),
                 by_class: ranked(by_class, str::to_owned),
                 origin_topic,
                 topic,
@@ -159,12 +161,12 @@ impl DeadLetters {
 }
 
 /// Counts as rows, most pending first, then by name.
-fn ranked(map: BTreeMap<&str, Counts>, class: impl Fn(&str) -> String) -> Vec<MotivoCount> {
-    let mut rows: Vec<MotivoCount> = map
+fn ranked(map: BTreeMap<&str, Counts>, class: impl Fn(&str) -> String) -> Vec<ReasonCount> {
+    let mut rows: Vec<ReasonCount> = map
         .into_iter()
-        .map(|(motivo, counts)| MotivoCount {
-            class: class(motivo),
-            motivo: motivo.to_owned(),
+        .map(|(reason, counts)| ReasonCount {
+            class: class(reason),
+            reason: reason.to_owned(),
             counts,
         })
         .collect();
@@ -172,7 +174,7 @@ fn ranked(map: BTreeMap<&str, Counts>, class: impl Fn(&str) -> String) -> Vec<Mo
         b.counts
             .pending
             .cmp(&a.counts.pending)
-            .then(a.motivo.cmp(&b.motivo))
+            .then(a.reason.cmp(&b.reason))
     });
     rows
 }

@@ -90,7 +90,11 @@ impl Relay {
     /// Publishes `rows` in one call, through the relay's failpoints; `Ok` only once the
     /// transport confirmed all of them.
     pub(super) async fn publish(&self, rows: &[&OutboxRow]) -> Result<(), LaneError> {
-        let batch: Vec<OutgoingMessage> = rows.iter().map(|r| self.message(r)).collect();
+        let batch = rows
+            .iter()
+            .map(|r| self.message(r))
+            .collect::<Result<Vec<OutgoingMessage>, TransportError>>()
+            .map_err(LaneError::Publish)?;
         failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
         if let Err(e) = self.publisher.publish(&batch).await {
             bump(&self.stats.publish_errors, 1);
@@ -101,14 +105,23 @@ impl Relay {
         Ok(())
     }
 
-    pub(super) fn message(&self, row: &OutboxRow) -> OutgoingMessage {
-        OutgoingMessage {
-            topic: self.config.routing.topic_for(&row.aggregate),
+    /// The message of `row`; an aggregate nothing routes is refused for good, as a transport
+    /// refuses a message, so the row alone is held back and its lane goes on.
+    pub(super) fn message(&self, row: &OutboxRow) -> Result<OutgoingMessage, TransportError> {
+        let topic = self
+            .config
+            .routing
+            .topic_for(&row.aggregate)
+            .ok_or_else(|| TransportError::Rejected {
+                reason: format!("no topic is routed for aggregate `{}`", row.aggregate),
+            })?;
+        Ok(OutgoingMessage {
+            topic,
             key: Some(row.aggregate_id.clone()),
             headers: Headers::new()
                 .with(TIPO, row.kind.clone())
                 .with(ID_EVENTO, row.id.to_string()),
             payload: row.envelope_bytes(&self.config.source),
-        }
+        })
     }
 }

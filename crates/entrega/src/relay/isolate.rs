@@ -3,7 +3,7 @@
 //! A permanent refusal (message too large, unknown topic) of a batch says nothing about which
 //! message caused it. The rows are published again in halves, in order: a prefix the
 //! transport confirms is marked; a prefix it refuses is halved again, until a single row is
-//! refused alone. That row gets a refusal recorded (attempts, next attempt or parking, last
+//! refused alone. That row gets a refusal recorded (attempts, next attempt or holding, last
 //! error) and leaves the batch together with every later row of its aggregate, which must
 //! not overtake it; the lane's other aggregates go on. A transient error (broker down) ends
 //! the narrowing without blaming any row: the lanes left back off as after any failed
@@ -74,7 +74,7 @@ impl Relay {
     }
 
     /// Records that the transport refused `row` alone: retried later by the backoff of its
-    /// attempt count, or parked at the attempt limit.
+    /// attempt count, or held at the attempt limit.
     async fn refuse(
         &self,
         leases: &[LaneLease],
@@ -90,19 +90,19 @@ impl Relay {
         let attempts = row.attempts.saturating_add(1);
         let now = self.clock.now_ms();
         let refusal = if attempts >= self.config.max_attempts {
-            Refusal::park(row.id, error)
+            Refusal::hold(row.id, error)
         } else {
             let delay = self.config.backoff.delay(attempts);
             Refusal::retry(row.id, error, now.saturating_add(millis(delay)))
         };
         match self.ports.reader.record_refusal(lease, &refusal, now).await {
-            Ok(()) if refusal.parks() => {
+            Ok(()) if refusal.holds() => {
                 bump(&self.stats.refused, 1);
-                bump(&self.stats.parked, 1);
+                bump(&self.stats.held, 1);
                 tracing::error!(
                     lane, id = %row.id, aggregate_id = %row.aggregate_id, kind = %row.kind,
                     attempts, %error,
-                    "outbox row parked: the transport refused it at every attempt; its \
+                    "outbox row held: the transport refused it at every attempt; its \
                      aggregate waits until it is released"
                 );
             }

@@ -1,13 +1,16 @@
-//! Setting records aside before their offsets may advance: dead letters to `<topic>.dlq`,
-//! retries to `<topic>.retry`, failed keys to the parking store. A record whose setting aside
+//! Setting records aside before their offsets may advance: dead letters to `<topic>.dlq` (or
+//! the transport's dead-letter queue), retries to `<topic>.retry` (or the transport's delay
+//! queues), failed keys to the parking store. A record whose setting aside
 //! fails is retried in place instead, so nothing is lost.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
-use entrega_core::{OutgoingMessage, ParkedRecord};
+use entrega_core::{OutgoingMessage, ParkedRecord, TransportError};
 
 use super::dead_letter::{dead_letter, publish_set_aside};
-use super::item::{Decision, Failure, Item};
+use super::decision::{Decision, Failure};
+use super::item::Item;
 use super::retry::{retry_message, Role};
 use super::{RetryStrategy, Worker};
 
@@ -33,14 +36,23 @@ pub(super) async fn divert(
     if cfg.retry == RetryStrategy::Ordered && role == Role::Source {
         park_failed_keys(items, decisions);
     }
-    let mut outgoing: Vec<(usize, OutgoingMessage)> = Vec::new();
+    let mut outgoing = SetAside::default();
     let mut parks: Vec<(usize, ParkedRecord)> = Vec::new();
     for (k, (item, decision)) in items.iter().zip(decisions.iter()).enumerate() {
         match decision {
             Decision::Dead(reason) => {
-                outgoing.push((k, dead_letter(cfg, &item.record, item.attempt, reason)));
+                let letter = dead_letter(cfg, &item.record, item.attempt, reason);
+                match worker.side {
+                    Some(_) => outgoing.dead.push((k, letter)),
+                    None => outgoing.topics.push((k, letter)),
+                }
             }
-            Decision::Retry(f) if cfg.retry == RetryStrategy::RetryTopic => {
+            Decision::Retry(f)
+                if matches!(
+                    cfg.retry,
+                    RetryStrategy::RetryTopic | RetryStrategy::DelayQueues
+                ) =>
+            {
                 let message = retry_message(
                     cfg,
                     &item.record,
@@ -50,7 +62,10 @@ pub(super) async fn divert(
                     f.after,
                     &f.error,
                 );
-                outgoing.push((k, message));
+                match cfg.retry {
+                    RetryStrategy::DelayQueues => outgoing.delayed.push((k, (message, f.after))),
+                    _ => outgoing.topics.push((k, message)),
+                }
             }
             Decision::Park(failure) => {
                 parks.push((k, parked_record(worker, item, failure.as_ref(), now_ms)));
@@ -58,15 +73,13 @@ pub(super) async fn divert(
             _ => {}
         }
     }
-    if !outgoing.is_empty() {
-        let batch: Vec<OutgoingMessage> = outgoing.iter().map(|(_, m)| m.clone()).collect();
-        let published = publish_set_aside(worker, &batch).await;
+    for (indexes, published) in outgoing.send(worker).await {
         if let Err(e) = &published {
             tracing::warn!(error = %e, "setting messages aside failed; retrying them in place");
         }
-        for (k, _) in &outgoing {
-            let attempt = items.get(*k).map_or(1, |item| item.local_attempt());
-            let Some(decision) = decisions.get_mut(*k) else {
+        for k in indexes {
+            let attempt = items.get(k).map_or(1, |item| item.local_attempt());
+            let Some(decision) = decisions.get_mut(k) else {
                 continue;
             };
             match (&published, &*decision) {
@@ -98,6 +111,46 @@ pub(super) async fn divert(
             tracing::warn!(error = %e, "parking failed; retrying in place");
             unpark_all(&parks, decisions);
         }
+    }
+}
+
+/// What a batch sets aside, by where it goes, each with the index of its record.
+#[derive(Default)]
+struct SetAside {
+    /// Published to `<topic>.dlq` or `<topic>.retry`.
+    topics: Vec<(usize, OutgoingMessage)>,
+    /// Dead letters into the transport's own dead-letter queue.
+    dead: Vec<(usize, OutgoingMessage)>,
+    /// Retries into the transport's delay queues, each with its backoff.
+    delayed: Vec<(usize, (OutgoingMessage, Duration))>,
+}
+
+impl SetAside {
+    /// Sends each kind that has messages; returns, per kind sent, the records' indexes and
+    /// how it went.
+    async fn send(self, worker: &Worker) -> Vec<(Vec<usize>, Result<(), TransportError>)> {
+        let cfg = &worker.config;
+        let mut sent = Vec::new();
+        if !self.topics.is_empty() {
+            let (indexes, batch): (Vec<usize>, Vec<OutgoingMessage>) =
+                self.topics.into_iter().unzip();
+            sent.push((indexes, publish_set_aside(worker, &batch).await));
+        }
+        let Some(side) = &worker.side else {
+            return sent;
+        };
+        if !self.dead.is_empty() {
+            let (indexes, batch): (Vec<usize>, Vec<OutgoingMessage>) =
+                self.dead.into_iter().unzip();
+            let published = side.dead_letter(&cfg.group, &cfg.topic, &batch).await;
+            sent.push((indexes, published));
+        }
+        if !self.delayed.is_empty() {
+            let (indexes, batch): (Vec<usize>, Vec<(OutgoingMessage, Duration)>) =
+                self.delayed.into_iter().unzip();
+            sent.push((indexes, side.delay(&cfg.group, &cfg.topic, &batch).await));
+        }
+        sent
     }
 }
 

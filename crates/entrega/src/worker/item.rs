@@ -6,12 +6,13 @@ use std::time::Duration;
 use entrega_core::headers::SOLO_GRUPO;
 use entrega_core::{Envelope, HandlerError, Record};
 
+use super::decision::Decision;
 use super::panics::{guarded_batch, NoResult};
 use super::parked::ParkedKeys;
-use super::retry::{read_retry_headers, RetryHeaders, Role};
+use super::retry::{delayed_attempts, read_retry_headers, RetryHeaders, Role};
 use super::router::{Message, Route};
 use super::tracker::Tracker;
-use super::Worker;
+use super::{RetryStrategy, Worker};
 use crate::failpoint;
 
 /// Where one record goes before any handler runs.
@@ -63,52 +64,6 @@ impl Item {
             // A handler's record is decided by the handler.
             Target::Handler(_) => Decision::NotAttempted,
         }
-    }
-}
-
-/// A transient failure with attempts left: when to try again, and what went wrong.
-#[derive(Debug, Clone)]
-pub(super) struct Failure {
-    pub(super) after: Duration,
-    pub(super) error: String,
-}
-
-/// The outcome of one record, before it is applied to offsets and positions.
-pub(super) enum Decision {
-    Ack,
-    Ignore,
-    Dead(String),
-    /// Already final before this delivery: nothing to do, nothing to count again.
-    Skip,
-    /// Try again; the retry strategy says where (in place, the retry topic, parking).
-    Retry(Failure),
-    /// Deliver again once this delay has passed, without counting an attempt.
-    Wait(Duration),
-    NotAttempted,
-    /// To be parked with its key: `Some` for the failed head, `None` for a record behind it.
-    Park(Option<Failure>),
-    /// Sent to the retry topic: final for this offset.
-    Deferred,
-    /// Stored in the parking store (the failed head, or a record behind it): final for this
-    /// offset.
-    Parked {
-        head: bool,
-    },
-}
-
-impl Decision {
-    /// Whether later records of the same partition (or key) must wait: they come again in
-    /// order.
-    pub(super) fn blocks(&self) -> bool {
-        matches!(self, Self::Retry(_) | Self::Wait(_) | Self::NotAttempted)
-    }
-
-    /// The decision for a failure with attempts left.
-    pub(super) fn retry(after: Duration, error: impl std::fmt::Display) -> Self {
-        Self::Retry(Failure {
-            after,
-            error: error.to_string(),
-        })
     }
 }
 
@@ -164,6 +119,12 @@ pub(super) fn prepare(ctx: &Context<'_>, record: Record) -> Item {
                 item.target = Target::NotYet(UNLOADED_WAIT);
                 return item;
             }
+        }
+    }
+    if ctx.role == Role::Source && ctx.worker.config.retry == RetryStrategy::DelayQueues {
+        if let Some(attempts) = delayed_attempts(&item.record, &ctx.worker.config.group) {
+            item.base = attempts;
+            item.attempt = attempts.saturating_add(local);
         }
     }
     if ctx.role == Role::Retry {

@@ -13,10 +13,11 @@ use std::time::Duration;
 use futures::stream::{self, StreamExt};
 
 use super::chains;
+use super::decision::Decision;
 use super::divert::divert;
-use super::item::{run_handler, Decision, Item};
-use super::outcome::Session;
+use super::item::{run_handler, Item};
 use super::retry::Role;
+use super::session::Session;
 use super::{RetryStrategy, Worker, WorkerStats};
 
 impl Session<'_> {

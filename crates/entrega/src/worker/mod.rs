@@ -8,7 +8,9 @@
 //! - transient error (a panic, a handler past its timeout) → **retry**, by the subscription's
 //!   [`RetryStrategy`]: in place (the partition is rewound to the message and paused for the
 //!   backoff; later messages of that partition wait), through `<topic>.retry` (the partition
-//!   goes on; the message comes back once its `no_antes` has passed), or ordered (the key is
+//!   goes on; the message comes back once its `no_antes` has passed), through the broker's
+//!   delay queues (RabbitMQ: the message waits in a TTL queue and comes back into the group's
+//!   queue with `intentos`), or ordered (the key is
 //!   parked with its later messages while other keys go on); after `max_attempts` attempts it
 //!   becomes a dead letter.
 //!
@@ -21,14 +23,15 @@
 
 mod chains;
 mod dead_letter;
+mod decision;
 mod divert;
 mod item;
 mod keyed;
-mod outcome;
 mod panics;
 mod parked;
 mod retry;
 mod router;
+mod session;
 mod stats;
 mod tracker;
 
@@ -36,13 +39,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use entrega_core::{
-    Clock, Limits, ParkingStore, Publisher, Subscriber, SystemClock, TopicAdmin, TransportError,
+    Clock, Limits, ParkingStore, Publisher, SideQueues, Subscriber, SystemClock, TopicAdmin,
+    TransportError,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use outcome::Session;
 use retry::Role;
+use session::Session;
 
 pub use retry::RetryStrategy;
 pub use router::{Handler, Message, Router};
@@ -145,6 +149,10 @@ pub enum WorkerError {
     /// [`Worker::with_parking`].
     #[error("ordered retries need a parking store")]
     NoParkingStore,
+    /// [`RetryStrategy::DelayQueues`] needs the transport's delay queues: see
+    /// [`Worker::with_side_queues`].
+    #[error("retries through delay queues need a transport that has them (RabbitMQ)")]
+    NoDelayQueues,
 }
 
 /// Consumes one topic for one group; see the module docs.
@@ -153,6 +161,7 @@ pub struct Worker {
     publisher: Arc<dyn Publisher>,
     admin: Option<Arc<dyn TopicAdmin>>,
     parking: Option<Arc<dyn ParkingStore>>,
+    side: Option<Arc<dyn SideQueues>>,
     clock: Arc<dyn Clock>,
     router: Router,
     config: WorkerConfig,
@@ -181,6 +190,7 @@ impl Worker {
             publisher,
             admin: None,
             parking: None,
+            side: None,
             clock: Arc::new(SystemClock),
             router,
             config,
@@ -198,6 +208,15 @@ impl Worker {
     /// consumer's own database (e.g. `PgParking`, `SqliteParking`).
     pub fn with_parking(mut self, parking: Arc<dyn ParkingStore>) -> Self {
         self.parking = Some(parking);
+        self
+    }
+
+    /// The transport's own dead-letter and delay queues (RabbitMQ's
+    /// [`entrega_amqp::AmqpSideQueues`](https://docs.rs/entrega-amqp)): dead letters then go to
+    /// the group's dead-letter queue instead of `<topic>.dlq`, and
+    /// [`RetryStrategy::DelayQueues`] becomes available.
+    pub fn with_side_queues(mut self, side: Arc<dyn SideQueues>) -> Self {
+        self.side = Some(side);
         self
     }
 
@@ -228,6 +247,8 @@ impl Worker {
             RetryStrategy::InPlace => self.consume(Role::Source, &shutdown).await,
             RetryStrategy::Ordered if self.parking.is_none() => Err(WorkerError::NoParkingStore),
             RetryStrategy::Ordered => self.consume(Role::Source, &shutdown).await,
+            RetryStrategy::DelayQueues if self.side.is_none() => Err(WorkerError::NoDelayQueues),
+            RetryStrategy::DelayQueues => self.consume(Role::Source, &shutdown).await,
             RetryStrategy::RetryTopic => {
                 if let Some(admin) = &self.admin {
                     let cfg = &self.config;

@@ -12,9 +12,10 @@ use entrega_core::{ParkedAt, ParkedRecord, Record};
 use futures::stream::{self, StreamExt};
 
 use super::dead_letter::{dead_letter, publish_set_aside};
-use super::item::{route, run_handler, Decision, Item, Target};
-use super::outcome::Session;
+use super::decision::Decision;
+use super::item::{route, run_handler, Item, Target};
 use super::retry::Role;
+use super::session::Session;
 use super::{RetryStrategy, Worker, WorkerStats};
 
 /// Parked keys per partition; a partition is present once its keys were loaded.

@@ -30,6 +30,13 @@ pub enum RetryStrategy {
     /// `no_antes`, and tries it again. A retried message loses its place: a later message
     /// of the same key may be applied first.
     RetryTopic,
+    /// RabbitMQ's way, through the transport's [`entrega_core::SideQueues`]: the message
+    /// goes to a wait queue with `intentos` and `ultimo_error`, and its delivery becomes
+    /// final, so the queue never waits and no consumer holds the message meanwhile; the
+    /// broker delivers it again into the group's own queue (its key's shard) once the backoff
+    /// has passed, and the attempts are read back from `intentos`. Like the retry topic, a
+    /// retried message loses its place. Needs [`crate::Worker::with_side_queues`].
+    DelayQueues,
     /// Per-key order without blocking the partition: when a message of key K fails, K is
     /// parked (the message and every later one of K, in order, in a [`entrega_core::ParkingStore`])
     /// until its head succeeds or is dead-lettered; other keys keep flowing.
@@ -79,6 +86,17 @@ pub(super) fn read_retry_headers(record: &Record, group: &str) -> RetryHeaders {
         attempts,
         not_before_ms,
     }
+}
+
+/// The attempts already made on a record that came back from this group's delay queues:
+/// its `intentos`, when its origin group is `group`. Anything else (a first delivery, another
+/// group's retry, a header that does not read) counts from zero.
+pub(super) fn delayed_attempts(record: &Record, group: &str) -> Option<u32> {
+    let headers = &record.headers;
+    if headers.get(ORIGIN_GROUP) != Some(group) {
+        return None;
+    }
+    headers.get(INTENTOS)?.trim().parse().ok()
 }
 
 /// The retry-topic record for `record` after failed attempt number `attempt`: key and
@@ -163,6 +181,17 @@ mod tests {
             read_retry_headers(&bad, "g"),
             RetryHeaders::Malformed(_)
         ));
+    }
+
+    #[test]
+    fn delayed_attempts_are_read_only_from_this_groups_retries() {
+        let mine = record(Headers::new().with(ORIGIN_GROUP, "g").with(INTENTOS, "2"));
+        assert_eq!(delayed_attempts(&mine, "g"), Some(2));
+        assert_eq!(delayed_attempts(&mine, "other"), None);
+        let fresh = record(Headers::new().with(INTENTOS, "2"));
+        assert_eq!(delayed_attempts(&fresh, "g"), None);
+        let bad = record(Headers::new().with(ORIGIN_GROUP, "g").with(INTENTOS, "dos"));
+        assert_eq!(delayed_attempts(&bad, "g"), None);
     }
 
     #[test]

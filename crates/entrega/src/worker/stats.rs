@@ -11,7 +11,8 @@ pub struct WorkerStats {
     pub dead_lettered: AtomicU64,
     /// Transient failures that were scheduled for another attempt (any strategy).
     pub retried: AtomicU64,
-    /// Messages sent to the retry topic ([`crate::RetryStrategy::RetryTopic`]).
+    /// Messages sent to the retry topic or the delay queues
+    /// ([`crate::RetryStrategy::RetryTopic`], [`crate::RetryStrategy::DelayQueues`]).
     pub deferred: AtomicU64,
     /// Records written to the parking store: failed heads and the records parked behind
     /// them ([`crate::RetryStrategy::Ordered`]).

@@ -49,14 +49,14 @@ pub async fn fixture() -> Fixture {
 }
 
 /// A dead letter as the worker writes it, `replays` times replayed before.
-pub fn dead(key: &str, tipo: &str, motivo: &str, replays: u32) -> OutgoingMessage {
+pub fn dead(key: &str, tipo: &str, reason: &str, replays: u32) -> OutgoingMessage {
     let id = uuid::Uuid::new_v4().to_string();
     let mut headers = Headers::new()
         .with(TIPO, tipo)
         .with(ID_EVENTO, id.clone())
         .with("traceparent", "00-abc-def-01")
         .with(INTENTOS, "3")
-        .with(MOTIVO, motivo)
+        .with(MOTIVO, reason)
         .with(ORIGIN_TOPIC, TOPIC)
         .with(ORIGIN_PARTITION, "1")
         .with(ORIGIN_OFFSET, "42")

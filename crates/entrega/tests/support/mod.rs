@@ -289,3 +289,8 @@ pub fn raw_message(topic: &str, key: &str, payload: &[u8]) -> OutgoingMessage {
         payload: payload.to_vec(),
     }
 }
+
+/// The routing of the tests' relays: order events to `pedidos.eventos`.
+pub fn routing() -> entrega::TopicRouting {
+    entrega::TopicRouting::new().route("pedido", "pedidos.eventos")
+}

@@ -12,7 +12,7 @@ use entrega_testkit::{BoxError, HeldTx, OutboxFixture, RowState, TxEnd};
 use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
-fn server_url() -> String {
+pub fn server_url() -> String {
     std::env::var("ENTREGA_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 

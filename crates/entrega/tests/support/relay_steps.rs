@@ -16,7 +16,7 @@ pub const TOPIC: &str = "pedidos.eventos";
 pub const TTL: Duration = Duration::from_secs(10);
 
 pub fn config(instance: &str) -> RelayConfig {
-    let mut config = RelayConfig::new("pedidos");
+    let mut config = RelayConfig::new("pedidos", super::routing());
     config.instance_id = instance.to_owned();
     config.batch_size = 2;
     config.lease_ttl = TTL;

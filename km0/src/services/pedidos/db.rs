@@ -1,20 +1,17 @@
 //! The orders database: schema, and storing an order with its event in one transaction.
 
-use async_trait::async_trait;
+use entrega::db::{query, query_each, Db, Migration, Tx};
 use entrega_core::{MigrationSet, NewEvent, StoreError};
-use sqlx::{PgConnection, SqliteConnection};
 use uuid::Uuid;
 
-use super::domain::{NewOrder, Order, OrderLine, CREATED};
+use super::domain::{NewOrder, Order, OrderLine, OrderState};
 use super::messaging::order_created;
-use crate::config::Db;
-use crate::schema::{self, Migration};
 
 /// The tables of the seed, with the seed's columns, so the seed's own Python works against them.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "pedidos and lineas_pedido",
-    sqlite: "CREATE TABLE IF NOT EXISTS pedidos (
+const MIGRATIONS: &[Migration] = &[Migration::each(
+    1,
+    "pedidos and lineas_pedido",
+    "CREATE TABLE IF NOT EXISTS pedidos (
         id        TEXT PRIMARY KEY,
         cliente   TEXT NOT NULL,
         mercado   TEXT NOT NULL,
@@ -26,7 +23,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
         cantidad        INTEGER NOT NULL CHECK (cantidad > 0),
         precio_centimos INTEGER NOT NULL CHECK (precio_centimos >= 0));
     CREATE INDEX IF NOT EXISTS lineas_pedido_pedido ON lineas_pedido (pedido_id);",
-    postgres: "CREATE TABLE IF NOT EXISTS pedidos (
+    "CREATE TABLE IF NOT EXISTS pedidos (
         id        TEXT        PRIMARY KEY,
         cliente   TEXT        NOT NULL,
         mercado   TEXT        NOT NULL,
@@ -38,7 +35,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
         cantidad        INTEGER NOT NULL CHECK (cantidad > 0),
         precio_centimos INTEGER NOT NULL CHECK (precio_centimos >= 0));
     CREATE INDEX IF NOT EXISTS lineas_pedido_pedido ON lineas_pedido (pedido_id);",
-}];
+)];
 
 /// Failpoint inside the create-order transaction, after the order, its lines and its outbox
 /// row are written, right before `COMMIT`. `exit` dies mid-request with the transaction open
@@ -85,80 +82,59 @@ impl OrderStore {
 
     /// Creates entrega's outbox tables and the orders tables, if missing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db.migrate_entrega(&[MigrationSet::Outbox]).await?;
-        schema::apply(&self.db, "pedidos", MIGRATIONS).await
+        self.db.migrate(&[MigrationSet::Outbox]).await?;
+        self.db.apply_migrations("pedidos", MIGRATIONS).await
     }
 
     /// Stores the order, its lines and its `pedido.creado` event in one transaction; returns
     /// the event id (`id_evento`). Either all three are committed or none is.
     pub async fn create(&self, order: &NewOrder) -> Result<Uuid, CreateOrderError> {
         let event = order_created(order);
-        match &self.db {
-            Db::Sqlite(pool) => {
-                // IMMEDIATE: writers queue on busy_timeout instead of failing an upgrade.
-                let mut tx = entrega_sqlite::begin_immediate(pool).await?;
-                write_order(&mut *tx, order, &event).await?;
-                before_commit()?;
-                tx.commit().await.map_err(entrega_sqlite::classify)?;
-            }
-            Db::Postgres(pool) => {
-                let mut tx = pool.begin().await.map_err(entrega_postgres::classify)?;
-                write_order(&mut *tx, order, &event).await?;
-                before_commit()?;
-                tx.commit().await.map_err(entrega_postgres::classify)?;
-            }
-        }
+        // Dropped on any `Err` below, which rolls back every write.
+        let mut tx = self.db.begin().await?;
+        write_order(&mut tx, order, &event).await?;
+        before_commit()?;
+        tx.commit().await?;
         Ok(event.id)
     }
 
     /// The order with its lines, if it exists.
     pub async fn find(&self, id: &str) -> Result<Option<Order>, StoreError> {
         type Head = (String, String, String, String, String);
-        let (head, lines): (Option<Head>, Vec<(String, i32, i32)>) = match &self.db {
-            Db::Sqlite(pool) => {
-                let err = entrega_sqlite::classify;
-                let head = sqlx::query_as(
+        let head: Option<Head> = self
+            .db
+            .fetch_optional(
+                query_each(
                     "SELECT id, cliente, mercado, estado, creado_en FROM pedidos WHERE id = $1",
-                )
-                .bind(id)
-                .fetch_optional(pool)
-                .await
-                .map_err(err)?;
-                let lines = sqlx::query_as(
-                    "SELECT producto, cantidad, precio_centimos FROM lineas_pedido \
-                     WHERE pedido_id = $1 ORDER BY rowid",
-                )
-                .bind(id)
-                .fetch_all(pool)
-                .await
-                .map_err(err)?;
-                (head, lines)
-            }
-            Db::Postgres(pool) => {
-                let err = entrega_postgres::classify;
-                let head = sqlx::query_as(
                     "SELECT id, cliente, mercado, estado, \
                      to_char(creado_en AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"') \
                      FROM pedidos WHERE id = $1",
                 )
-                .bind(id)
-                .fetch_optional(pool)
-                .await
-                .map_err(err)?;
-                // No key column in the seed's table: physical order is insertion order for
-                // rows that are never updated.
-                let lines = sqlx::query_as(
+                .bind(id),
+            )
+            .await?;
+        let Some((id, customer, market, state, created_at)) = head else {
+            return Ok(None);
+        };
+        // No key column in the seed's table: the physical order of rows that are never
+        // updated is their insertion order, named differently by each backend.
+        let lines: Vec<(String, i32, i32)> = self
+            .db
+            .fetch_all(
+                query_each(
+                    "SELECT producto, cantidad, precio_centimos FROM lineas_pedido \
+                     WHERE pedido_id = $1 ORDER BY rowid",
                     "SELECT producto, cantidad, precio_centimos FROM lineas_pedido \
                      WHERE pedido_id = $1 ORDER BY ctid",
                 )
-                .bind(id)
-                .fetch_all(pool)
-                .await
-                .map_err(err)?;
-                (head, lines)
-            }
-        };
-        Ok(head.map(|(id, customer, market, state, created_at)| Order {
+                .bind(&id),
+            )
+            .await?;
+        let state = OrderState::parse(&state).ok_or_else(|| StoreError::Corrupt {
+            table: "pedidos",
+            reason: format!("order `{id}` has unknown state `{state}`"),
+        })?;
+        Ok(Some(Order {
             id,
             customer,
             market,
@@ -177,104 +153,52 @@ impl OrderStore {
 
     /// Number of orders stored.
     pub async fn count(&self) -> Result<u64, StoreError> {
-        let n: i64 = match &self.db {
-            Db::Sqlite(pool) => sqlx::query_scalar("SELECT COUNT(*) FROM pedidos")
-                .fetch_one(pool)
-                .await
-                .map_err(entrega_sqlite::classify)?,
-            Db::Postgres(pool) => sqlx::query_scalar("SELECT COUNT(*) FROM pedidos")
-                .fetch_one(pool)
-                .await
-                .map_err(entrega_postgres::classify)?,
-        };
-        Ok(u64::try_from(n).unwrap_or(0))
+        let n: Option<i64> = self
+            .db
+            .scalar(query("SELECT COUNT(*) FROM pedidos"))
+            .await?;
+        Ok(n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
     }
 }
 
-/// The writes of one order, on either backend's connection inside a transaction.
-#[async_trait]
-trait OrderWrites: Send {
-    /// Inserts the order row; `false` if the id exists already.
-    async fn insert_order(&mut self, order: &NewOrder) -> Result<bool, StoreError>;
-    /// Inserts one line.
-    async fn insert_line(&mut self, order_id: &str, line: &OrderLine) -> Result<(), StoreError>;
-    /// Enqueues the event in the outbox.
-    async fn enqueue(&mut self, event: &NewEvent) -> Result<(), StoreError>;
-}
-
-/// The SQL is the same on both backends (`$n` placeholders work on SQLite too); only the
-/// connection type, the outbox and the error classifier differ.
-macro_rules! impl_order_writes {
-    ($conn:ty, $outbox:path, $classify:path) => {
-        #[async_trait]
-        impl OrderWrites for $conn {
-            async fn insert_order(&mut self, order: &NewOrder) -> Result<bool, StoreError> {
-                // ON CONFLICT instead of catching the unique violation: a duplicate is an
-                // expected answer (409), not an error to classify.
-                let done = sqlx::query(
-                    "INSERT INTO pedidos (id, cliente, mercado, estado) VALUES ($1, $2, $3, $4) \
-                     ON CONFLICT (id) DO NOTHING",
-                )
-                .bind(&order.id)
-                .bind(&order.customer)
-                .bind(&order.market)
-                .bind(CREATED)
-                .execute(&mut *self)
-                .await
-                .map_err($classify)?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn insert_line(
-                &mut self,
-                order_id: &str,
-                line: &OrderLine,
-            ) -> Result<(), StoreError> {
-                sqlx::query(
-                    "INSERT INTO lineas_pedido (pedido_id, producto, cantidad, precio_centimos) \
-                     VALUES ($1, $2, $3, $4)",
-                )
-                .bind(order_id)
-                .bind(&line.product)
-                .bind(line.quantity)
-                .bind(line.price_cents)
-                .execute(&mut *self)
-                .await
-                .map_err($classify)?;
-                Ok(())
-            }
-
-            async fn enqueue(&mut self, event: &NewEvent) -> Result<(), StoreError> {
-                <$outbox>::enqueue(self, event).await
-            }
-        }
-    };
-}
-
-impl_order_writes!(
-    SqliteConnection,
-    entrega_sqlite::SqliteOutbox,
-    entrega_sqlite::classify
-);
-impl_order_writes!(
-    PgConnection,
-    entrega_postgres::PgOutbox,
-    entrega_postgres::classify
-);
-
+/// The order, its lines and its event, in the caller's transaction.
 async fn write_order(
-    conn: &mut dyn OrderWrites,
+    tx: &mut Tx,
     order: &NewOrder,
     event: &NewEvent,
 ) -> Result<(), CreateOrderError> {
-    if !conn.insert_order(order).await? {
+    // ON CONFLICT instead of catching the unique violation: a duplicate is an expected
+    // answer (409), not an error to classify.
+    let inserted = tx
+        .execute(
+            query(
+                "INSERT INTO pedidos (id, cliente, mercado, estado) VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(&order.id)
+            .bind(&order.customer)
+            .bind(&order.market)
+            .bind(OrderState::Created.as_str()),
+        )
+        .await?;
+    if inserted != 1 {
         return Err(CreateOrderError::Duplicate {
             id: order.id.clone(),
         });
     }
     for line in &order.lines {
-        conn.insert_line(&order.id, line).await?;
+        tx.execute(
+            query(
+                "INSERT INTO lineas_pedido (pedido_id, producto, cantidad, precio_centimos) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(&order.id)
+            .bind(&line.product)
+            .bind(line.quantity)
+            .bind(line.price_cents),
+        )
+        .await?;
     }
-    conn.enqueue(event).await?;
+    tx.enqueue(event).await?;
     Ok(())
 }

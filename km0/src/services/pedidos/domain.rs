@@ -12,8 +12,37 @@ pub const MAX_TEXT_LEN: usize = 200;
 /// Most lines accepted in one order.
 pub const MAX_LINES: usize = 200;
 
-/// State of an order just created (`estado`), as in the seed.
-pub const CREATED: &str = "creado";
+/// Where an order stands (`estado`), stored and sent by its Spanish name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum OrderState {
+    /// Just created (`creado`), as the seed's `crear_pedido` stores it.
+    #[serde(rename = "creado")]
+    Created,
+    /// Paid (`pagado`).
+    #[serde(rename = "pagado")]
+    Paid,
+    /// Cancelled (`cancelado`).
+    #[serde(rename = "cancelado")]
+    Cancelled,
+}
+
+impl OrderState {
+    /// The name stored in `pedidos.estado`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "creado",
+            Self::Paid => "pagado",
+            Self::Cancelled => "cancelado",
+        }
+    }
+
+    /// The state stored as `name`, if km0 knows it.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Created, Self::Paid, Self::Cancelled]
+            .into_iter()
+            .find(|state| state.as_str() == name)
+    }
+}
 
 /// One line of an order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +72,10 @@ pub struct NewOrder {
     /// Lines (`lineas`), at least one.
     #[serde(rename = "lineas")]
     pub lines: Vec<OrderLine>,
+    /// The card token to charge (`tarjeta`); without one, pagos charges the customer's card
+    /// on file.
+    #[serde(rename = "tarjeta", default, skip_serializing_if = "Option::is_none")]
+    pub card: Option<String>,
 }
 
 /// A stored order with its lines.
@@ -58,7 +91,7 @@ pub struct Order {
     pub market: String,
     /// State (`estado`), `creado` for a new order.
     #[serde(rename = "estado")]
-    pub state: String,
+    pub state: OrderState,
     /// Creation time (`creado_en`), RFC 3339 in UTC.
     #[serde(rename = "creado_en")]
     pub created_at: String,
@@ -121,11 +154,16 @@ impl NewOrder {
             .enumerate()
             .map(|(i, line)| parse_line(i, line))
             .collect::<Result<Vec<_>, _>>()?;
+        let card = match map.get("tarjeta") {
+            None | Some(Value::Null) => None,
+            Some(_) => Some(text(map, "tarjeta", "tarjeta")?),
+        };
         Ok(Self {
             id,
             customer,
             market,
             lines,
+            card,
         })
     }
 

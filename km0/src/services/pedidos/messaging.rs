@@ -1,5 +1,6 @@
 //! The events `pedidos` publishes, with the seed's names.
 
+use entrega::TopicRouting;
 use entrega_core::NewEvent;
 
 use super::domain::NewOrder;
@@ -18,6 +19,14 @@ pub const ORDER_CREATED: &str = "pedido.creado";
 pub const ORDER_PAID: &str = "pedido.pagado";
 /// An order was cancelled (`pedido.cancelado`).
 pub const ORDER_CANCELLED: &str = "pedido.cancelado";
+
+/// Where the relay of pedidos publishes: orders to [`TOPIC`]; events of any other aggregate
+/// `x` that shares the outbox to `xs.eventos` (the seed's naming).
+pub fn routing() -> TopicRouting {
+    TopicRouting::new()
+        .route(AGGREGATE, TOPIC)
+        .otherwise("{aggregate}s.eventos")
+}
 
 /// The `pedido.creado` event of a new order: aggregate `pedido`, aggregate id the order id,
 /// payload the order as received (the seed's `json.dumps(pedido)`).

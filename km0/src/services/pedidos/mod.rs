@@ -10,8 +10,9 @@ mod http;
 mod messaging;
 
 pub use db::{CreateOrderError, OrderStore, BEFORE_COMMIT};
-pub use domain::{InvalidOrder, NewOrder, Order, OrderLine, CREATED, MAX_LINES, MAX_TEXT_LEN};
+pub use domain::{InvalidOrder, NewOrder, Order, OrderLine, OrderState, MAX_LINES, MAX_TEXT_LEN};
 pub use http::{app, ApiError, OrderBody, PedidosState, MAX_BODY_BYTES};
 pub use messaging::{
-    order_created, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS, SOURCE, TOPIC,
+    order_created, routing, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID, PARTITIONS,
+    SOURCE, TOPIC,
 };

@@ -4,17 +4,19 @@
 //! `pendiente` and the periodic assignment takes it once a courier is free (the seed's
 //! exercise 3, case 5). The idempotency key and the delivery's writes share one transaction.
 
+use std::fmt;
+use std::str::FromStr;
+
+use entrega::db::{query, Db, Migration, Tx};
 use entrega_core::{MigrationSet, Processed, StoreError};
 
 use super::domain::PaidOrder;
-use crate::config::Db;
-use crate::schema::{self, Migration};
 
 /// Couriers and deliveries, with the couriers km0 starts with.
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "repartidores and entregas with the initial couriers",
-    sqlite: "CREATE TABLE IF NOT EXISTS repartidores (
+const MIGRATIONS: &[Migration] = &[Migration::each(
+    1,
+    "repartidores and entregas with the initial couriers",
+    "CREATE TABLE IF NOT EXISTS repartidores (
         id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, libre INTEGER NOT NULL DEFAULT 1);
     CREATE TABLE IF NOT EXISTS entregas (
         pedido_id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, calle TEXT NOT NULL, km REAL,
@@ -23,7 +25,7 @@ const MIGRATIONS: &[Migration] = &[Migration {
     INSERT INTO repartidores (id, ciudad) VALUES ('R-MAD-1', 'Madrid'), ('R-MAD-2', 'Madrid'),
         ('R-BCN-1', 'Barcelona'), ('R-VLC-1', 'Valencia'), ('R-TGN-1', 'Tarragona')
         ON CONFLICT (id) DO NOTHING;",
-    postgres: "CREATE TABLE IF NOT EXISTS repartidores (
+    "CREATE TABLE IF NOT EXISTS repartidores (
         id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, libre INTEGER NOT NULL DEFAULT 1);
     CREATE TABLE IF NOT EXISTS entregas (
         pedido_id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, calle TEXT NOT NULL,
@@ -33,16 +35,69 @@ const MIGRATIONS: &[Migration] = &[Migration {
     INSERT INTO repartidores (id, ciudad) VALUES ('R-MAD-1', 'Madrid'), ('R-MAD-2', 'Madrid'),
         ('R-BCN-1', 'Barcelona'), ('R-VLC-1', 'Valencia'), ('R-TGN-1', 'Tarragona')
         ON CONFLICT (id) DO NOTHING;",
-}];
+)];
 
-/// A delivery with a courier on its way.
-pub const ASSIGNED: &str = "asignada";
-/// A paid order waiting for a free courier in its city.
-pub const PENDING: &str = "pendiente";
-/// A delivery whose order was cancelled (its courier, if any, freed).
-pub const CANCELLED: &str = "cancelada";
-/// A delivery made.
-pub const DELIVERED: &str = "entregada";
+/// Where a delivery stands, stored in `entregas.estado` by its Spanish name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeliveryState {
+    /// A courier is on the way (`asignada`).
+    Assigned,
+    /// A paid order waiting for a free courier in its city (`pendiente`).
+    Pending,
+    /// The order was cancelled; its courier, if any, freed (`cancelada`).
+    Cancelled,
+    /// Delivered (`entregada`).
+    Delivered,
+}
+
+impl DeliveryState {
+    /// The name stored in `entregas.estado`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Assigned => "asignada",
+            Self::Pending => "pendiente",
+            Self::Cancelled => "cancelada",
+            Self::Delivered => "entregada",
+        }
+    }
+}
+
+impl fmt::Display for DeliveryState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A stored state name km0 does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown delivery state `{0}`")]
+pub struct UnknownState(pub String);
+
+impl FromStr for DeliveryState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [
+            Self::Assigned,
+            Self::Pending,
+            Self::Cancelled,
+            Self::Delivered,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+        .ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+/// Reads a stored state; a name km0 never writes means the row is not km0's.
+fn state_of(stored: &str) -> Result<DeliveryState, StoreError> {
+    stored
+        .parse()
+        .map_err(|e: UnknownState| StoreError::Corrupt {
+            table: "entregas",
+            reason: e.to_string(),
+        })
+}
 
 /// Most pending deliveries one assignment round looks at.
 const ASSIGN_BATCH: i64 = 100;
@@ -50,99 +105,55 @@ const ASSIGN_BATCH: i64 = 100;
 /// One row of `entregas`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Delivery {
-    /// Order id.
-    pub pedido_id: String,
-    /// Delivery city.
-    pub ciudad: String,
-    /// State: [`ASSIGNED`], [`PENDING`], [`CANCELLED`] or [`DELIVERED`].
-    pub estado: String,
-    /// The courier, once assigned.
-    pub repartidor_id: Option<String>,
-    /// Route length from the maps service.
+    /// The order (`pedido_id`).
+    pub order_id: String,
+    /// Delivery city (`ciudad`).
+    pub city: String,
+    /// Where it stands (`estado`).
+    pub state: DeliveryState,
+    /// The courier, once assigned (`repartidor_id`).
+    pub courier: Option<String>,
+    /// Route length from the maps service (`km`).
     pub km: Option<f64>,
 }
 
+/// `pedido_id, ciudad, estado, repartidor_id, km`.
 type DeliveryRow = (String, String, String, Option<String>, Option<f64>);
 
-impl From<DeliveryRow> for Delivery {
-    fn from((pedido_id, ciudad, estado, repartidor_id, km): DeliveryRow) -> Self {
-        Self {
-            pedido_id,
-            ciudad,
-            estado,
-            repartidor_id,
+impl TryFrom<DeliveryRow> for Delivery {
+    type Error = StoreError;
+
+    fn try_from((order_id, city, state, courier, km): DeliveryRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            order_id,
+            city,
+            state: state_of(&state)?,
+            courier,
             km,
-        }
+        })
     }
 }
 
-/// Runs `$body` in a transaction of either backend, with `$tx` the open transaction and
-/// `$inbox` the backend's idempotency table; commits when the body returns.
-macro_rules! in_tx {
-    ($db:expr, |$tx:ident, $inbox:ident, $classify:ident| $body:block) => {
-        match $db {
-            Db::Sqlite(pool) => {
-                #[allow(unused_imports)]
-                use entrega_sqlite::{classify as $classify, SqliteInbox as $inbox};
-                let mut $tx = entrega_sqlite::begin_immediate(pool).await?;
-                let out = $body;
-                $tx.commit().await.map_err(entrega_sqlite::classify)?;
-                Ok(out)
-            }
-            Db::Postgres(pool) => {
-                #[allow(unused_imports)]
-                use entrega_postgres::{classify as $classify, PgInbox as $inbox};
-                let mut $tx = pool.begin().await.map_err(entrega_postgres::classify)?;
-                let out = $body;
-                $tx.commit().await.map_err(entrega_postgres::classify)?;
-                Ok(out)
-            }
-        }
-    };
-}
-
-/// Reads with the pool of either backend.
-macro_rules! on_pool {
-    ($db:expr, |$pool:ident, $classify:ident| $body:expr) => {
-        match $db {
-            Db::Sqlite($pool) => {
-                let $classify = entrega_sqlite::classify;
-                $body
-            }
-            Db::Postgres($pool) => {
-                let $classify = entrega_postgres::classify;
-                $body
-            }
-        }
-    };
-}
-
 /// Takes a free courier of `city` in the open transaction; `None` when all are busy.
-macro_rules! take_courier {
-    ($tx:ident, $classify:path, $city:expr) => {
-        sqlx::query_scalar::<_, String>(
+async fn take_courier(tx: &mut Tx, city: &str) -> Result<Option<String>, StoreError> {
+    tx.scalar(
+        query(
             "UPDATE repartidores SET libre = 0
              WHERE id = (SELECT id FROM repartidores WHERE ciudad = $1 AND libre = 1
                          ORDER BY id LIMIT 1)
                AND libre = 1
              RETURNING id",
         )
-        .bind($city)
-        .fetch_optional(&mut *$tx)
-        .await
-        .map_err($classify)?
-    };
+        .bind(city),
+    )
+    .await
 }
 
 /// Frees a courier in the open transaction.
-macro_rules! free_courier {
-    ($tx:ident, $classify:path, $courier:expr) => {
-        sqlx::query("UPDATE repartidores SET libre = 1 WHERE id = $1")
-            .bind($courier)
-            .execute(&mut *$tx)
-            .await
-            .map_err($classify)?
-    };
+async fn free_courier(tx: &mut Tx, courier: &str) -> Result<(), StoreError> {
+    tx.execute(query("UPDATE repartidores SET libre = 1 WHERE id = $1").bind(courier))
+        .await
+        .map(drop)
 }
 
 /// The delivery database of the `reparto` service.
@@ -164,35 +175,32 @@ impl DeliveryStore {
 
     /// Creates entrega's consumer tables and reparto's own, with the initial couriers.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db.migrate_entrega(&[MigrationSet::Inbox]).await?;
-        schema::apply(&self.db, "reparto", MIGRATIONS).await
+        self.db.migrate(&[MigrationSet::Inbox]).await?;
+        self.db.apply_migrations("reparto", MIGRATIONS).await
     }
 
     /// Whether km0 delivers in `city` (it has couriers there).
     pub async fn serves(&self, city: &str) -> Result<bool, StoreError> {
-        let sql = "SELECT 1 FROM repartidores WHERE ciudad = $1 LIMIT 1";
-        on_pool!(&self.db, |pool, classify| {
-            let found: Option<i32> = sqlx::query_scalar(sql)
-                .bind(city)
-                .fetch_optional(pool)
-                .await
-                .map_err(classify)?;
-            Ok(found.is_some())
-        })
+        let found: Option<i32> = self
+            .db
+            .scalar(query("SELECT 1 FROM repartidores WHERE ciudad = $1 LIMIT 1").bind(city))
+            .await?;
+        Ok(found.is_some())
     }
 
     /// Whether `message_id` was already applied by `consumer`.
     pub async fn is_processed(&self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
-        let sql = "SELECT 1 FROM mensajes_procesados WHERE consumidor = $1 AND id_mensaje = $2";
-        on_pool!(&self.db, |pool, classify| {
-            let found: Option<i32> = sqlx::query_scalar(sql)
+        let found: Option<i32> = self
+            .db
+            .scalar(
+                query(
+                    "SELECT 1 FROM mensajes_procesados WHERE consumidor = $1 AND id_mensaje = $2",
+                )
                 .bind(consumer)
-                .bind(message_id)
-                .fetch_optional(pool)
-                .await
-                .map_err(classify)?;
-            Ok(found.is_some())
-        })
+                .bind(message_id),
+            )
+            .await?;
+        Ok(found.is_some())
     }
 
     /// Records a paid order's delivery once per `message_id`: assigned to a free courier of
@@ -205,24 +213,27 @@ impl DeliveryStore {
         order: &PaidOrder,
         km: f64,
         now_ms: i64,
-    ) -> Result<Processed<String>, StoreError> {
-        in_tx!(&self.db, |tx, Inbox, classify| {
-            if !Inbox::claim(&mut tx, consumer, message_id).await? {
-                return Ok(Processed::Duplicate);
-            }
-            let known: Option<String> =
-                sqlx::query_scalar("SELECT estado FROM entregas WHERE pedido_id = $1")
-                    .bind(&order.order_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(classify)?;
-            if let Some(state) = known {
-                tx.commit().await.map_err(classify)?;
-                return Ok(Processed::Applied(state));
-            }
-            let courier = take_courier!(tx, classify, &order.city);
-            let state = if courier.is_some() { ASSIGNED } else { PENDING };
-            sqlx::query(
+    ) -> Result<Processed<DeliveryState>, StoreError> {
+        let mut tx = self.db.begin().await?;
+        if !tx.claim(consumer, message_id).await? {
+            return Ok(Processed::Duplicate);
+        }
+        let known: Option<String> = tx
+            .scalar(query("SELECT estado FROM entregas WHERE pedido_id = $1").bind(&order.order_id))
+            .await?;
+        if let Some(state) = known {
+            let state = state_of(&state)?;
+            tx.commit().await?;
+            return Ok(Processed::Applied(state));
+        }
+        let courier = take_courier(&mut tx, &order.city).await?;
+        let state = if courier.is_some() {
+            DeliveryState::Assigned
+        } else {
+            DeliveryState::Pending
+        };
+        tx.execute(
+            query(
                 "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
                                        actualizado_ms)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -232,13 +243,12 @@ impl DeliveryStore {
             .bind(&order.street)
             .bind(km)
             .bind(courier)
-            .bind(state)
-            .bind(now_ms)
-            .execute(&mut *tx)
-            .await
-            .map_err(classify)?;
-            Processed::Applied(state.to_owned())
-        })
+            .bind(state.as_str())
+            .bind(now_ms),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Processed::Applied(state))
     }
 
     /// Cancels an order's delivery once per `message_id`, freeing its courier. A cancellation
@@ -251,91 +261,94 @@ impl DeliveryStore {
         order_id: &str,
         now_ms: i64,
     ) -> Result<Processed<()>, StoreError> {
-        in_tx!(&self.db, |tx, Inbox, classify| {
-            if !Inbox::claim(&mut tx, consumer, message_id).await? {
-                return Ok(Processed::Duplicate);
-            }
-            let row: Option<(String, Option<String>)> =
-                sqlx::query_as("SELECT estado, repartidor_id FROM entregas WHERE pedido_id = $1")
-                    .bind(order_id)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(classify)?;
-            match row {
-                None => {
-                    sqlx::query(
+        let mut tx = self.db.begin().await?;
+        if !tx.claim(consumer, message_id).await? {
+            return Ok(Processed::Duplicate);
+        }
+        let row: Option<(String, Option<String>)> = tx
+            .fetch_optional(
+                query("SELECT estado, repartidor_id FROM entregas WHERE pedido_id = $1")
+                    .bind(order_id),
+            )
+            .await?;
+        match row {
+            None => {
+                tx.execute(
+                    query(
                         "INSERT INTO entregas (pedido_id, ciudad, calle, estado, actualizado_ms)
                          VALUES ($1, '', '', $2, $3)",
                     )
                     .bind(order_id)
-                    .bind(CANCELLED)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(classify)?;
-                }
-                Some((state, courier)) if state == ASSIGNED || state == PENDING => {
-                    sqlx::query(
-                        "UPDATE entregas SET estado = $1, actualizado_ms = $2 WHERE pedido_id = $3",
+                    .bind(DeliveryState::Cancelled.as_str())
+                    .bind(now_ms),
+                )
+                .await?;
+            }
+            Some((state, courier)) => {
+                if matches!(
+                    state_of(&state)?,
+                    DeliveryState::Assigned | DeliveryState::Pending
+                ) {
+                    tx.execute(
+                        query(
+                            "UPDATE entregas SET estado = $1, actualizado_ms = $2 \
+                             WHERE pedido_id = $3",
+                        )
+                        .bind(DeliveryState::Cancelled.as_str())
+                        .bind(now_ms)
+                        .bind(order_id),
                     )
-                    .bind(CANCELLED)
-                    .bind(now_ms)
-                    .bind(order_id)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(classify)?;
+                    .await?;
                     if let Some(courier) = courier {
-                        free_courier!(tx, classify, &courier);
+                        free_courier(&mut tx, &courier).await?;
                     }
                 }
-                Some(_) => {}
             }
-            Processed::Applied(())
-        })
+        }
+        tx.commit().await?;
+        Ok(Processed::Applied(()))
     }
 
     /// Gives pending deliveries, oldest first, the couriers that are free now; returns how
     /// many were assigned. Run periodically.
     pub async fn assign_pending(&self, now_ms: i64) -> Result<u64, StoreError> {
-        let pending: Vec<(String, String)> = on_pool!(&self.db, |pool, classify| {
-            sqlx::query_as(
-                "SELECT pedido_id, ciudad FROM entregas WHERE estado = $1
-                 ORDER BY actualizado_ms, pedido_id LIMIT $2",
+        let pending: Vec<(String, String)> = self
+            .db
+            .fetch_all(
+                query(
+                    "SELECT pedido_id, ciudad FROM entregas WHERE estado = $1
+                     ORDER BY actualizado_ms, pedido_id LIMIT $2",
+                )
+                .bind(DeliveryState::Pending.as_str())
+                .bind(ASSIGN_BATCH),
             )
-            .bind(PENDING)
-            .bind(ASSIGN_BATCH)
-            .fetch_all(pool)
-            .await
-            .map_err(classify)?
-        });
+            .await?;
         let mut assigned = 0;
         for (order_id, city) in pending {
-            let done: bool = in_tx!(&self.db, |tx, Inbox, classify| {
-                match take_courier!(tx, classify, &city) {
-                    None => false,
-                    Some(courier) => {
-                        // Guarded by the state: a cancellation in between wins.
-                        let updated = sqlx::query(
-                            "UPDATE entregas SET estado = $1, repartidor_id = $2,
-                                                 actualizado_ms = $3
-                             WHERE pedido_id = $4 AND estado = $5",
-                        )
-                        .bind(ASSIGNED)
-                        .bind(&courier)
-                        .bind(now_ms)
-                        .bind(&order_id)
-                        .bind(PENDING)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(classify)?;
-                        if updated.rows_affected() == 0 {
-                            free_courier!(tx, classify, &courier);
-                        }
-                        updated.rows_affected() > 0
-                    }
-                }
-            })?;
-            assigned += u64::from(done);
+            let mut tx = self.db.begin().await?;
+            let Some(courier) = take_courier(&mut tx, &city).await? else {
+                tx.commit().await?;
+                continue;
+            };
+            // Guarded by the state: a cancellation in between wins.
+            let updated = tx
+                .execute(
+                    query(
+                        "UPDATE entregas SET estado = $1, repartidor_id = $2, actualizado_ms = $3
+                         WHERE pedido_id = $4 AND estado = $5",
+                    )
+                    .bind(DeliveryState::Assigned.as_str())
+                    .bind(&courier)
+                    .bind(now_ms)
+                    .bind(&order_id)
+                    .bind(DeliveryState::Pending.as_str()),
+                )
+                .await?;
+            if updated == 0 {
+                free_courier(&mut tx, &courier).await?;
+            }
+            tx.commit().await?;
+            assigned += u64::from(updated > 0);
         }
         Ok(assigned)
     }
@@ -343,53 +356,55 @@ impl DeliveryStore {
     /// Marks an assigned delivery as made and frees its courier; `false` if the order has
     /// no assigned delivery.
     pub async fn complete(&self, order_id: &str, now_ms: i64) -> Result<bool, StoreError> {
-        in_tx!(&self.db, |tx, Inbox, classify| {
-            let courier: Option<Option<String>> = sqlx::query_scalar(
-                "UPDATE entregas SET estado = $1, actualizado_ms = $2
-                 WHERE pedido_id = $3 AND estado = $4 RETURNING repartidor_id",
+        let mut tx = self.db.begin().await?;
+        let courier: Option<(Option<String>,)> = tx
+            .fetch_optional(
+                query(
+                    "UPDATE entregas SET estado = $1, actualizado_ms = $2
+                     WHERE pedido_id = $3 AND estado = $4 RETURNING repartidor_id",
+                )
+                .bind(DeliveryState::Delivered.as_str())
+                .bind(now_ms)
+                .bind(order_id)
+                .bind(DeliveryState::Assigned.as_str()),
             )
-            .bind(DELIVERED)
-            .bind(now_ms)
-            .bind(order_id)
-            .bind(ASSIGNED)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(classify)?;
-            match courier {
-                Some(Some(courier)) => {
-                    free_courier!(tx, classify, &courier);
-                    true
-                }
-                Some(None) => true,
-                None => false,
+            .await?;
+        let done = match courier {
+            Some((Some(courier),)) => {
+                free_courier(&mut tx, &courier).await?;
+                true
             }
-        })
+            Some((None,)) => true,
+            None => false,
+        };
+        tx.commit().await?;
+        Ok(done)
     }
 
     /// The delivery of `order_id`, if any.
     pub async fn delivery(&self, order_id: &str) -> Result<Option<Delivery>, StoreError> {
-        let sql = "SELECT pedido_id, ciudad, estado, repartidor_id, km FROM entregas
-                   WHERE pedido_id = $1";
-        let row: Option<DeliveryRow> = on_pool!(&self.db, |pool, classify| {
-            sqlx::query_as(sql)
-                .bind(order_id)
-                .fetch_optional(pool)
-                .await
-                .map_err(classify)?
-        });
-        Ok(row.map(Delivery::from))
+        let row: Option<DeliveryRow> = self
+            .db
+            .fetch_optional(
+                query(
+                    "SELECT pedido_id, ciudad, estado, repartidor_id, km FROM entregas
+                     WHERE pedido_id = $1",
+                )
+                .bind(order_id),
+            )
+            .await?;
+        row.map(Delivery::try_from).transpose()
     }
 
     /// Every delivery, by order id.
     pub async fn deliveries(&self) -> Result<Vec<Delivery>, StoreError> {
-        let sql = "SELECT pedido_id, ciudad, estado, repartidor_id, km FROM entregas
-                   ORDER BY pedido_id";
-        let rows: Vec<DeliveryRow> = on_pool!(&self.db, |pool, classify| {
-            sqlx::query_as(sql)
-                .fetch_all(pool)
-                .await
-                .map_err(classify)?
-        });
-        Ok(rows.into_iter().map(Delivery::from).collect())
+        let rows: Vec<DeliveryRow> = self
+            .db
+            .fetch_all(query(
+                "SELECT pedido_id, ciudad, estado, repartidor_id, km FROM entregas
+                 ORDER BY pedido_id",
+            ))
+            .await?;
+        rows.into_iter().map(Delivery::try_from).collect()
     }
 }

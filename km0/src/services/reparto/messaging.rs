@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use entrega::{Handler, Message, Router};
 use entrega_core::{now_ms, HandlerError, Processed};
 
-use super::db::{DeliveryStore, ASSIGNED, PENDING};
+use super::db::{DeliveryState, DeliveryStore};
 use super::domain::{cancelled_order_id, DeliveryError, PaidOrder};
 use super::maps::Maps;
 use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
@@ -110,8 +110,8 @@ impl DeliveryConsumer {
             .await?
         {
             Processed::Duplicate => bump(&self.stats.duplicates),
-            Processed::Applied(state) if state == ASSIGNED => bump(&self.stats.assigned),
-            Processed::Applied(state) if state == PENDING => bump(&self.stats.pending),
+            Processed::Applied(DeliveryState::Assigned) => bump(&self.stats.assigned),
+            Processed::Applied(DeliveryState::Pending) => bump(&self.stats.pending),
             Processed::Applied(_) => {}
         }
         Ok(())

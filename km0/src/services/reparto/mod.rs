@@ -6,7 +6,7 @@ mod domain;
 mod maps;
 mod messaging;
 
-pub use db::{Delivery, DeliveryStore, ASSIGNED, CANCELLED, DELIVERED, PENDING};
+pub use db::{Delivery, DeliveryState, DeliveryStore, UnknownState};
 pub use domain::{cancelled_order_id, DeliveryError, PaidOrder, PAID_VERSION};
 pub use maps::{HttpMaps, LocalMaps, Maps, MapsError};
 pub use messaging::{DeliveryConsumer, DeliveryStats, CONSUMER, GROUP, TOPIC};

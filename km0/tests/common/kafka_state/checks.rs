@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use km0::config::Db;
+use entrega::Db;
 use km0::services::inventario::{CONSUMER, GROUP};
 use km0::services::pedidos::{ORDER_CREATED, TOPIC};
 use km0::wiring::dead_letter_topic;
@@ -34,7 +34,7 @@ pub struct LogSummary {
 
 /// Transaction id that wrote each key of the stock consumer (PostgreSQL's `xmin`).
 async fn key_transactions(inventario: &Db) -> HashMap<String, i64> {
-    let Db::Postgres(pool) = inventario else {
+    let Some(pool) = inventario.postgres() else {
         panic!("the Kafka process tests run on PostgreSQL");
     };
     let rows: Vec<(String, i64)> = sqlx::query_as(

@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use entrega::Db;
 use entrega_core::NewEvent;
-use entrega_postgres::PgOutbox;
-use km0::config::Db;
 use km0::services::inventario::INITIAL_STOCK;
 use km0::services::pedidos::{AGGREGATE, ORDER_CREATED, ORDER_PAID};
 use rand::rngs::StdRng;
@@ -107,11 +106,8 @@ pub async fn place_and_pay(
 
 /// Commits `event` to the outbox in a transaction of its own.
 async fn enqueue(db: &Db, event: &NewEvent) {
-    let Db::Postgres(pool) = db else {
-        panic!("the Kafka process tests run on PostgreSQL");
-    };
-    let mut tx = pool.begin().await.expect("begin");
-    PgOutbox::enqueue(&mut tx, event).await.expect("enqueue");
+    let mut tx = db.begin().await.expect("begin");
+    tx.enqueue(event).await.expect("enqueue");
     tx.commit().await.expect("commit");
 }
 

@@ -1,0 +1,235 @@
+//! What an `amqp://` URL says: the broker's address and credentials (passed to lapin as they
+//! are) and entrega's own settings, given as query parameters.
+
+use std::time::Duration;
+
+use crate::layout::QueueLayout;
+
+/// How to reach RabbitMQ and how entrega uses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmqpConfig {
+    /// `amqp://USER:PASS@HOST:PORT/VHOST`, without entrega's parameters.
+    pub uri: String,
+    /// Longest wait for a connection (and its first channel) to open.
+    pub connect_timeout: Duration,
+    /// Longest wait for the broker to confirm a batch.
+    pub confirm_timeout: Duration,
+    /// First wait after a failed connection attempt; doubles up to `reconnect_max`.
+    pub reconnect_base: Duration,
+    /// Longest wait between connection attempts.
+    pub reconnect_max: Duration,
+    /// Unacknowledged deliveries a consumer holds at once (`basic.qos`, per consumer).
+    pub prefetch: u16,
+    /// Shard queues of a consumer group per topic (the topic's partitions).
+    pub shards: u32,
+    /// Deliveries a shard queue allows one message (`x-delivery-limit`) before it moves it
+    /// to the group's dead-letter queue.
+    pub delivery_limit: u32,
+    /// The direct exchange every group's dead letters go through, routed by the group's base
+    /// name to `<base>.dlq` (the seed's `km0.dlx`).
+    pub dead_letter_exchange: String,
+    /// The layout of groups not given one by [`Amqp::set_group`](crate::Amqp::set_group).
+    pub layout: QueueLayout,
+    /// The management plugin's HTTP API, for unacknowledged counts; `None` when turned off.
+    pub management: Option<ManagementApi>,
+}
+
+/// Where RabbitMQ's management HTTP API answers, and as whom.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ManagementApi {
+    /// `http://HOST:PORT`.
+    pub base: String,
+    /// The virtual host the queues are in.
+    pub vhost: String,
+    /// User name.
+    pub user: String,
+    /// Password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for ManagementApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManagementApi")
+            .field("base", &self.base)
+            .field("vhost", &self.vhost)
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An `amqp://` URL entrega cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AmqpUrlError {
+    /// Not `amqp://` or `amqps://`.
+    #[error("expected amqp://USER:PASS@HOST:PORT[/VHOST][?PARAMS], got `{0}`")]
+    Scheme(String),
+    /// A parameter entrega reads has a value it cannot use.
+    #[error("parameter `{name}`: `{value}` is not {expected}")]
+    Value {
+        /// The parameter.
+        name: String,
+        /// Its value.
+        value: String,
+        /// What it must be.
+        expected: &'static str,
+    },
+}
+
+/// entrega's parameters, taken off the URL before lapin reads it.
+const OWN: [&str; 10] = [
+    "management",
+    "dead_letter_exchange",
+    "layout",
+    "delivery_limit",
+    "connect_timeout_ms",
+    "confirm_timeout_ms",
+    "reconnect_base_ms",
+    "reconnect_max_ms",
+    "prefetch",
+    "shards",
+];
+
+impl AmqpConfig {
+    /// Reads `amqp://USER:PASS@HOST:PORT[/VHOST][?PARAMS]`. entrega's parameters
+    /// (`connect_timeout_ms`, default 5000; `confirm_timeout_ms`, 30000;
+    /// `reconnect_base_ms`, 100; `reconnect_max_ms`, 10000; `prefetch`, 100; `shards`, 6;
+    /// `delivery_limit`, 20; `dead_letter_exchange`, `entrega.dlx`; `layout`, `sharded` or
+    /// `shared`; `management`, the management API's `http://HOST:PORT`, default the broker's
+    /// host on port 15672, or `off`) are taken out;
+    /// any other parameter (`heartbeat`, `frame_max`, ...) is left for lapin.
+    pub fn from_url(url: &str) -> Result<Self, AmqpUrlError> {
+        let lower = url.to_ascii_lowercase();
+        if !lower.starts_with("amqp://") && !lower.starts_with("amqps://") {
+            return Err(AmqpUrlError::Scheme(url.to_owned()));
+        }
+        let mut config = Self {
+            uri: String::new(),
+            connect_timeout: Duration::from_secs(5),
+            confirm_timeout: Duration::from_secs(30),
+            reconnect_base: Duration::from_millis(100),
+            reconnect_max: Duration::from_secs(10),
+            prefetch: 100,
+            shards: 6,
+            delivery_limit: 20,
+            dead_letter_exchange: "entrega.dlx".to_owned(),
+            layout: QueueLayout::Sharded,
+            management: None,
+        };
+        let mut management = Some(None);
+        let (base, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            if !OWN.contains(&name) {
+                kept.push(pair);
+                continue;
+            }
+            let bad_as = |expected| AmqpUrlError::Value {
+                name: name.to_owned(),
+                value: value.to_owned(),
+                expected,
+            };
+            match name {
+                "dead_letter_exchange" if !value.is_empty() && value.len() <= 255 => {
+                    config.dead_letter_exchange = value.to_owned();
+                    continue;
+                }
+                "dead_letter_exchange" => return Err(bad_as("an exchange name")),
+                "management" if value == "off" => {
+                    management = None;
+                    continue;
+                }
+                "management" if value.starts_with("http://") => {
+                    management = Some(Some(value.to_owned()));
+                    continue;
+                }
+                "management" => return Err(bad_as("`off` or http://HOST:PORT")),
+                "layout" => {
+                    config.layout = match value {
+                        "sharded" => QueueLayout::Sharded,
+                        "shared" => QueueLayout::Shared,
+                        _ => return Err(bad_as("`sharded` or `shared`")),
+                    };
+                    continue;
+                }
+                _ => {}
+            }
+            let bad = || bad_as("a positive whole number");
+            let n: u64 = value.parse().ok().filter(|n| *n > 0).ok_or_else(bad)?;
+            match name {
+                "connect_timeout_ms" => config.connect_timeout = Duration::from_millis(n),
+                "confirm_timeout_ms" => config.confirm_timeout = Duration::from_millis(n),
+                "reconnect_base_ms" => config.reconnect_base = Duration::from_millis(n),
+                "reconnect_max_ms" => config.reconnect_max = Duration::from_millis(n),
+                "shards" => config.shards = u32::try_from(n).map_err(|_| bad())?,
+                "delivery_limit" => {
+                    config.delivery_limit = u32::try_from(n).map_err(|_| bad())?;
+                }
+                _ => config.prefetch = u16::try_from(n).map_err(|_| bad())?,
+            }
+        }
+        config.uri = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        config.management = management.and_then(|given| management_api(&config.uri, given));
+        Ok(config)
+    }
+}
+
+/// The management API of the broker at `uri`: `given` (`http://HOST:PORT`), or the broker's
+/// host on port 15672, with the URI's credentials (guest/guest when it has none) and vhost.
+fn management_api(uri: &str, given: Option<String>) -> Option<ManagementApi> {
+    let parsed: lapin::uri::AMQPUri = uri.parse().ok()?;
+    let base = given.unwrap_or_else(|| format!("http://{}:15672", parsed.authority.host));
+    Some(ManagementApi {
+        base,
+        vhost: parsed.vhost,
+        user: parsed.authority.userinfo.username,
+        password: parsed.authority.userinfo.password,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entregas_parameters_are_taken_out_and_the_rest_left_for_lapin() {
+        let c = AmqpConfig::from_url(
+            "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10&prefetch=8&connect_timeout_ms=250",
+        )
+        .unwrap();
+        assert_eq!(c.uri, "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10");
+        assert_eq!(c.prefetch, 8);
+        assert_eq!(c.connect_timeout, Duration::from_millis(250));
+        assert_eq!(AmqpConfig::from_url("amqp://h").unwrap().prefetch, 100);
+        assert!(matches!(
+            AmqpConfig::from_url("kafka://h"),
+            Err(AmqpUrlError::Scheme(_))
+        ));
+        assert!(matches!(
+            AmqpConfig::from_url("amqp://h?prefetch=0"),
+            Err(AmqpUrlError::Value { .. })
+        ));
+        assert!(AmqpConfig::from_url("amqp://h?prefetch=70000").is_err());
+        let seed =
+            AmqpConfig::from_url("amqp://h?dead_letter_exchange=km0.dlx&layout=shared").unwrap();
+        assert_eq!(seed.dead_letter_exchange, "km0.dlx");
+        assert_eq!(seed.layout, QueueLayout::Shared);
+        assert_eq!(seed.uri, "amqp://h");
+        assert!(AmqpConfig::from_url("amqp://h?layout=ring").is_err());
+        let api = AmqpConfig::from_url("amqp://u:p@rabbit:5672/%2f")
+            .unwrap()
+            .management
+            .unwrap();
+        assert_eq!(api.base, "http://rabbit:15672");
+        assert_eq!((api.vhost.as_str(), api.user.as_str()), ("/", "u"));
+        let off = AmqpConfig::from_url("amqp://h?management=off").unwrap();
+        assert_eq!(off.management, None);
+        assert!(!format!("{api:?}").contains("\"p\""));
+    }
+}

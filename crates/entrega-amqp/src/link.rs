@@ -1,0 +1,248 @@
+//! The connection to RabbitMQ: opened on first use with a timeout, and opened again after it
+//! fails, with a capped, jittered backoff between attempts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use entrega_core::{LogInspector, Publisher, SideQueues, Subscriber, TopicAdmin, TransportError};
+use lapin::{Channel, Connection, ConnectionProperties};
+use rand::Rng as _;
+use tokio::sync::Mutex;
+
+use crate::admin::AmqpAdmin;
+use crate::config::AmqpConfig;
+use crate::error::classify;
+use crate::inspector::AmqpInspector;
+use crate::layout::{GroupQueues, GroupSpec, QueueLayout};
+use crate::publisher::AmqpPublisher;
+use crate::side::AmqpSideQueues;
+use crate::subscription::AmqpSubscriber;
+
+/// A RabbitMQ broker: its configuration and one shared connection; cheap to clone.
+#[derive(Clone)]
+pub struct Amqp {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: AmqpConfig,
+    state: Mutex<State>,
+    /// Groups given their own names or layout, by (group, topic).
+    groups: std::sync::RwLock<HashMap<(String, String), GroupSpec>>,
+}
+
+#[derive(Default)]
+struct State {
+    connection: Option<Connection>,
+    /// Failed attempts in a row.
+    failures: u32,
+    /// No new attempt before this.
+    not_before: Option<Instant>,
+}
+
+impl std::fmt::Debug for Amqp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Amqp")
+            .field("prefetch", &self.inner.config.prefetch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Amqp {
+    /// A handle on the broker of `config`; the connection opens on first use.
+    pub fn connect(config: AmqpConfig) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::new(State::default()),
+                groups: std::sync::RwLock::default(),
+            }),
+        }
+    }
+
+    /// Gives group `group`'s queues on `topic` their own base name or layout (e.g. the seed's
+    /// `inventario.pedidos`, shared). Set it before the group subscribes, the same on every
+    /// process of the group.
+    pub fn set_group(&self, group: &str, topic: &str, spec: GroupSpec) {
+        let mut groups = self
+            .inner
+            .groups
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        groups.insert((group.to_owned(), topic.to_owned()), spec);
+    }
+
+    /// The names and shape of group `group`'s queues on `topic`.
+    pub fn group_queues(&self, group: &str, topic: &str) -> GroupQueues {
+        let config = &self.inner.config;
+        let groups = self
+            .inner
+            .groups
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let spec = groups.get(&(group.to_owned(), topic.to_owned()));
+        let layout = spec.map_or(config.layout, |s| s.layout);
+        GroupQueues {
+            topic: topic.to_owned(),
+            base: spec
+                .and_then(|s| s.base.clone())
+                .unwrap_or_else(|| format!("{group}.{topic}")),
+            layout,
+            shards: match layout {
+                QueueLayout::Shared => 1,
+                QueueLayout::Sharded => config.shards.max(1),
+            },
+            dead_letter_exchange: config.dead_letter_exchange.clone(),
+            delivery_limit: config.delivery_limit,
+        }
+    }
+
+    /// The configuration it was made with.
+    pub fn config(&self) -> &AmqpConfig {
+        &self.inner.config
+    }
+
+    /// Publishing side.
+    pub fn publisher(&self) -> Arc<dyn Publisher> {
+        Arc::new(AmqpPublisher::new(self.clone()))
+    }
+
+    /// Consuming side: groups of [`AmqpConfig::shards`] shard queues per topic.
+    pub fn subscriber(&self) -> Arc<dyn Subscriber> {
+        Arc::new(AmqpSubscriber::new(self.clone()))
+    }
+
+    /// What a log inspector can learn here: nothing, and why ([`AmqpInspector`]).
+    pub fn inspector(&self) -> Arc<dyn LogInspector> {
+        Arc::new(AmqpInspector)
+    }
+
+    /// Topic creation.
+    pub fn admin(&self) -> Arc<dyn TopicAdmin> {
+        Arc::new(AmqpAdmin::new(self.clone()))
+    }
+
+    /// A new channel on the live connection, connecting first when there is none (or it
+    /// failed). While attempts keep failing, the next one waits a doubling, jittered delay
+    /// (`reconnect_base` up to `reconnect_max`); a call in that window fails at once as
+    /// unavailable rather than hammering the broker.
+    pub(crate) async fn channel(&self) -> Result<Channel, TransportError> {
+        let config = &self.inner.config;
+        let mut state = self.inner.state.lock().await;
+        if let Some(connection) = &state.connection {
+            if connection.status().connected() {
+                match connection.create_channel().await {
+                    Ok(channel) => return Ok(channel),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "opening an AMQP channel failed; reconnecting");
+                        state.connection = None;
+                    }
+                }
+            } else {
+                state.connection = None;
+            }
+        }
+        if let Some(not_before) = state.not_before {
+            if Instant::now() < not_before {
+                return Err(TransportError::unavailable(format!(
+                    "RabbitMQ unreachable: {} failed connection attempts, next in {} ms",
+                    state.failures,
+                    not_before
+                        .saturating_duration_since(Instant::now())
+                        .as_millis()
+                )));
+            }
+        }
+        let attempt = async {
+            let connection = Connection::connect(&config.uri, ConnectionProperties::default())
+                .await
+                .map_err(classify)?;
+            let channel = connection.create_channel().await.map_err(classify)?;
+            Ok::<_, TransportError>((connection, channel))
+        };
+        match tokio::time::timeout(config.connect_timeout, attempt).await {
+            Ok(Ok((connection, channel))) => {
+                if state.failures > 0 {
+                    tracing::info!(failures = state.failures, "connected to RabbitMQ again");
+                }
+                state.connection = Some(connection);
+                state.failures = 0;
+                state.not_before = None;
+                Ok(channel)
+            }
+            outcome => {
+                state.failures = state.failures.saturating_add(1);
+                let delay = backoff(config, state.failures);
+                state.not_before = Some(Instant::now() + delay);
+                Err(match outcome {
+                    Ok(Err(e)) => e,
+                    _ => TransportError::unavailable(format!(
+                        "connecting to RabbitMQ took more than {} ms",
+                        config.connect_timeout.as_millis()
+                    )),
+                })
+            }
+        }
+    }
+
+    /// Declares group `group`'s queues on `topic` (and the topic): what a publisher needs
+    /// before it publishes, since a message no queue takes is refused. Idempotent.
+    pub async fn declare_group(&self, group: &str, topic: &str) -> Result<(), TransportError> {
+        let channel = self.channel().await?;
+        let declared =
+            crate::topology::declare_group(&channel, &self.group_queues(group, topic)).await;
+        let _ = channel.close(200, "entrega: declared".into()).await;
+        declared
+    }
+
+    /// Request and reply queues ([`AmqpRpc`](crate::AmqpRpc)).
+    pub fn rpc(&self) -> Arc<dyn entrega_core::RpcTransport> {
+        Arc::new(crate::rpc::AmqpRpc::new(self.clone()))
+    }
+
+    /// Dead letters and delayed retries in the group's own queues ([`AmqpSideQueues`]).
+    pub fn side_queues(&self) -> Arc<dyn SideQueues> {
+        Arc::new(AmqpSideQueues::new(self.clone()))
+    }
+
+    /// Deletes consumer group `group`'s queues on `topic`, messages included, and its
+    /// exchanges (see [`crate::topology::delete_group`]).
+    pub async fn delete_group(&self, group: &str, topic: &str) -> Result<(), TransportError> {
+        let channel = self.channel().await?;
+        let deleted =
+            crate::topology::delete_group(&channel, &self.group_queues(group, topic)).await;
+        let _ = channel.close(200, "entrega: deleted".into()).await;
+        deleted
+    }
+}
+
+/// The wait after `failures` failed attempts in a row: `base * 2^(failures-1)` capped at
+/// `max`, less up to a fifth at random so reconnecting clients do not move in step.
+fn backoff(config: &AmqpConfig, failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(20);
+    let full = config
+        .reconnect_base
+        .saturating_mul(1u32 << exp)
+        .min(config.reconnect_max);
+    let cut = rand::thread_rng().gen_range(0.0..0.2);
+    full.mul_f64(1.0 - cut)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_waits_double_up_to_the_cap_with_jitter() {
+        let config =
+            AmqpConfig::from_url("amqp://h?reconnect_base_ms=100&reconnect_max_ms=1000").unwrap();
+        let first = backoff(&config, 1);
+        assert!(first <= Duration::from_millis(100) && first >= Duration::from_millis(80));
+        let third = backoff(&config, 3);
+        assert!(third <= Duration::from_millis(400) && third >= Duration::from_millis(320));
+        let late = backoff(&config, 30);
+        assert!(late <= Duration::from_millis(1000) && late >= Duration::from_millis(800));
+    }
+}

@@ -1,0 +1,214 @@
+//! Confirmed, `mandatory` publishing: a batch is `Ok` only once every message was confirmed by
+//! the broker and routed to at least one queue.
+
+use async_trait::async_trait;
+use entrega_core::headers::ID_EVENTO;
+use entrega_core::{partition_for, OutgoingMessage, Publisher, TransportError};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{Channel, Confirmation};
+use tokio::sync::Mutex;
+
+use crate::error::{classify, classify_for, short};
+use crate::link::Amqp;
+use crate::properties::properties_of;
+
+/// [`Publisher`] on RabbitMQ: each message goes to the exchange named by its topic, with its
+/// shard as the routing key (Kafka's placement, [`partition_for`] of its key, `agregado_id`,
+/// or of its `id_evento` when it has none, over [`AmqpConfig::shards`](crate::AmqpConfig)),
+/// persistent, with publisher confirms and `mandatory`.
+///
+/// A message the broker acknowledges but returns unroutable (no queue bound for it) fails the
+/// batch as [`TransportError::Rejected`]; a nack, a channel or connection lost before every
+/// confirm came, or no confirm within `confirm_timeout`, fails it as
+/// [`TransportError::Unavailable`]: whether the broker kept the messages is unknown, so the
+/// caller publishes them again and consumers deduplicate. A missing exchange is
+/// [`TransportError::UnknownTopic`].
+pub struct AmqpPublisher {
+    amqp: Amqp,
+    /// The confirm-mode channel, kept while it works.
+    channel: Mutex<Option<Channel>>,
+}
+
+impl std::fmt::Debug for AmqpPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpPublisher").finish_non_exhaustive()
+    }
+}
+
+impl AmqpPublisher {
+    /// A publisher on `amqp`'s connection, with a channel of its own.
+    pub fn new(amqp: Amqp) -> Self {
+        Self {
+            amqp,
+            channel: Mutex::new(None),
+        }
+    }
+
+    async fn confirm_channel(&self, slot: &mut Option<Channel>) -> Result<Channel, TransportError> {
+        if let Some(channel) = slot.as_ref().filter(|c| c.status().connected()) {
+            return Ok(channel.clone());
+        }
+        *slot = None;
+        let channel = self.amqp.channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(classify)?;
+        *slot = Some(channel.clone());
+        Ok(channel)
+    }
+}
+
+/// One message and where it goes: an exchange and a routing key.
+pub(crate) struct Routed<'a> {
+    pub(crate) exchange: String,
+    pub(crate) routing_key: String,
+    pub(crate) message: &'a OutgoingMessage,
+}
+
+/// One message ready for the wire: where it goes, its body and its AMQP properties.
+pub(crate) struct Outgoing<'a> {
+    pub(crate) exchange: String,
+    pub(crate) routing_key: String,
+    pub(crate) payload: &'a [u8],
+    pub(crate) properties: lapin::BasicProperties,
+}
+
+impl AmqpPublisher {
+    /// Publishes every message to its own exchange and key, confirmed and `mandatory`, with
+    /// the outcomes of [`AmqpPublisher`]'s docs.
+    pub(crate) async fn publish_routed(&self, batch: &[Routed<'_>]) -> Result<(), TransportError> {
+        let outgoing = batch
+            .iter()
+            .map(|r| {
+                Ok(Outgoing {
+                    exchange: r.exchange.clone(),
+                    routing_key: r.routing_key.clone(),
+                    payload: &r.message.payload,
+                    properties: properties_of(&r.message.headers, r.message.key.as_deref())?,
+                })
+            })
+            .collect::<Result<Vec<_>, TransportError>>()?;
+        self.publish_raw(&outgoing).await
+    }
+
+    /// Publishes messages whose properties are already built (request/reply sets its own).
+    pub(crate) async fn publish_raw(&self, batch: &[Outgoing<'_>]) -> Result<(), TransportError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let timeout = self.amqp.config().confirm_timeout;
+        // The channel is held only while publishing: batches of other callers publish while
+        // this one waits for its confirms.
+        let (channel, pending) = {
+            let mut slot = self.channel.lock().await;
+            let channel = self.confirm_channel(&mut slot).await?;
+            let published = publish_each(&channel, batch).await;
+            if published.is_err() && !channel.status().connected() {
+                *slot = None;
+            }
+            (channel, published?)
+        };
+        let outcome = match tokio::time::timeout(timeout, confirm_all(pending)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(TransportError::unavailable(format!(
+                "RabbitMQ confirmed no batch within {} ms",
+                timeout.as_millis()
+            ))),
+        };
+        if outcome.is_err() && !channel.status().connected() {
+            // The channel is gone: the next batch opens a new one (on a new connection too, if
+            // that is what failed; `Amqp::channel` checks).
+            let mut slot = self.channel.lock().await;
+            if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
+                *slot = None;
+            }
+        }
+        outcome
+    }
+}
+
+/// The shard of `message` among `shards`: Kafka's placement of its key, or of its
+/// `id_evento` when it has none.
+pub(crate) fn shard_of(message: &OutgoingMessage, shards: u32) -> u32 {
+    let placed_by = message
+        .key
+        .as_deref()
+        .or_else(|| message.headers.get(ID_EVENTO))
+        .unwrap_or("");
+    partition_for(placed_by, shards)
+}
+
+#[async_trait]
+impl Publisher for AmqpPublisher {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
+        let shards = self.amqp.config().shards;
+        let routed: Vec<Routed<'_>> = batch
+            .iter()
+            .map(|message| Routed {
+                exchange: message.topic.clone(),
+                routing_key: shard_of(message, shards).to_string(),
+                message,
+            })
+            .collect();
+        self.publish_routed(&routed).await
+    }
+}
+
+/// Publishes every message of a batch, in order; the confirms are awaited after.
+/// A published message waiting for its confirm: where it went, and the confirm.
+type Pending = (String, String, lapin::PublisherConfirm);
+
+async fn publish_each(
+    channel: &Channel,
+    batch: &[Outgoing<'_>],
+) -> Result<Vec<Pending>, TransportError> {
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let mut pending = Vec::with_capacity(batch.len());
+    for out in batch {
+        let confirm = channel
+            .basic_publish(
+                short("exchange", &out.exchange)?,
+                short("routing key", &out.routing_key)?,
+                options,
+                out.payload,
+                out.properties.clone(),
+            )
+            .await
+            .map_err(|e| classify_for(&out.exchange, e))?;
+        pending.push((out.exchange.clone(), out.routing_key.clone(), confirm));
+    }
+    Ok(pending)
+}
+
+/// Waits for every confirm of a batch.
+async fn confirm_all(pending: Vec<Pending>) -> Result<(), TransportError> {
+    for (exchange, routing_key, confirm) in pending {
+        match confirm.await.map_err(|e| classify_for(&exchange, e))? {
+            Confirmation::Ack(None) => {}
+            Confirmation::Ack(Some(returned)) => {
+                return Err(TransportError::Rejected {
+                    reason: format!(
+                        "no queue is bound to `{}` for key `{}` ({} {})",
+                        exchange, routing_key, returned.reply_code, returned.reply_text
+                    ),
+                })
+            }
+            Confirmation::Nack(_) => {
+                return Err(TransportError::unavailable(format!(
+                    "RabbitMQ refused to store a message of `{}` (nack)",
+                    exchange
+                )))
+            }
+            Confirmation::NotRequested => {
+                return Err(TransportError::unavailable(
+                    "the channel is not in confirm mode",
+                ))
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,265 @@
+//! Request/reply on RabbitMQ as the seed's section 4 does it: requests are published through
+//! the default exchange to the service's durable queue (`pagos.autorizaciones`) with
+//! `reply_to`, `correlation_id` and `content_type` `application/json`; replies go the same way
+//! to the requester's queue. Both are confirmed and `mandatory`, so a reply to a requester
+//! whose private queue is gone fails as [`TransportError::Rejected`] instead of vanishing.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use entrega_core::{RpcDelivery, RpcInbox, RpcMessage, RpcTransport, TransportError};
+use futures::{FutureExt as _, StreamExt as _};
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicQosOptions, BasicRejectOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Consumer};
+
+use crate::error::{classify, classify_for, short};
+use crate::link::Amqp;
+use crate::properties::{delivery_headers, properties_of};
+use crate::publisher::{AmqpPublisher, Outgoing};
+
+/// [`RpcTransport`] on RabbitMQ.
+pub struct AmqpRpc {
+    amqp: Amqp,
+    publisher: AmqpPublisher,
+}
+
+impl std::fmt::Debug for AmqpRpc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpRpc").finish_non_exhaustive()
+    }
+}
+
+impl AmqpRpc {
+    /// Request/reply on `amqp`'s connection, publishing on a confirm channel of its own.
+    pub fn new(amqp: Amqp) -> Self {
+        Self {
+            publisher: AmqpPublisher::new(amqp.clone()),
+            amqp,
+        }
+    }
+
+    /// A channel consuming `queue`: with manual acks and at most `prefetch` unacked, or,
+    /// with `no_ack`, every delivery acknowledged by the broker as it is sent (a private reply
+    /// queue, whose replies are lost with its reader anyway, as the seed's `auto_ack=True`).
+    async fn consume(
+        &self,
+        channel: Channel,
+        queue: String,
+        consumer: &str,
+        prefetch: u16,
+        no_ack: bool,
+    ) -> Result<Box<dyn RpcInbox>, TransportError> {
+        if !no_ack {
+            channel
+                .basic_qos(prefetch.max(1), BasicQosOptions { global: false })
+                .await
+                .map_err(classify)?;
+        }
+        let stream = channel
+            .basic_consume(
+                short("queue", &queue)?,
+                short("consumer tag", consumer)?,
+                BasicConsumeOptions {
+                    no_ack,
+                    ..BasicConsumeOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| classify_for(&queue, e))?;
+        Ok(Box::new(AmqpRpcInbox {
+            address: queue,
+            channel,
+            stream,
+            no_ack,
+        }))
+    }
+}
+
+#[async_trait]
+impl RpcTransport for AmqpRpc {
+    async fn send(
+        &self,
+        queue: &str,
+        message: &RpcMessage,
+        expires_in: Option<Duration>,
+    ) -> Result<(), TransportError> {
+        let mut properties = properties_of(&message.headers, None)?
+            .with_correlation_id(short("correlation id", &message.correlation_id)?)
+            .with_delivery_mode(if message.durable { 2 } else { 1 });
+        if let Some(reply_to) = &message.reply_to {
+            properties = properties.with_reply_to(short("reply_to", reply_to)?);
+        }
+        if let Some(ttl) = expires_in {
+            let ms = ttl.as_millis().max(1).to_string();
+            properties = properties.with_expiration(short("expiration", &ms)?);
+        }
+        self.publisher
+            .publish_raw(&[Outgoing {
+                exchange: String::new(),
+                routing_key: queue.to_owned(),
+                payload: &message.payload,
+                properties,
+            }])
+            .await
+    }
+
+    async fn serve(
+        &self,
+        queue: &str,
+        consumer: &str,
+        prefetch: u16,
+    ) -> Result<Box<dyn RpcInbox>, TransportError> {
+        let channel = self.amqp.channel().await?;
+        channel
+            .queue_declare(
+                short("queue", queue)?,
+                QueueDeclareOptions {
+                    durable: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| classify_for(queue, e))?;
+        self.consume(channel, queue.to_owned(), consumer, prefetch, false)
+            .await
+    }
+
+    async fn replies(&self, durable: Option<&str>) -> Result<Box<dyn RpcInbox>, TransportError> {
+        let channel = self.amqp.channel().await?;
+        let options = match durable {
+            Some(_) => QueueDeclareOptions {
+                durable: true,
+                ..QueueDeclareOptions::default()
+            },
+            // The seed's `queue_declare(queue="", exclusive=True)`: server-named, gone with
+            // its connection.
+            None => QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            },
+        };
+        let declared = channel
+            .queue_declare(
+                short("queue", durable.unwrap_or(""))?,
+                options,
+                FieldTable::default(),
+            )
+            .await
+            .map_err(classify)?;
+        let name = declared.name().to_string();
+        let tag = format!("entrega.replies.{}", uuid_like(&name));
+        self.consume(channel, name, &tag, 1000, durable.is_none())
+            .await
+    }
+}
+
+/// A consumer tag derived from a queue name (tags are per channel; this keeps them readable).
+fn uuid_like(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
+        .collect()
+}
+
+/// A queue read with manual acks.
+struct AmqpRpcInbox {
+    address: String,
+    channel: Channel,
+    stream: Consumer,
+    /// Deliveries are acknowledged by the broker as sent: `ack` and `retry` do nothing.
+    no_ack: bool,
+}
+
+impl AmqpRpcInbox {
+    fn delivery(delivery: Delivery) -> RpcDelivery {
+        let p = &delivery.properties;
+        RpcDelivery {
+            message: RpcMessage {
+                correlation_id: p
+                    .correlation_id()
+                    .as_ref()
+                    .map(|c| c.as_str().to_owned())
+                    .unwrap_or_default(),
+                reply_to: p.reply_to().as_ref().map(|r| r.as_str().to_owned()),
+                headers: delivery_headers(p),
+                durable: p.delivery_mode() == &Some(2),
+                payload: delivery.data,
+            },
+            tag: delivery.delivery_tag,
+            redelivered: delivery.redelivered,
+        }
+    }
+
+    fn ended(&self) -> TransportError {
+        TransportError::unavailable(format!(
+            "the consumer of `{}` ended (cancelled by the broker, or its channel closed)",
+            self.address
+        ))
+    }
+}
+
+#[async_trait]
+impl RpcInbox for AmqpRpcInbox {
+    fn address(&self) -> &str {
+        &self.address
+    }
+
+    async fn next(
+        &mut self,
+        max: usize,
+        wait: Duration,
+    ) -> Result<Vec<RpcDelivery>, TransportError> {
+        let first = match tokio::time::timeout(wait, self.stream.next()).await {
+            Err(_) => return Ok(Vec::new()),
+            Ok(None) => return Err(self.ended()),
+            Ok(Some(delivery)) => delivery.map_err(classify)?,
+        };
+        let mut out = vec![Self::delivery(first)];
+        while out.len() < max.max(1) {
+            match self.stream.next().now_or_never() {
+                Some(Some(Ok(delivery))) => out.push(Self::delivery(delivery)),
+                Some(Some(Err(e))) => return Err(classify(e)),
+                Some(None) | None => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn ack(&mut self, tag: u64) -> Result<(), TransportError> {
+        if self.no_ack {
+            return Ok(());
+        }
+        self.channel
+            .basic_ack(tag, BasicAckOptions::default())
+            .await
+            .map_err(classify)
+    }
+
+    async fn retry(&mut self, tag: u64) -> Result<(), TransportError> {
+        if self.no_ack {
+            return Ok(());
+        }
+        self.channel
+            .basic_reject(tag, BasicRejectOptions { requeue: true })
+            .await
+            .map_err(classify)
+    }
+}
+
+impl Drop for AmqpRpcInbox {
+    fn drop(&mut self) {
+        // Closing the channel hands every unacked delivery back to the broker.
+        let channel = self.channel.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let _ = channel.close(200, "entrega: inbox closed".into()).await;
+            });
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! How handlers say why they failed: a transient failure is retried, a permanent one is
+//! dead-lettered at once. The worker decides the rest from this class alone.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+/// Whether a failure may go away by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// May succeed if tried again later (database restarting, dependency answering 503).
+    Transient,
+    /// Will fail again however often it is tried (invalid data, business rule violated).
+    Permanent,
+}
+
+/// A handler's failure, classified. Retry-versus-dead-letter is decided only by the class.
+#[derive(Debug)]
+pub struct HandlerError {
+    class: ErrorClass,
+    source: Box<dyn StdError + Send + Sync + 'static>,
+}
+
+impl HandlerError {
+    /// A failure that may succeed when retried.
+    pub fn transient(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Self {
+            class: ErrorClass::Transient,
+            source: source.into(),
+        }
+    }
+
+    /// A failure that will not succeed when retried.
+    pub fn permanent(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Self {
+            class: ErrorClass::Permanent,
+            source: source.into(),
+        }
+    }
+
+    /// The failure's class.
+    pub fn class(&self) -> ErrorClass {
+        self.class
+    }
+
+    /// Whether the failure may go away when retried.
+    pub fn is_transient(&self) -> bool {
+        self.class == ErrorClass::Transient
+    }
+
+    /// The underlying error.
+    pub fn inner(&self) -> &(dyn StdError + Send + Sync + 'static) {
+        self.source.as_ref()
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let class = match self.class {
+            ErrorClass::Transient => "transient",
+            ErrorClass::Permanent => "permanent",
+        };
+        write!(f, "{class}: {}", self.source)
+    }
+}
+
+impl StdError for HandlerError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
+impl From<crate::StoreError> for HandlerError {
+    fn from(e: crate::StoreError) -> Self {
+        if e.is_transient() {
+            Self::transient(e)
+        } else {
+            Self::permanent(e)
+        }
+    }
+}
+
+impl From<crate::EnvelopeError> for HandlerError {
+    fn from(e: crate::EnvelopeError) -> Self {
+        Self::permanent(e)
+    }
+}

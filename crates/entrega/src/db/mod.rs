@@ -1,0 +1,266 @@
+//! One database handle for both backends, chosen at run time from the URL.
+//!
+//! A service writes its queries once ([`query`]), opens a transaction with [`Db::begin`],
+//! and inside it writes the business change, the outbox row ([`Tx::enqueue`]) and the
+//! inbox key ([`Tx::claim`]); its own tables are created by [`Db::apply_migrations`], the
+//! runner that creates entrega's. Where SQLite and PostgreSQL really need different SQL, the
+//! two texts sit side by side ([`query_each`]); a path written for one backend alone takes
+//! that backend's connection explicitly ([`Tx::postgres`]).
+//!
+//! ```no_run
+//! use entrega::db::{query, Db};
+//! use entrega::entrega_core::{MigrationSet, NewEvent};
+//!
+//! # async fn order(url: &str) -> Result<(), entrega::entrega_core::StoreError> {
+//! let db = Db::connect(url).await?; // sqlite://pedidos.db or postgres://.../pedidos
+//! db.migrate(&[MigrationSet::Outbox]).await?;
+//! let mut tx = db.begin().await?;
+//! tx.execute(query("INSERT INTO pedidos (id, estado) VALUES ($1, $2)").bind("P-1").bind("creado"))
+//!     .await?;
+//! let datos = serde_json::json!({ "pedido_id": "P-1" });
+//! tx.enqueue(&NewEvent::new("pedido", "P-1", "pedido.creado", datos)).await?;
+//! tx.commit().await?;
+//! # Ok(()) }
+//! ```
+
+mod exec;
+mod migration;
+mod query;
+mod rows;
+mod tx;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use entrega_core::{DlqStore, MigrationSet, ParkingStore, StoreError};
+use entrega_postgres::{PgDlqStore, PgInbox, PgOutbox, PgParking};
+use entrega_sqlite::{SqliteDlqStore, SqliteInbox, SqliteOutbox, SqliteParking};
+use sqlx::{PgPool, SqlitePool};
+
+pub use migration::Migration;
+pub use query::{query, query_each, Query, Sql, Value};
+pub use rows::{Column, FromRow};
+pub use tx::Tx;
+
+use crate::OutboxPorts;
+
+/// The database engines entrega runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// SQLite, the embedded default (`sqlite://FILE`).
+    Sqlite,
+    /// PostgreSQL (`postgres://USER@HOST:PORT/DB`).
+    Postgres,
+}
+
+impl Backend {
+    /// `sqlite` or `postgres`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+
+    /// The backend a URL names: `sqlite:...`, `postgres://...` or `postgresql://...`.
+    pub fn of_url(url: &str) -> Option<Self> {
+        if url.starts_with("sqlite:") {
+            Some(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Self::Postgres)
+        } else {
+            None
+        }
+    }
+}
+
+/// A URL that names no database entrega knows how to open.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsupported database url `{0}`: expected sqlite://FILE or postgres://USER@HOST:PORT/DB")]
+pub struct UnsupportedUrl(pub String);
+
+/// A connected database of either backend: a pool, cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Db {
+    pub(crate) pool: Pool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Pool {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl From<SqlitePool> for Db {
+    fn from(pool: SqlitePool) -> Self {
+        Self {
+            pool: Pool::Sqlite(pool),
+        }
+    }
+}
+
+impl From<PgPool> for Db {
+    fn from(pool: PgPool) -> Self {
+        Self {
+            pool: Pool::Postgres(pool),
+        }
+    }
+}
+
+impl Db {
+    /// Connects to a database URL: `sqlite://file.db` (created if missing, with entrega's
+    /// settings: WAL, busy timeout, commit wake-ups), `sqlite::memory:`, or
+    /// `postgres://user@host:port/db`.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        match Backend::of_url(url) {
+            Some(Backend::Sqlite) => Ok(entrega_sqlite::connect(url).await?.into()),
+            Some(Backend::Postgres) => Ok(entrega_postgres::connect(url).await?.into()),
+            None => Err(StoreError::rejected(UnsupportedUrl(url.to_owned()))),
+        }
+    }
+
+    /// The backend of this database.
+    pub fn backend(&self) -> Backend {
+        match self.pool {
+            Pool::Sqlite(_) => Backend::Sqlite,
+            Pool::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// The SQLite pool, for a path written for SQLite alone; `None` on PostgreSQL.
+    pub fn sqlite(&self) -> Option<&SqlitePool> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Some(pool),
+            Pool::Postgres(_) => None,
+        }
+    }
+
+    /// The PostgreSQL pool, for a path written for PostgreSQL alone; `None` on SQLite.
+    pub fn postgres(&self) -> Option<&PgPool> {
+        match &self.pool {
+            Pool::Postgres(pool) => Some(pool),
+            Pool::Sqlite(_) => None,
+        }
+    }
+
+    /// Opens a write transaction (see [`Tx`]).
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Ok(Tx::sqlite_tx(entrega_sqlite::begin_immediate(pool).await?)),
+            Pool::Postgres(pool) => Ok(Tx::postgres_tx(
+                pool.begin().await.map_err(entrega_postgres::classify)?,
+            )),
+        }
+    }
+
+    /// Runs a statement outside any transaction; returns how many rows it affected.
+    pub async fn execute(&self, q: Query) -> Result<u64, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => exec::sqlite::execute(pool, q).await,
+            Pool::Postgres(pool) => exec::postgres::execute(pool, q).await,
+        }
+    }
+
+    /// The first row of a query, if any.
+    pub async fn fetch_optional<T: FromRow>(&self, q: Query) -> Result<Option<T>, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => exec::sqlite::fetch_optional(pool, q).await,
+            Pool::Postgres(pool) => exec::postgres::fetch_optional(pool, q).await,
+        }
+    }
+
+    /// Every row of a query.
+    pub async fn fetch_all<T: FromRow>(&self, q: Query) -> Result<Vec<T>, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => exec::sqlite::fetch_all(pool, q).await,
+            Pool::Postgres(pool) => exec::postgres::fetch_all(pool, q).await,
+        }
+    }
+
+    /// The first column of the first row, if any.
+    pub async fn scalar<T: Column>(&self, q: Query) -> Result<Option<T>, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => exec::sqlite::scalar(pool, q).await,
+            Pool::Postgres(pool) => exec::postgres::scalar(pool, q).await,
+        }
+    }
+
+    /// Creates or updates entrega's own tables for the given sets.
+    pub async fn migrate(&self, sets: &[MigrationSet]) -> Result<(), StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => entrega_sqlite::migrate(pool, sets).await,
+            Pool::Postgres(pool) => entrega_postgres::migrate(pool, sets).await,
+        }
+    }
+
+    /// Brings the application's set `name` up to date: every step not yet recorded, in
+    /// order, in one transaction, with the runner, lock and record of entrega's own sets.
+    /// Several processes may run it at once; each step still runs once.
+    pub async fn apply_migrations(
+        &self,
+        name: &str,
+        migrations: &[Migration],
+    ) -> Result<(), StoreError> {
+        let scripts = migration::scripts(migrations, self.backend());
+        let steps = migration::for_runner(migrations, &scripts);
+        match &self.pool {
+            Pool::Sqlite(pool) => entrega_sqlite::apply_migrations(pool, name, &steps).await,
+            Pool::Postgres(pool) => entrega_postgres::apply_migrations(pool, name, &steps).await,
+        }
+    }
+
+    /// The outbox of this database through the relay's ports.
+    pub fn outbox(&self) -> OutboxPorts {
+        match &self.pool {
+            Pool::Sqlite(pool) => OutboxPorts::new(Arc::new(SqliteOutbox::new(pool.clone()))),
+            Pool::Postgres(pool) => OutboxPorts::new(Arc::new(PgOutbox::new(pool.clone()))),
+        }
+    }
+
+    /// Where ordered retries park their keys (needs [`MigrationSet::Inbox`]).
+    pub fn parking(&self) -> Arc<dyn ParkingStore> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Arc::new(SqliteParking::new(pool.clone())),
+            Pool::Postgres(pool) => Arc::new(PgParking::new(pool.clone())),
+        }
+    }
+
+    /// Operator state of dead letters (needs [`MigrationSet::Dlq`]).
+    pub fn dead_letters(&self) -> Arc<dyn DlqStore> {
+        match &self.pool {
+            Pool::Sqlite(pool) => Arc::new(SqliteDlqStore::new(pool.clone())),
+            Pool::Postgres(pool) => Arc::new(PgDlqStore::new(pool.clone())),
+        }
+    }
+
+    /// Deletes processed-message keys recorded more than `age` ago; returns how many. A
+    /// message redelivered after its key is gone would be applied again, so `age` must exceed
+    /// the broker's redelivery window.
+    pub async fn purge_processed(&self, age: Duration) -> Result<u64, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => SqliteInbox::purge_older_than(pool, age).await,
+            Pool::Postgres(pool) => PgInbox::purge_older_than(pool, age).await,
+        }
+    }
+
+    /// Keys recorded for `consumer`: messages it applied.
+    pub async fn processed(&self, consumer: &str) -> Result<u64, StoreError> {
+        match &self.pool {
+            Pool::Sqlite(pool) => SqliteInbox::count(pool, consumer).await,
+            Pool::Postgres(pool) => PgInbox::count(pool, consumer).await,
+        }
+    }
+
+    /// Checks that the database answers.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.execute(query("SELECT 1")).await.map(drop)
+    }
+
+    /// Closes the pool, waiting for connections in use to be returned.
+    pub async fn close(&self) {
+        match &self.pool {
+            Pool::Sqlite(pool) => pool.close().await,
+            Pool::Postgres(pool) => pool.close().await,
+        }
+    }
+}

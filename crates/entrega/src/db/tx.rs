@@ -1,0 +1,211 @@
+//! One open transaction on whichever backend its [`Db`](super::Db) holds.
+
+use entrega_core::{NewEvent, StoreError};
+use entrega_postgres::{PgInbox, PgOutbox};
+use entrega_sqlite::{SqliteInbox, SqliteOutbox};
+use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+
+use super::exec;
+use super::rows::{Column, FromRow};
+use super::{query, query_each, Backend, Query};
+
+/// An open write transaction: the business change, the outbox [`enqueue`](Tx::enqueue) and
+/// the inbox [`claim`](Tx::claim) all go through it, and commit together or not at all.
+/// Dropping it without [`commit`](Tx::commit) rolls everything back.
+///
+/// On SQLite it starts with `BEGIN IMMEDIATE`, so concurrent writers queue on the busy
+/// timeout instead of failing a lock upgrade.
+#[derive(Debug)]
+pub struct Tx {
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    Sqlite(Transaction<'static, Sqlite>),
+    Postgres(Transaction<'static, Postgres>),
+}
+
+impl Tx {
+    pub(super) fn sqlite_tx(tx: Transaction<'static, Sqlite>) -> Self {
+        Self {
+            inner: Inner::Sqlite(tx),
+        }
+    }
+
+    pub(super) fn postgres_tx(tx: Transaction<'static, Postgres>) -> Self {
+        Self {
+            inner: Inner::Postgres(tx),
+        }
+    }
+
+    /// The backend this transaction runs on.
+    pub fn backend(&self) -> Backend {
+        match self.inner {
+            Inner::Sqlite(_) => Backend::Sqlite,
+            Inner::Postgres(_) => Backend::Postgres,
+        }
+    }
+
+    /// Runs a statement; returns how many rows it affected.
+    pub async fn execute(&mut self, q: Query) -> Result<u64, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => exec::sqlite::execute(&mut **tx, q).await,
+            Inner::Postgres(tx) => exec::postgres::execute(&mut **tx, q).await,
+        }
+    }
+
+    /// The first row of a query, if any.
+    pub async fn fetch_optional<T: FromRow>(&mut self, q: Query) -> Result<Option<T>, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => exec::sqlite::fetch_optional(&mut **tx, q).await,
+            Inner::Postgres(tx) => exec::postgres::fetch_optional(&mut **tx, q).await,
+        }
+    }
+
+    /// Every row of a query.
+    pub async fn fetch_all<T: FromRow>(&mut self, q: Query) -> Result<Vec<T>, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => exec::sqlite::fetch_all(&mut **tx, q).await,
+            Inner::Postgres(tx) => exec::postgres::fetch_all(&mut **tx, q).await,
+        }
+    }
+
+    /// The first column of the first row, if any.
+    pub async fn scalar<T: Column>(&mut self, q: Query) -> Result<Option<T>, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => exec::sqlite::scalar(&mut **tx, q).await,
+            Inner::Postgres(tx) => exec::postgres::scalar(&mut **tx, q).await,
+        }
+    }
+
+    /// Writes `event` to the outbox in this transaction: it exists if and only if the
+    /// business change commits, and the relay publishes it afterwards.
+    pub async fn enqueue(&mut self, event: &NewEvent) -> Result<(), StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => SqliteOutbox::enqueue(tx, event).await,
+            Inner::Postgres(tx) => PgOutbox::enqueue(tx, event).await,
+        }
+    }
+
+    /// Writes every event, in order, to the outbox in this transaction.
+    pub async fn enqueue_all(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => SqliteOutbox::enqueue_all(tx, events).await,
+            Inner::Postgres(tx) => PgOutbox::enqueue_all(tx, events).await,
+        }
+    }
+
+    /// Records that `consumer` processed `message_id`, in this transaction. `true`: the key
+    /// is new, apply the effect here. `false`: a duplicate, apply nothing.
+    pub async fn claim(&mut self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => SqliteInbox::claim(tx, consumer, message_id).await,
+            Inner::Postgres(tx) => PgInbox::claim(tx, consumer, message_id).await,
+        }
+    }
+
+    /// The answer stored for request `key` of `consumer` by an earlier transaction
+    /// ([`Tx::store_answer`]), if there is one: a repeated request gets it back unchanged.
+    pub async fn stored_answer(
+        &mut self,
+        consumer: &str,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let sql = "SELECT respuesta FROM entrega_respuestas WHERE clave = $1 AND consumidor = $2";
+        let row: Option<(Vec<u8>,)> = self
+            .fetch_optional(query(sql).bind(key).bind(consumer))
+            .await?;
+        Ok(row.map(|(answer,)| answer))
+    }
+
+    /// Stores `answer` to request `key` of `consumer`, in this transaction, next to the
+    /// effect that produced it. Returns `false` when an answer was already stored (another
+    /// handling of the same request committed first): roll back and answer with
+    /// [`Tx::stored_answer`] instead.
+    pub async fn store_answer(
+        &mut self,
+        consumer: &str,
+        key: &str,
+        answer: &[u8],
+    ) -> Result<bool, StoreError> {
+        let written = self
+            .execute(
+                query_each(
+                    "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) \
+                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                    "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) \
+                     VALUES ($1, $2, $3, to_timestamp($4::BIGINT / 1000.0)) ON CONFLICT DO NOTHING",
+                )
+                .bind(key)
+                .bind(consumer)
+                .bind(answer.to_vec())
+                .bind(entrega_core::now_ms()),
+            )
+            .await?;
+        Ok(written == 1)
+    }
+
+    /// Records a request to send to `queue` and wait a reply for (durable request/reply,
+    /// [`crate::rpc::DurableRequester`]), named `correlation_id` (deterministic: a retry of
+    /// the same logical request is recognised), due by `deadline_ms`. Returns `false` when
+    /// that request is recorded already.
+    pub async fn request(
+        &mut self,
+        queue: &str,
+        correlation_id: &str,
+        payload: &[u8],
+        deadline_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let written = self
+            .execute(
+                query(
+                    "INSERT INTO entrega_peticiones (id_correlacion, cola, carga, estado, \
+                     plazo_ms, creada_ms) VALUES ($1, $2, $3, 'pendiente', $4, $5) \
+                     ON CONFLICT (id_correlacion) DO NOTHING",
+                )
+                .bind(correlation_id)
+                .bind(queue)
+                .bind(payload.to_vec())
+                .bind(deadline_ms)
+                .bind(entrega_core::now_ms()),
+            )
+            .await?;
+        Ok(written == 1)
+    }
+
+    /// Commits everything written in this transaction.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Sqlite(tx) => tx.commit().await.map_err(entrega_sqlite::classify),
+            Inner::Postgres(tx) => tx.commit().await.map_err(entrega_postgres::classify),
+        }
+    }
+
+    /// Undoes everything written in this transaction (as dropping it does, but waiting for
+    /// the database to confirm).
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self.inner {
+            Inner::Sqlite(tx) => tx.rollback().await.map_err(entrega_sqlite::classify),
+            Inner::Postgres(tx) => tx.rollback().await.map_err(entrega_postgres::classify),
+        }
+    }
+
+    /// The PostgreSQL connection of this transaction, for a path written for PostgreSQL
+    /// alone (arrays, `UNNEST`, one-statement batches); `None` on SQLite.
+    pub fn postgres(&mut self) -> Option<&mut PgConnection> {
+        match &mut self.inner {
+            Inner::Postgres(tx) => Some(&mut **tx),
+            Inner::Sqlite(_) => None,
+        }
+    }
+
+    /// The SQLite connection of this transaction, for a path written for SQLite alone;
+    /// `None` on PostgreSQL.
+    pub fn sqlite(&mut self) -> Option<&mut SqliteConnection> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => Some(&mut **tx),
+            Inner::Postgres(_) => None,
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! The command line of `km0 dlq`.
+
+use clap::{Args, Subcommand};
+use entrega::dlq::{DlqFilter, DEFAULT_MAX_REPLAYS};
+use entrega_core::{now_ms, DeadLetterId};
+
+use super::time::{parse_time, InvalidTime};
+
+/// `km0 dlq ...`: tend the dead letters of km0's topics (`pedidos.eventos.dlq`).
+#[derive(Debug, Subcommand)]
+pub enum DlqCommand {
+    /// Dead letters with topic, partition and offset, key, tipo, reason, attempts; pending
+    /// only unless `--all`.
+    List {
+        /// Which dead letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Show replayed and discarded ones too, with their state.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counts per dead-letter topic and reason (and reason class) by state, and the depth of
+    /// the retry topic: what alerts are built on.
+    Stats {
+        /// Which dead letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Subtract this group's committed offsets from the retry topic's depth.
+        #[arg(long)]
+        group: Option<String>,
+        /// Print JSON (stable shape, see docs/OPERATIONS.md).
+        #[arg(long)]
+        json: bool,
+    },
+    /// One dead letter: envelope, headers, attempts, replays, state, and the other dead
+    /// letters of the same event (its history).
+    Show {
+        /// The dead letter: `<dlq-topic>/<partition>/<offset>`, as `list` prints it.
+        id: DeadLetterId,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publishes pending dead letters again to their origin topic, in order per key.
+    Replay {
+        /// Which dead letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print what would be replayed; publish and mark nothing (audited as a dry run).
+        #[arg(long)]
+        dry_run: bool,
+        /// Refuse dead letters already replayed this many times.
+        #[arg(long, default_value_t = DEFAULT_MAX_REPLAYS)]
+        max_replays: u32,
+        /// Deliver to this consumer group only (other groups acknowledge without handling).
+        #[arg(long)]
+        group: Option<String>,
+        /// Who replays (default `$USER`).
+        #[arg(long)]
+        operator: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sets pending dead letters aside for good, with a reason.
+    Discard {
+        /// Which dead letters.
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Why (kept with each dead letter and in the audit).
+        #[arg(long, required = true)]
+        reason: String,
+        /// Print what would be discarded; mark nothing (audited as a dry run).
+        #[arg(long)]
+        dry_run: bool,
+        /// Who discards (default `$USER`).
+        #[arg(long)]
+        operator: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The latest operator actions on dead letters.
+    Audit {
+        /// How many, newest first.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which dead letters: filters combine; `--id` combines with none of them.
+#[derive(Debug, Clone, Default, Args)]
+pub struct FilterArgs {
+    /// Exactly this dead letter (repeat for several): `<dlq-topic>/<partition>/<offset>`.
+    #[arg(long = "id")]
+    pub ids: Vec<DeadLetterId>,
+    /// Only this topic's dead letters: `pedidos.eventos` or `pedidos.eventos.dlq`.
+    #[arg(long)]
+    pub topic: Option<String>,
+    /// Only this event type (`tipo`), exactly.
+    #[arg(long = "tipo", id = "tipo")]
+    pub kind: Option<String>,
+    /// Only reasons (`motivo`) containing this text (any case).
+    #[arg(long = "motivo", id = "motivo")]
+    pub reason: Option<String>,
+    /// Only dead letters written at or after: epoch ms, an age (30m, 2h, 1d) or UTC time.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Only dead letters written at or before: epoch ms, an age (30m, 2h, 1d) or UTC time.
+    #[arg(long)]
+    pub until: Option<String>,
+}
+
+impl FilterArgs {
+    /// The library's filter; a topic is taken as its dead-letter topic.
+    pub fn to_filter(&self) -> Result<DlqFilter, InvalidTime> {
+        let now = now_ms();
+        let time = |t: &Option<String>| t.as_deref().map(|t| parse_time(t, now)).transpose();
+        let mut filter = DlqFilter::all().with_time(time(&self.since)?, time(&self.until)?);
+        filter.ids = self.ids.clone();
+        if let Some(topic) = &self.topic {
+            filter = filter.with_topic(if topic.ends_with(".dlq") {
+                topic.clone()
+            } else {
+                format!("{topic}.dlq")
+            });
+        }
+        if let Some(kind) = &self.kind {
+            filter = filter.with_kind(kind.clone());
+        }
+        if let Some(reason) = &self.reason {
+            filter = filter.with_reason(reason.clone());
+        }
+        Ok(filter)
+    }
+}
+
+/// `--operator`, else `$USER`, else `unknown`.
+pub fn operator(given: Option<&str>) -> String {
+    given
+        .map(str::to_owned)
+        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "unknown".to_owned())
+}

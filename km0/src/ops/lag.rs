@@ -1,0 +1,279 @@
+//! `km0 lag`: how far consumer groups are behind, per partition, and how many dead letters
+//! wait on each topic's dead-letter topic. Read through [`LogInspector`] and [`group_lag`],
+//! so it is the same on the log transport and on Kafka; on RabbitMQ, which has no offsets,
+//! it is the depth of each group's queues ([`super::queue_lag`]).
+
+use std::fmt::Write as _;
+
+use anyhow::Context as _;
+use clap::Args;
+use entrega_core::{group_lag, LogInspector, TransportError};
+use serde::Serialize;
+
+use crate::wiring::System;
+
+/// One partition of one group's lag.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionRow {
+    /// The partition.
+    pub partition: u32,
+    /// The group's committed next offset; `None` when it never committed here.
+    pub committed: Option<i64>,
+    /// The partition's end offset (next offset to be written).
+    pub end: i64,
+    /// Records not yet committed (from 0 when never committed).
+    pub lag: i64,
+}
+
+/// One group on one topic, with totals over its partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupLag {
+    /// Consumer group.
+    pub group: String,
+    /// Topic it consumes.
+    pub topic: String,
+    /// Per partition, in partition order (empty when the topic does not exist).
+    pub partitions: Vec<PartitionRow>,
+    /// Sum of the committed offsets (partitions never committed count 0).
+    pub committed: i64,
+    /// Sum of the end offsets: records ever written to the topic.
+    pub end: i64,
+    /// Sum of the lags.
+    pub lag: i64,
+}
+
+/// One partition's end offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionEnd {
+    /// The partition.
+    pub partition: u32,
+    /// Its end offset.
+    pub end: i64,
+}
+
+/// End offsets of a topic read by no group of interest (dead letters).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TopicEnds {
+    /// The topic.
+    pub topic: String,
+    /// Per partition (empty when the topic does not exist yet).
+    pub partitions: Vec<PartitionEnd>,
+    /// Records ever written to it.
+    pub end: i64,
+}
+
+/// What `km0 lag` shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LagReport {
+    /// Every requested group on every requested topic.
+    pub groups: Vec<GroupLag>,
+    /// The dead-letter topic (`<topic>.dlq`) of every requested topic.
+    pub dead_letters: Vec<TopicEnds>,
+}
+
+/// Reads the lag of each of `groups` on each of `topics`, and the ends of each topic's
+/// dead-letter topic.
+pub async fn lag_report(
+    inspector: &dyn LogInspector,
+    groups: &[String],
+    topics: &[String],
+) -> Result<LagReport, TransportError> {
+    let mut report = LagReport {
+        groups: Vec::with_capacity(groups.len() * topics.len()),
+        dead_letters: Vec::with_capacity(topics.len()),
+    };
+    for group in groups {
+        for topic in topics {
+            let partitions: Vec<PartitionRow> = group_lag(inspector, group, topic)
+                .await?
+                .into_iter()
+                .map(|p| PartitionRow {
+                    partition: p.partition,
+                    committed: p.committed,
+                    end: p.end,
+                    lag: p.lag(),
+                })
+                .collect();
+            report.groups.push(GroupLag {
+                group: group.clone(),
+                topic: topic.clone(),
+                committed: partitions.iter().filter_map(|p| p.committed).sum(),
+                end: partitions.iter().map(|p| p.end).sum(),
+                lag: partitions.iter().map(|p| p.lag).sum(),
+                partitions,
+            });
+        }
+    }
+    for topic in topics {
+        let dlq = format!("{topic}.dlq");
+        let partitions: Vec<PartitionEnd> = inspector
+            .end_offsets(&dlq)
+            .await?
+            .into_iter()
+            .map(|(partition, end)| PartitionEnd { partition, end })
+            .collect();
+        report.dead_letters.push(TopicEnds {
+            topic: dlq,
+            end: partitions.iter().map(|p| p.end).sum(),
+            partitions,
+        });
+    }
+    Ok(report)
+}
+
+impl LagReport {
+    /// The report as tables for the terminal; a partition never committed shows `-`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for g in &self.groups {
+            let _ = writeln!(out, "group {} on {}", g.group, g.topic);
+            if g.partitions.is_empty() {
+                out.push_str("  (no such topic)\n");
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  {:>9}  {:>12}  {:>12}  {:>10}",
+                "partition", "committed", "end", "lag"
+            );
+            for p in &g.partitions {
+                let committed = p
+                    .committed
+                    .map_or_else(|| "-".to_owned(), |c| c.to_string());
+                let _ = writeln!(
+                    out,
+                    "  {:>9}  {:>12}  {:>12}  {:>10}",
+                    p.partition, committed, p.end, p.lag
+                );
+            }
+            let _ = writeln!(
+                out,
+                "  {:>9}  {:>12}  {:>12}  {:>10}",
+                "total", g.committed, g.end, g.lag
+            );
+        }
+        for t in &self.dead_letters {
+            if t.partitions.is_empty() {
+                let _ = writeln!(out, "dead letters on {}: none (topic not created)", t.topic);
+                continue;
+            }
+            let per_partition: Vec<String> = t
+                .partitions
+                .iter()
+                .map(|p| format!("{}:{}", p.partition, p.end))
+                .collect();
+            let _ = writeln!(
+                out,
+                "dead letters on {}: {} (end offsets {})",
+                t.topic,
+                t.end,
+                per_partition.join(" ")
+            );
+        }
+        out
+    }
+}
+
+/// `km0 lag`.
+#[derive(Debug, Args)]
+pub struct LagArgs {
+    /// Consumer group to report (repeat for several); default km0's stock consumer
+    /// (`inventario`).
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
+    /// Topic to report (repeat for several); default `pedidos.eventos`. Each topic's
+    /// dead-letter topic `<topic>.dlq` is reported too.
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `km0 lag`: the report for the requested groups and topics, printed.
+pub async fn run(system: &System, args: LagArgs) -> anyhow::Result<()> {
+    let groups = if args.groups.is_empty() {
+        vec![crate::services::inventario::GROUP.to_owned()]
+    } else {
+        args.groups
+    };
+    let topics = if args.topics.is_empty() {
+        vec![crate::services::pedidos::TOPIC.to_owned()]
+    } else {
+        args.topics
+    };
+    let broker = system.broker().await.context("opening the broker")?;
+    if let Some(amqp) = broker.as_amqp() {
+        let report = super::queue_lag::queue_lag_report(amqp, &groups, &topics).await;
+        broker.close().await;
+        let report = report.context("reading queue depths")?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.render());
+        }
+        return Ok(());
+    }
+    let report = lag_report(broker.inspector().as_ref(), &groups, &topics).await;
+    broker.close().await;
+    let report = report.context("reading offsets")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn report() -> LagReport {
+        LagReport {
+            groups: vec![GroupLag {
+                group: "inventario".into(),
+                topic: "pedidos.eventos".into(),
+                partitions: vec![
+                    PartitionRow {
+                        partition: 0,
+                        committed: Some(3),
+                        end: 5,
+                        lag: 2,
+                    },
+                    PartitionRow {
+                        partition: 1,
+                        committed: None,
+                        end: 4,
+                        lag: 4,
+                    },
+                ],
+                committed: 3,
+                end: 9,
+                lag: 6,
+            }],
+            dead_letters: vec![TopicEnds {
+                topic: "pedidos.eventos.dlq".into(),
+                partitions: vec![],
+                end: 0,
+            }],
+        }
+    }
+
+    #[test]
+    fn never_committed_partitions_render_as_a_dash_and_null() {
+        let text = report().render();
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 "))
+            .unwrap();
+        assert_eq!(
+            row.split_whitespace().collect::<Vec<_>>(),
+            ["1", "-", "4", "4"]
+        );
+        let json = serde_json::to_value(report()).unwrap();
+        assert!(json["groups"][0]["partitions"][1]["committed"].is_null());
+        assert_eq!(json["groups"][0]["lag"], 6);
+    }
+}

@@ -1,0 +1,7 @@
+//! The operator's commands: the outbox's backlog and parked rows (`km0 outbox`), consumer
+//! lag (`km0 lag`, queue depths on RabbitMQ) and dead letters (`km0 dlq`).
+
+pub mod dlq;
+pub mod lag;
+pub mod outbox;
+pub mod queue_lag;

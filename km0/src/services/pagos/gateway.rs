@@ -1,0 +1,94 @@
+//! pagos' client of the payment gateway (`km0 run pasarela`, or any gateway with the same
+//! API): `POST /cargos` with the order's Idempotency-Key.
+//!
+//! A decline is a business outcome, not an error. A 5xx, a 409 (the same key still running
+//! elsewhere), a 429, a timeout or a refused connection mean "unknown, ask again with the
+//! same key": transient. Any other refusal (400, 422: a key reused with another request) is
+//! permanent.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::db::ChargeOutcome;
+use super::domain::OrderToCharge;
+
+/// Longest wait for the gateway's answer.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Why the gateway gave no answer to act on.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// Down, slow, busy with the same key: ask again later with the same key.
+    #[error("payment gateway unavailable: {0}")]
+    Unavailable(String),
+    /// The gateway refused the request itself; asking again will not help.
+    #[error("payment gateway refused the request: {0}")]
+    Refused(String),
+}
+
+impl GatewayError {
+    /// Whether asking again later may succeed.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_))
+    }
+}
+
+/// The gateway over HTTP.
+#[derive(Debug, Clone)]
+pub struct Gateway {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Gateway {
+    /// A client of the gateway at `base` (e.g. `http://127.0.0.1:8095`).
+    pub fn new(base: &str, timeout: Duration) -> Result<Self, GatewayError> {
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| GatewayError::Refused(format!("building the HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// Charges `order` under its Idempotency-Key.
+    pub async fn charge(&self, order: &OrderToCharge) -> Result<ChargeOutcome, GatewayError> {
+        let response = self
+            .http
+            .post(format!("{}/cargos", self.base))
+            .header("Idempotency-Key", order.charge_key())
+            .json(&json!({
+                "tarjeta": order.card,
+                "importe_centimos": order.amount_cents,
+                "referencia": order.order_id,
+            }))
+            .send()
+            .await
+            .map_err(|e| GatewayError::Unavailable(e.to_string()))?;
+        let status = response.status();
+        if status.is_server_error()
+            || status == reqwest::StatusCode::CONFLICT
+            || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        {
+            return Err(GatewayError::Unavailable(format!("HTTP {status}")));
+        }
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|e| GatewayError::Unavailable(format!("unreadable answer: {e}")))?;
+        let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
+        match status.as_u16() {
+            200 | 201 => text("id")
+                .map(ChargeOutcome::Approved)
+                .ok_or_else(|| GatewayError::Refused(format!("a charge without id: {body}"))),
+            402 => Ok(ChargeOutcome::Declined(
+                text("motivo").unwrap_or_else(|| "rechazado".to_owned()),
+            )),
+            _ => Err(GatewayError::Refused(format!("HTTP {status}: {body}"))),
+        }
+    }
+}

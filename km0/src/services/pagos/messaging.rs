@@ -1,0 +1,95 @@
+//! pagos on messaging: the charge of each `pedido.creado` (consumed with commits after
+//! processing), and the card authorisations answered on `pagos.autorizaciones`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use entrega::db::Tx;
+use entrega::rpc::AnswerInTx;
+use entrega::{Handler, Message, Router};
+use entrega_core::{now_ms, HandlerError, RpcMessage};
+
+use super::db::{record_authorisation, ChargeStart, PaymentStore};
+use super::domain::{Authorisation, AuthorisationRequest, OrderToCharge};
+use super::gateway::Gateway;
+use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
+
+/// pagos' consumer group on the order events.
+pub const GROUP: &str = "pagos";
+/// The topic it reads.
+pub const TOPIC: &str = crate::services::pedidos::TOPIC;
+/// The request queue of card authorisations (DESIGN §2).
+pub const AUTHORISATIONS: &str = "pagos.autorizaciones";
+/// Who stores the authorisations' answers in `entrega_respuestas`.
+pub const AUTHORISER: &str = "pagos.autorizacion";
+/// Where pagos' events go.
+pub const EVENTS_TOPIC: &str = "pagos.eventos";
+
+/// Charges each created order once at the gateway.
+#[derive(Debug)]
+pub struct ChargeConsumer {
+    store: PaymentStore,
+    gateway: Gateway,
+}
+
+impl ChargeConsumer {
+    /// Charges through `gateway`, recording in `store`.
+    pub fn new(store: PaymentStore, gateway: Gateway) -> Self {
+        Self { store, gateway }
+    }
+
+    /// `pedido.creado` to this consumer; the other order events pass.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let handler: Arc<dyn Handler> = self.clone();
+        Router::new()
+            .route(ORDER_CREATED, handler)
+            .ignore(ORDER_PAID)
+            .ignore(ORDER_CANCELLED)
+    }
+}
+
+#[async_trait]
+impl Handler for ChargeConsumer {
+    async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        let order = OrderToCharge::from_envelope(&msg.envelope).map_err(HandlerError::permanent)?;
+        if self.store.begin_charge(&order, now_ms()).await? == ChargeStart::Settled {
+            // Charged (or declined) before, under another delivery: only the key is new.
+            self.store.mark_processed(&msg.id()).await?;
+            return Ok(());
+        }
+        // No transaction is open here: the gateway may take seconds.
+        let outcome = self.gateway.charge(&order).await.map_err(|e| {
+            if e.is_transient() {
+                HandlerError::transient(e)
+            } else {
+                HandlerError::permanent(e)
+            }
+        })?;
+        self.store
+            .finish_charge(&msg.id(), &order, &outcome, now_ms())
+            .await?;
+        Ok(())
+    }
+}
+
+/// Answers card authorisations (`{"pedido_id", "importe_centimos"}`), once per order: a
+/// repeat gets the stored answer ([`entrega::rpc::StoredAnswers`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Authoriser;
+
+#[async_trait]
+impl AnswerInTx for Authoriser {
+    fn key(&self, request: &RpcMessage) -> Result<String, HandlerError> {
+        AuthorisationRequest::from_json(&request.payload)
+            .map(|r| r.key())
+            .map_err(HandlerError::permanent)
+    }
+
+    async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
+        let request =
+            AuthorisationRequest::from_json(&request.payload).map_err(HandlerError::permanent)?;
+        let decision = Authorisation::decide(&request);
+        record_authorisation(tx, &request, &decision, now_ms()).await?;
+        Ok(decision.to_json(&request.order_id).to_string().into_bytes())
+    }
+}

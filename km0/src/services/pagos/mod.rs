@@ -1,0 +1,31 @@
+//! `pagos`: card authorisations over request/reply (`pagos.autorizaciones`, the seed's
+//! contract), and the charge of each created order at the payment gateway, once, as the
+//! seed's exercise 1 asks it fixed: commits after processing, a deterministic
+//! Idempotency-Key (`cobro-<pedido_id>`), no transaction open across the HTTP call, and the
+//! `pagos` row written with its `pago.confirmado` / `pago.rechazado` in one transaction.
+
+mod db;
+mod domain;
+mod gateway;
+mod messaging;
+
+pub use db::{
+    ChargeOutcome, ChargeStart, Payment, PaymentState, PaymentStore, AGGREGATE, BEFORE_COMMIT,
+    CONSUMER, PAYMENT_CONFIRMED, PAYMENT_DECLINED,
+};
+pub use domain::{
+    Authorisation, AuthorisationRequest, InvalidRequest, NotChargeable, OrderToCharge,
+    AUTHORISATION_LIMIT_CENTS,
+};
+pub use gateway::{Gateway, GatewayError, TIMEOUT as GATEWAY_TIMEOUT};
+pub use messaging::{
+    Authoriser, ChargeConsumer, AUTHORISATIONS, AUTHORISER, EVENTS_TOPIC, GROUP, TOPIC,
+};
+
+/// The outbox routing of pagos: payment events to `pagos.eventos`.
+pub fn routing() -> entrega::TopicRouting {
+    entrega::TopicRouting::new().route(AGGREGATE, EVENTS_TOPIC)
+}
+
+/// The source name in pagos' envelopes (`origen`).
+pub const SOURCE: &str = "pagos";

@@ -1,0 +1,236 @@
+//! The gateway's ledger: every idempotency key with the request it was first used for and
+//! the answer it got, and every charge. It proves how many times each order was charged.
+//!
+//! A key is taken in one transaction before anything is charged (`en_curso`, with a lease so
+//! a request that died with it does not block its key for ever), and completed in the same
+//! transaction as the charge it led to (`completada`, with the stored answer).
+
+use entrega::db::{query, Db, Migration};
+use entrega_core::StoreError;
+
+/// Keys and charges.
+const MIGRATIONS: &[Migration] = &[Migration::same(
+    1,
+    "claves_idempotencia and cargos",
+    "CREATE TABLE IF NOT EXISTS claves_idempotencia (
+        clave TEXT PRIMARY KEY, huella TEXT NOT NULL, estado TEXT NOT NULL,
+        codigo INTEGER, respuesta TEXT, bloqueada_hasta_ms BIGINT NOT NULL,
+        creado_ms BIGINT NOT NULL);
+    CREATE TABLE IF NOT EXISTS cargos (
+        id TEXT PRIMARY KEY, clave TEXT NOT NULL, referencia TEXT NOT NULL,
+        tarjeta TEXT NOT NULL, importe_centimos BIGINT NOT NULL, resultado TEXT NOT NULL,
+        motivo TEXT, creado_ms BIGINT NOT NULL);
+    CREATE INDEX IF NOT EXISTS cargos_referencia ON cargos (referencia);",
+)];
+
+/// A key as stored: fingerprint, state, answer status and body, lease end.
+type KeyRow = (String, String, Option<i32>, Option<String>, i64);
+
+/// What taking a key found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// The key is this request's now: go on and charge.
+    Fresh,
+    /// The key was completed before, for the same request: answer with what it answered.
+    Replay {
+        /// The stored status code.
+        status: u16,
+        /// The stored body.
+        body: String,
+    },
+    /// The key is held by a request still running (409).
+    InProgress,
+    /// The key was used for another request (422).
+    Mismatch,
+}
+
+/// One charge of the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Charge {
+    /// Charge id (`ch_...`).
+    pub id: String,
+    /// The idempotency key it was made under.
+    pub clave: String,
+    /// The merchant's reference (the order id).
+    pub referencia: String,
+    /// Amount in cents.
+    pub importe_centimos: i64,
+    /// `aprobado` or `rechazado`.
+    pub resultado: String,
+    /// Why it was declined.
+    pub motivo: Option<String>,
+}
+
+/// The ledger database.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    db: Db,
+}
+
+impl Ledger {
+    /// The ledger in `db`.
+    pub fn new(db: Db) -> Self {
+        Self { db }
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// Creates the tables if missing.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.db.apply_migrations("pasarela", MIGRATIONS).await
+    }
+
+    /// Takes `key` for the request with `fingerprint`, leased until `now_ms + lease_ms`.
+    pub async fn take(
+        &self,
+        key: &str,
+        fingerprint: &str,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> Result<Taken, StoreError> {
+        let mut tx = self.db.begin().await?;
+        let inserted = tx
+            .execute(
+                query(
+                    "INSERT INTO claves_idempotencia \
+                     (clave, huella, estado, bloqueada_hasta_ms, creado_ms) \
+                     VALUES ($1, $2, 'en_curso', $3, $4) ON CONFLICT (clave) DO NOTHING",
+                )
+                .bind(key)
+                .bind(fingerprint)
+                .bind(now_ms + lease_ms)
+                .bind(now_ms),
+            )
+            .await?;
+        if inserted == 1 {
+            tx.commit().await?;
+            return Ok(Taken::Fresh);
+        }
+        let row: Option<KeyRow> = tx
+            .fetch_optional(
+                query(
+                    "SELECT huella, estado, codigo, respuesta, bloqueada_hasta_ms \
+                     FROM claves_idempotencia WHERE clave = $1",
+                )
+                .bind(key),
+            )
+            .await?;
+        let Some((stored, state, status, body, until)) = row else {
+            // Released between the insert and the read: the caller may try again.
+            tx.rollback().await?;
+            return Ok(Taken::InProgress);
+        };
+        let taken = if stored != fingerprint {
+            Taken::Mismatch
+        } else if state == "completada" {
+            Taken::Replay {
+                status: status.and_then(|s| u16::try_from(s).ok()).unwrap_or(500),
+                body: body.unwrap_or_default(),
+            }
+        } else if until > now_ms {
+            Taken::InProgress
+        } else {
+            // The request holding it died: this one takes it over.
+            let moved = tx
+                .execute(
+                    query(
+                        "UPDATE claves_idempotencia SET bloqueada_hasta_ms = $1 \
+                         WHERE clave = $2 AND estado = 'en_curso' AND bloqueada_hasta_ms = $3",
+                    )
+                    .bind(now_ms + lease_ms)
+                    .bind(key)
+                    .bind(until),
+                )
+                .await?;
+            if moved == 1 {
+                Taken::Fresh
+            } else {
+                Taken::InProgress
+            }
+        };
+        tx.commit().await?;
+        Ok(taken)
+    }
+
+    /// Gives `key` back without an answer (nothing was charged): a retry starts over.
+    pub async fn release(&self, key: &str) -> Result<(), StoreError> {
+        self.db
+            .execute(
+                query("DELETE FROM claves_idempotencia WHERE clave = $1 AND estado = 'en_curso'")
+                    .bind(key),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Records `charge` (if any) and completes `key` with the answer, in one transaction.
+    pub async fn complete(
+        &self,
+        key: &str,
+        charge: Option<&Charge>,
+        tarjeta: &str,
+        status: u16,
+        body: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.db.begin().await?;
+        if let Some(c) = charge {
+            tx.execute(
+                query(
+                    "INSERT INTO cargos (id, clave, referencia, tarjeta, importe_centimos, \
+                     resultado, motivo, creado_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                )
+                .bind(c.id.clone())
+                .bind(key)
+                .bind(c.referencia.clone())
+                .bind(tarjeta)
+                .bind(c.importe_centimos)
+                .bind(c.resultado.clone())
+                .bind(c.motivo.clone())
+                .bind(now_ms),
+            )
+            .await?;
+        }
+        tx.execute(
+            query(
+                "UPDATE claves_idempotencia SET estado = 'completada', codigo = $1, \
+                 respuesta = $2 WHERE clave = $3",
+            )
+            .bind(i32::from(status))
+            .bind(body)
+            .bind(key),
+        )
+        .await?;
+        tx.commit().await
+    }
+
+    /// Every charge made for `reference`, oldest first.
+    pub async fn charges_for(&self, reference: &str) -> Result<Vec<Charge>, StoreError> {
+        let rows: Vec<(String, String, String, i64, String, Option<String>)> = self
+            .db
+            .fetch_all(
+                query(
+                    "SELECT id, clave, referencia, importe_centimos, resultado, motivo \
+                     FROM cargos WHERE referencia = $1 ORDER BY creado_ms, id",
+                )
+                .bind(reference),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, clave, referencia, importe_centimos, resultado, motivo)| Charge {
+                    id,
+                    clave,
+                    referencia,
+                    importe_centimos,
+                    resultado,
+                    motivo,
+                },
+            )
+            .collect())
+    }
+}

@@ -1,0 +1,193 @@
+//! The payment gateway's rules: what a charge request is, when it is declined, and the faults
+//! a run injects.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// A charge request, `{"tarjeta", "importe_centimos", "referencia"}`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargeRequest {
+    /// Card token (`tarjeta`).
+    pub card: String,
+    /// Amount in cents (`importe_centimos`), at least 1.
+    pub amount_cents: i64,
+    /// The merchant's reference (`referencia`): km0 sends the order id.
+    pub reference: String,
+}
+
+/// Why a body is not a charge request; names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct InvalidCharge {
+    /// The field at fault.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ChargeRequest {
+    /// Reads a JSON body field by field.
+    pub fn from_json(body: &Value) -> Result<Self, InvalidCharge> {
+        let text = |field: &'static str| match body.get(field) {
+            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 200 => Ok(s.clone()),
+            Some(Value::String(_)) => Err(InvalidCharge {
+                field,
+                message: "debe ser un texto de 1 a 200 bytes".into(),
+            }),
+            _ => Err(InvalidCharge {
+                field,
+                message: "falta o no es un texto".into(),
+            }),
+        };
+        let amount_cents = match body.get("importe_centimos").and_then(Value::as_i64) {
+            Some(n) if n >= 1 => n,
+            _ => {
+                return Err(InvalidCharge {
+                    field: "importe_centimos",
+                    message: "debe ser un entero de al menos 1".into(),
+                })
+            }
+        };
+        Ok(Self {
+            card: text("tarjeta")?,
+            amount_cents,
+            reference: text("referencia")?,
+        })
+    }
+
+    /// The request as canonical JSON (fixed field order): two requests are the same request
+    /// when their fingerprints are equal.
+    pub fn fingerprint(&self) -> String {
+        json!({
+            "importe_centimos": self.amount_cents,
+            "referencia": self.reference,
+            "tarjeta": self.card,
+        })
+        .to_string()
+    }
+}
+
+/// Faults injected in this run, set by flags at start and replaced through `PUT /fallos`.
+/// Counters (`fallar_503`, `colgar_tras_cobro`) count down as requests use them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Faults {
+    /// Time each charge takes, with its key held, in milliseconds.
+    pub latencia_ms: u64,
+    /// The next this many requests answer 503 before charging anything.
+    pub fallar_503: u32,
+    /// The next this many charges are recorded, then their answer waits `colgar_ms`: the
+    /// client times out although it was charged.
+    pub colgar_tras_cobro: u32,
+    /// How long such an answer waits, in milliseconds.
+    pub colgar_ms: u64,
+    /// Cards declined (`tarjeta_rechazada`).
+    pub tarjetas_rechazadas: Vec<String>,
+    /// Amounts above this are declined (`importe_excesivo`).
+    pub importe_maximo_centimos: Option<i64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            latencia_ms: 0,
+            fallar_503: 0,
+            colgar_tras_cobro: 0,
+            colgar_ms: 10_000,
+            tarjetas_rechazadas: Vec::new(),
+            importe_maximo_centimos: None,
+        }
+    }
+}
+
+/// What the gateway decides on a charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Charged.
+    Approved,
+    /// Not charged, with the reason (`tarjeta_rechazada`, `importe_excesivo`).
+    Declined(String),
+}
+
+impl Faults {
+    /// The decision on `request` under these rules.
+    pub fn decide(&self, request: &ChargeRequest) -> Decision {
+        if self.tarjetas_rechazadas.contains(&request.card) {
+            return Decision::Declined("tarjeta_rechazada".into());
+        }
+        if self
+            .importe_maximo_centimos
+            .is_some_and(|max| request.amount_cents > max)
+        {
+            return Decision::Declined("importe_excesivo".into());
+        }
+        Decision::Approved
+    }
+
+    /// Takes one of the pending 503s, if any.
+    pub fn take_503(&mut self) -> bool {
+        take(&mut self.fallar_503)
+    }
+
+    /// Takes one of the pending hangs after charging, if any.
+    pub fn take_hang(&mut self) -> bool {
+        take(&mut self.colgar_tras_cobro)
+    }
+}
+
+fn take(counter: &mut u32) -> bool {
+    if *counter == 0 {
+        return false;
+    }
+    *counter -= 1;
+    true
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_checked_field_by_field_and_fingerprinted_canonically() {
+        let a = ChargeRequest::from_json(
+            &json!({"referencia": "P-1", "tarjeta": "tok_visa", "importe_centimos": 1250}),
+        )
+        .unwrap();
+        let b = ChargeRequest::from_json(
+            &json!({"tarjeta": "tok_visa", "importe_centimos": 1250, "referencia": "P-1"}),
+        )
+        .unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        let bad = ChargeRequest::from_json(&json!({"tarjeta": "t", "importe_centimos": 0}));
+        assert_eq!(bad.unwrap_err().field, "importe_centimos");
+        let bad = ChargeRequest::from_json(&json!({"importe_centimos": 5, "referencia": "P"}));
+        assert_eq!(bad.unwrap_err().field, "tarjeta");
+    }
+
+    #[test]
+    fn declines_by_card_and_amount_and_counters_run_down() {
+        let mut f = Faults {
+            tarjetas_rechazadas: vec!["tok_robada".into()],
+            importe_maximo_centimos: Some(10_000),
+            fallar_503: 1,
+            ..Faults::default()
+        };
+        let req = |card: &str, cents| ChargeRequest {
+            card: card.into(),
+            amount_cents: cents,
+            reference: "P".into(),
+        };
+        assert_eq!(f.decide(&req("tok_visa", 500)), Decision::Approved);
+        assert_eq!(
+            f.decide(&req("tok_robada", 500)),
+            Decision::Declined("tarjeta_rechazada".into())
+        );
+        assert_eq!(
+            f.decide(&req("tok_visa", 10_001)),
+            Decision::Declined("importe_excesivo".into())
+        );
+        assert!(f.take_503());
+        assert!(!f.take_503());
+    }
+}

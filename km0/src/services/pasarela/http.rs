@@ -1,0 +1,232 @@
+//! The gateway's HTTP API, with Idempotency-Key semantics:
+//!
+//! - `POST /cargos` with `Idempotency-Key` and `{"tarjeta", "importe_centimos",
+//!   "referencia"}`: 201 `{"id", "estado": "aprobado", ...}` charged, 402
+//!   `{"estado": "rechazado", "motivo"}` declined. The same key with the same body gets the
+//!   stored answer again (header `Idempotent-Replayed: true`), with another body 422, while
+//!   the first is still running 409; no key 400.
+//! - `GET /cargos?referencia=P-1`: the ledger's charges of a reference (for reconciling).
+//! - `GET /fallos`, `PUT /fallos`: the faults of this run (see [`Faults`]).
+//! - `GET /salud`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use entrega_core::now_ms;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+use super::db::{Charge, Ledger, Taken};
+use super::domain::{ChargeRequest, Decision, Faults};
+
+/// How long a key stays held by a request before another may take it over.
+pub const KEY_LEASE_MS: i64 = 30_000;
+/// Largest request body.
+const MAX_BODY: usize = 16 * 1024;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct PasarelaState {
+    ledger: Ledger,
+    faults: Arc<Mutex<Faults>>,
+}
+
+impl PasarelaState {
+    /// The gateway over `ledger` (migrated), with `faults` at start.
+    pub fn new(ledger: Ledger, faults: Faults) -> Self {
+        Self {
+            ledger,
+            faults: Arc::new(Mutex::new(faults)),
+        }
+    }
+}
+
+/// The gateway's routes.
+pub fn app(state: PasarelaState) -> Router {
+    Router::new()
+        .route("/cargos", post(charge).get(charges))
+        .route("/fallos", get(get_faults).put(put_faults))
+        .route("/salud", get(health))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no existe esa ruta") })
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    let mut response = (status, Json(json!({ "error": message.into() }))).into_response();
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response
+            .headers_mut()
+            .insert("retry-after", HeaderValue::from_static("1"));
+    }
+    response
+}
+
+fn stored(status: u16, body: &str, replayed: bool) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+    let mut response = (status, Json(value)).into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(key) = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+    else {
+        return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
+    };
+    if body.len() > MAX_BODY {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "cuerpo demasiado grande");
+    }
+    let request = match serde_json::from_slice::<Value>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|v| ChargeRequest::from_json(&v).map_err(|e| e.to_string()))
+    {
+        Ok(request) => request,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let (latency, fail) = {
+        let mut f = state.faults.lock().await;
+        (f.latencia_ms, f.take_503())
+    };
+    let taken = state
+        .ledger
+        .take(key, &request.fingerprint(), now_ms(), KEY_LEASE_MS)
+        .await;
+    match taken {
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("libro de cargos: {e}"),
+            )
+        }
+        Ok(Taken::Replay { status, body }) => return stored(status, &body, true),
+        Ok(Taken::InProgress) => {
+            return error(
+                StatusCode::CONFLICT,
+                "otra petición con esta Idempotency-Key está en curso",
+            )
+        }
+        Ok(Taken::Mismatch) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "esta Idempotency-Key se usó con otra petición",
+            )
+        }
+        Ok(Taken::Fresh) => {}
+    }
+    // The time the gateway takes to charge, with the key held: a second request with the
+    // same key meanwhile is told 409.
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    if fail {
+        // Nothing charged: the key is given back, and a retry starts over.
+        let _ = state.ledger.release(key).await;
+        return error(StatusCode::SERVICE_UNAVAILABLE, "pasarela no disponible");
+    }
+    let (decision, hang) = {
+        let mut f = state.faults.lock().await;
+        let decision = f.decide(&request);
+        (decision, f.take_hang().then_some(f.colgar_ms))
+    };
+    let id = format!("ch_{}", uuid::Uuid::new_v4().simple());
+    let (status, body, charge) = match decision {
+        Decision::Approved => (
+            201,
+            json!({"id": id, "estado": "aprobado", "importe_centimos": request.amount_cents,
+                   "referencia": request.reference}),
+            Charge {
+                id: id.clone(),
+                clave: key.to_owned(),
+                referencia: request.reference.clone(),
+                importe_centimos: request.amount_cents,
+                resultado: "aprobado".into(),
+                motivo: None,
+            },
+        ),
+        Decision::Declined(reason) => (
+            402,
+            json!({"id": id, "estado": "rechazado", "motivo": reason,
+                   "referencia": request.reference}),
+            Charge {
+                id: id.clone(),
+                clave: key.to_owned(),
+                referencia: request.reference.clone(),
+                importe_centimos: request.amount_cents,
+                resultado: "rechazado".into(),
+                motivo: Some(reason),
+            },
+        ),
+    };
+    let text = body.to_string();
+    if let Err(e) = state
+        .ledger
+        .complete(key, Some(&charge), &request.card, status, &text, now_ms())
+        .await
+    {
+        let _ = state.ledger.release(key).await;
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("libro de cargos: {e}"),
+        );
+    }
+    if let Some(ms) = hang {
+        // Charged and recorded; the answer comes too late for the client.
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    stored(status, &text, false)
+}
+
+#[derive(serde::Deserialize)]
+struct ByReference {
+    referencia: String,
+}
+
+async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference>) -> Response {
+    match state.ledger.charges_for(&q.referencia).await {
+        Ok(charges) => (StatusCode::OK, Json(json!({ "cargos": charges }))).into_response(),
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("libro de cargos: {e}"),
+        ),
+    }
+}
+
+async fn get_faults(State(state): State<PasarelaState>) -> Response {
+    let faults = state.faults.lock().await.clone();
+    (StatusCode::OK, Json(faults)).into_response()
+}
+
+async fn put_faults(State(state): State<PasarelaState>, body: Bytes) -> Response {
+    match serde_json::from_slice::<Faults>(&body) {
+        Ok(faults) => {
+            *state.faults.lock().await = faults.clone();
+            (StatusCode::OK, Json(faults)).into_response()
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, format!("fallos no válidos: {e}")),
+    }
+}
+
+async fn health(State(state): State<PasarelaState>) -> Response {
+    match state.ledger.db().ping().await {
+        Ok(()) => (StatusCode::OK, Json(json!({ "estado": "ok" }))).into_response(),
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "libro de cargos no disponible",
+        ),
+    }
+}

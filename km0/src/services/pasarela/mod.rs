@@ -1,0 +1,13 @@
+//! `pasarela`: a payment gateway simulator with a ledger of its own, so a test can prove how
+//! many times each order was charged. It keeps Idempotency-Key semantics (the same key and
+//! body get the stored answer, another body 422, a key still in use 409) and injects the
+//! faults a run asks for: latency, 503 before charging, an answer that comes too late after
+//! charging, declines by card or amount.
+
+mod db;
+mod domain;
+mod http;
+
+pub use db::{Charge, Ledger, Taken};
+pub use domain::{ChargeRequest, Decision, Faults, InvalidCharge};
+pub use http::{app, PasarelaState, KEY_LEASE_MS};

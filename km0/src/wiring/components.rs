@@ -1,0 +1,280 @@
+//! Starting km0's components for a deployment: the pedidos HTTP API, the outbox relay, the
+//! inventario consumer, the reparto consumer and analitica, in any combination, in this
+//! process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use entrega::CancellationToken;
+
+use super::spawn::{spawn_analitica, spawn_consumer, spawn_relay, spawn_reparto};
+use super::{System, Task};
+use crate::services::inventario::ConsumerStats;
+use crate::services::pasarela::{self, Faults, PasarelaState};
+use crate::services::pedidos::{app, PedidosState};
+
+/// Which components to start, and the instance name they use among their peers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Components {
+    /// The pedidos HTTP API.
+    pub pedidos: bool,
+    /// The outbox relay.
+    pub relay: bool,
+    /// The inventario consumer.
+    pub inventario: bool,
+    /// The reparto consumer and its periodic assignment of pending deliveries.
+    pub reparto: bool,
+    /// reparto's maps service; `None` computes routes in-process.
+    pub mapas_url: Option<String>,
+    /// analitica: sales per market in Kafka transactions (Kafka brokers only).
+    pub analitica: bool,
+    /// The payment gateway simulator (its HTTP API on the process's address), with the
+    /// faults of this run.
+    pub pasarela: Option<Faults>,
+    /// pagos: card authorisations, the charge of each order, and its outbox relay.
+    pub pagos: bool,
+    /// The gateway pagos charges through; `None` is [`super::DEFAULT_PASARELA_URL`].
+    pub pasarela_url: Option<String>,
+    /// Relay lane owner and consumer group member name.
+    pub instance: String,
+}
+
+impl Components {
+    /// Everything, as `km0 up` and `km0 demo` run it.
+    pub fn all(instance: &str) -> Self {
+        Self {
+            pedidos: true,
+            relay: true,
+            inventario: true,
+            reparto: false,
+            mapas_url: None,
+            analitica: false,
+            pasarela: None,
+            pagos: false,
+            pasarela_url: None,
+            instance: instance.to_owned(),
+        }
+    }
+
+    /// Nothing yet; switch components on field by field.
+    pub fn none(instance: &str) -> Self {
+        Self {
+            pedidos: false,
+            relay: false,
+            inventario: false,
+            reparto: false,
+            mapas_url: None,
+            analitica: false,
+            pasarela: None,
+            pagos: false,
+            pasarela_url: None,
+            instance: instance.to_owned(),
+        }
+    }
+}
+
+/// Components running in this process.
+pub struct Running {
+    stop: CancellationToken,
+    tasks: Vec<(&'static str, Task)>,
+    http_addr: Option<SocketAddr>,
+    consumer_stats: Option<Arc<ConsumerStats>>,
+}
+
+impl Running {
+    /// Where the HTTP API listens, if it runs.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
+    }
+
+    /// The consumer's counters, if it runs.
+    pub fn consumer_stats(&self) -> Option<Arc<ConsumerStats>> {
+        self.consumer_stats.clone()
+    }
+
+    /// A token that stops every component when cancelled.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Waits until a component ends by itself (an error) or the stop token is cancelled, then
+    /// stops the rest and waits for them.
+    pub async fn wait(mut self) -> anyhow::Result<()> {
+        let first = {
+            let stop = self.stop.clone();
+            let any_task = futures::future::select_all(self.tasks.iter_mut().map(|(_, t)| t));
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => None,
+                (result, index, _) = any_task => Some((index, result)),
+            }
+        };
+        let mut outcome = Ok(());
+        if let Some((index, result)) = first {
+            let (name, _) = self.tasks.remove(index);
+            outcome = flatten(name, result);
+            // Components end by themselves only when stopping; otherwise it is a failure.
+            if outcome.is_ok() && !self.stop.is_cancelled() {
+                outcome = Err(anyhow::anyhow!("{name} stopped unexpectedly"));
+            }
+        }
+        let rest = self.shutdown().await;
+        outcome.and(rest)
+    }
+
+    /// Stops every component and waits for each to finish cleanly.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown().await
+    }
+
+    async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        let mut outcome = Ok(());
+        for (name, task) in self.tasks {
+            let result = flatten(name, task.await);
+            if outcome.is_ok() {
+                outcome = result;
+            }
+        }
+        outcome
+    }
+}
+
+fn flatten(
+    name: &str,
+    joined: Result<anyhow::Result<()>, tokio::task::JoinError>,
+) -> anyhow::Result<()> {
+    match joined {
+        Ok(result) => result.with_context(|| format!("{name} failed")),
+        Err(e) => Err(anyhow::anyhow!("{name} crashed: {e}")),
+    }
+}
+
+impl System {
+    /// Starts `components`; the HTTP API binds `http` (port 0 picks a free one).
+    pub async fn start(&self, components: Components, http: SocketAddr) -> anyhow::Result<Running> {
+        let stop = CancellationToken::new();
+        let mut running = Running {
+            stop: stop.clone(),
+            tasks: Vec::new(),
+            http_addr: None,
+            consumer_stats: None,
+        };
+        if components.pedidos {
+            let store = self
+                .pedidos()
+                .await
+                .context("opening the pedidos database")?;
+            let listener = tokio::net::TcpListener::bind(http)
+                .await
+                .with_context(|| format!("binding {http}"))?;
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "pedidos listening");
+            running.http_addr = Some(addr);
+            let stop = stop.clone();
+            let task = tokio::spawn(async move {
+                axum::serve(listener, app(PedidosState::new(store)))
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+                    .context("serving HTTP")
+            });
+            running.tasks.push(("pedidos", task));
+        }
+        if let Some(faults) = &components.pasarela {
+            anyhow::ensure!(
+                !components.pedidos,
+                "pedidos and pasarela each serve HTTP: run them in separate processes"
+            );
+            let ledger = self
+                .pasarela()
+                .await
+                .context("opening the pasarela ledger")?;
+            let listener = tokio::net::TcpListener::bind(http)
+                .await
+                .with_context(|| format!("binding {http}"))?;
+            let addr = listener.local_addr()?;
+            tracing::info!(%addr, "pasarela listening");
+            running.http_addr = Some(addr);
+            let state = PasarelaState::new(ledger, faults.clone());
+            let stop = stop.clone();
+            let task = tokio::spawn(async move {
+                axum::serve(listener, pasarela::app(state))
+                    .with_graceful_shutdown(async move { stop.cancelled().await })
+                    .await
+                    .context("serving HTTP")
+            });
+            running.tasks.push(("pasarela", task));
+        }
+        if components.relay {
+            let task = spawn_relay(self, &components.instance, stop.clone()).await?;
+            running.tasks.push(("relay", task));
+        }
+        if components.inventario {
+            let (task, stats) = spawn_consumer(self, &components.instance, stop.clone()).await?;
+            running.consumer_stats = Some(stats);
+            running.tasks.push(("inventario", task));
+        }
+        if components.reparto {
+            let task = spawn_reparto(self, &components, stop.clone()).await?;
+            running.tasks.push(("reparto", task));
+        }
+        if components.pagos {
+            let task = super::spawn_pagos::spawn_pagos(self, &components, stop.clone()).await?;
+            running.tasks.push(("pagos", task));
+        }
+        if components.analitica {
+            let task = spawn_analitica(self, &components.instance, stop.clone()).await?;
+            running.tasks.push(("analitica", task));
+        }
+        Ok(running)
+    }
+}
+
+/// Runs `components` until SIGINT/SIGTERM (or until one of them fails).
+pub async fn run_until_signal(
+    system: &System,
+    components: Components,
+    http: SocketAddr,
+) -> anyhow::Result<()> {
+    let running = system.start(components.clone(), http).await?;
+    // One line on stdout when everything is up: scripts and crash tests wait for it (and
+    // read the HTTP port from it when `--http` asked for port 0).
+    println!("{}", ready_line(&components, running.http_addr()));
+    let stop = running.stop_token();
+    tokio::spawn(async move {
+        entrega::signal().await;
+        tracing::info!("signal received, stopping");
+        stop.cancel();
+    });
+    running.wait().await
+}
+
+/// `km0 ready instance=NAME pedidos=ADDR relay inventario`: what runs, where.
+fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
+    let mut line = format!("km0 ready instance={}", components.instance);
+    if let Some(addr) = http {
+        let name = if components.pasarela.is_some() {
+            "pasarela"
+        } else {
+            "pedidos"
+        };
+        line.push_str(&format!(" {name}={addr}"));
+    }
+    if components.relay {
+        line.push_str(" relay");
+    }
+    if components.inventario {
+        line.push_str(" inventario");
+    }
+    if components.reparto {
+        line.push_str(" reparto");
+    }
+    if components.analitica {
+        line.push_str(" analitica");
+    }
+    if components.pagos {
+        line.push_str(" pagos");
+    }
+    line
+}

@@ -1,0 +1,25 @@
+//! How km0's parts come together for one deployment: where its data lives (`--database`,
+//! `--broker`: [`config`]), its databases and broker ([`System`], [`Broker`]), its topics, and
+//! the components started from them in this process ([`Components`], [`Running`]).
+
+pub mod config;
+
+mod broker;
+mod components;
+mod spawn;
+mod spawn_pagos;
+mod system;
+mod topics;
+
+pub use broker::{connect as connect_broker, Broker, BrokerError};
+pub use components::{run_until_signal, Components, Running};
+pub use spawn::ASSIGN_EVERY;
+pub use spawn_pagos::DEFAULT_PASARELA_URL;
+pub use system::{Retention, System, DEFAULT_LEASE_TTL};
+pub use topics::{
+    dead_letter_topic, dead_letters_of, ensure_topic_and_dlq, ensure_topics, name_amqp_groups,
+    AMQP_GROUPS,
+};
+
+/// A component running as a task until stopped.
+pub(crate) type Task = tokio::task::JoinHandle<anyhow::Result<()>>;

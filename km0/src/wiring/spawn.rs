@@ -1,0 +1,213 @@
+//! km0's components as tasks: the pedidos outbox relay, the inventario stock consumer, the
+//! reparto delivery consumer, their periodic chores (purging old processed-message keys,
+//! assigning pending deliveries), and analitica's transactional transformer. The two workers
+//! take their retry policy from the process's `--retry` flags.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use entrega::{CancellationToken, Db, Relay, RelayConfig, Router, Worker, WorkerConfig};
+use entrega_core::SystemClock;
+use entrega_kafka::{KafkaTransformer, TransformerConfig};
+
+use super::config::RetryMode;
+use super::{ensure_topics, Broker, Components, System, Task};
+use crate::services::analitica::{self, SalesTransform};
+use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
+use crate::services::pedidos::{routing, PARTITIONS, SOURCE, TOPIC};
+use crate::services::reparto::{self, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps};
+
+/// Longest wait of an idle relay for rows committed by other processes (the seed's 0.2 s).
+const RELAY_POLL: Duration = Duration::from_millis(200);
+
+/// How often reparto looks for free couriers for its pending deliveries.
+pub const ASSIGN_EVERY: Duration = Duration::from_millis(500);
+
+/// A worker for `group` on `topic` as `member`, with the process's key concurrency and retry
+/// policy; ordered retries park in `db`, the consumer's own database; on RabbitMQ, dead
+/// letters and delayed retries use the group's own queues.
+pub(super) fn consumer_worker(
+    system: &System,
+    broker: &Broker,
+    router: Router,
+    (group, topic, member): (&str, &str, String),
+    db: &Db,
+) -> Worker {
+    let mut config = WorkerConfig::new(group, topic).with_key_concurrency(system.key_concurrency());
+    config.member = member;
+    system.retry().apply(&mut config);
+    config.retry_partitions = PARTITIONS;
+    let mut worker = Worker::new(broker.subscriber(), broker.publisher(), router, config)
+        .with_admin(broker.admin());
+    // RabbitMQ keeps dead letters (and delayed retries) in the group's own queues.
+    if let Some(side) = broker.side_queues() {
+        worker = worker.with_side_queues(side);
+    }
+    if system.retry().mode == RetryMode::Ordered {
+        worker.with_parking(db.parking())
+    } else {
+        worker
+    }
+}
+
+/// The inventario stock consumer, as group member `instance`.
+pub(super) async fn spawn_consumer(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<(Task, Arc<ConsumerStats>)> {
+    let stock = system
+        .inventario()
+        .await
+        .context("opening the inventario database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
+    let db = stock.db().clone();
+    let consumer = Arc::new(StockConsumer::new(stock));
+    let stats = consumer.stats();
+    let names = (GROUP, TOPIC, instance.to_owned());
+    let worker = consumer_worker(system, &broker, consumer.router(), names, &db);
+    tracing::info!(
+        instance,
+        key_concurrency = system.key_concurrency(),
+        retry = ?system.retry().mode,
+        "inventario consumer started"
+    );
+    let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
+    Ok((task, stats))
+}
+
+/// The reparto consumer, as group member `<instance>-reparto`, and the periodic assignment of
+/// pending deliveries.
+pub(super) async fn spawn_reparto(
+    system: &System,
+    components: &Components,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let store = system
+        .reparto()
+        .await
+        .context("opening the reparto database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let maps: Arc<dyn Maps> = match &components.mapas_url {
+        Some(url) => Arc::new(HttpMaps::new(url).context("the maps service")?),
+        None => Arc::new(LocalMaps),
+    };
+    spawn_assignment(store.clone(), stop.clone());
+    let db = store.db().clone();
+    let consumer = Arc::new(DeliveryConsumer::new(store, maps));
+    let member = format!("{}-reparto", components.instance);
+    let names = (reparto::GROUP, reparto::TOPIC, member);
+    let worker = consumer_worker(system, &broker, consumer.router(), names, &db);
+    tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto consumer started");
+    Ok(tokio::spawn(async move {
+        worker.run(stop).await.context("reparto consumer")
+    }))
+}
+
+/// analitica on Kafka, as group member and transactional id `<instance>-analitica`: sales per
+/// market from `pedidos.eventos` to `analitica.ventas`, in Kafka transactions. Refused on the
+/// log transport, which has no transactions.
+pub(super) async fn spawn_analitica(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let broker = system.broker().await.context("opening the broker")?;
+    let Some(kafka) = broker.as_kafka() else {
+        anyhow::bail!(
+            "analitica writes its sales in Kafka transactions: it needs --broker kafka://..., \
+             not the {}",
+            broker.kind()
+        );
+    };
+    ensure_topics(&broker).await?;
+    broker
+        .admin()
+        .ensure_topic(analitica::OUTPUT_TOPIC, analitica::OUTPUT_PARTITIONS)
+        .await
+        .with_context(|| format!("creating topic {}", analitica::OUTPUT_TOPIC))?;
+    let name = format!("{instance}-analitica");
+    let config = TransformerConfig::new(analitica::GROUP, name.clone(), name, &[TOPIC]);
+    let transformer = KafkaTransformer::start(kafka.config(), config)
+        .await
+        .context("starting analitica's transactional clients")?;
+    tracing::info!(instance, "analitica started");
+    Ok(tokio::spawn(async move {
+        let transform = SalesTransform::new(TOPIC);
+        transformer
+            .run(&transform, stop.cancelled_owned())
+            .await
+            .map(drop)
+            .context("analitica")
+    }))
+}
+
+/// Gives pending deliveries the couriers that became free, every [`ASSIGN_EVERY`], until
+/// `stop`. A failed round is logged and tried again next time.
+fn spawn_assignment(store: DeliveryStore, stop: CancellationToken) {
+    tokio::spawn(async move {
+        loop {
+            match store.assign_pending(entrega_core::now_ms()).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(assigned = n, "pending deliveries assigned"),
+                Err(e) => tracing::warn!(error = %e, "assigning pending deliveries failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(ASSIGN_EVERY) => {}
+            }
+        }
+    });
+}
+
+/// Deletes processed-message keys older than `retention`, now and then, until `stop`.
+/// A failed purge is logged and tried again next time: keys kept longer are harmless.
+fn spawn_inbox_purge(stock: StockStore, retention: Duration, stop: CancellationToken) {
+    let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
+    tokio::spawn(async move {
+        loop {
+            match stock.purge_keys(retention).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(purged = n, "old processed-message keys purged"),
+                Err(e) => tracing::warn!(error = %e, "purging processed-message keys failed"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    });
+}
+
+/// The outbox relay of pedidos, publishing to the broker, as lane owner `instance`.
+pub(super) async fn spawn_relay(
+    system: &System,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let pedidos = system
+        .pedidos()
+        .await
+        .context("opening the pedidos database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let mut config = RelayConfig::new(SOURCE, routing());
+    config.instance_id = instance.to_owned();
+    config.lease_ttl = system.lease_ttl();
+    config.poll_interval = RELAY_POLL;
+    config.retention = system.retention().outbox;
+    let relay = Relay::new(
+        pedidos.db().outbox(),
+        broker.publisher(),
+        Arc::new(SystemClock),
+        config,
+    );
+    tracing::info!(instance, "relay started");
+    Ok(tokio::spawn(async move {
+        relay.run(stop).await.context("relay")
+    }))
+}

@@ -1,0 +1,102 @@
+//! pagos as tasks: the authorisation server on `pagos.autorizaciones`, the charge consumer on
+//! the order events, and the relay of pagos' own outbox to `pagos.eventos`, all in one
+//! process (`km0 run pagos`).
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use entrega::rpc::{RpcServer, RpcServerConfig, StoredAnswers};
+use entrega::{CancellationToken, Relay, RelayConfig};
+use entrega_core::SystemClock;
+
+use super::{ensure_topics, Components, System, Task};
+use crate::services::pagos::{
+    self, Authoriser, ChargeConsumer, Gateway, PaymentStore, AUTHORISATIONS, AUTHORISER,
+    GATEWAY_TIMEOUT,
+};
+use crate::services::pedidos::PARTITIONS;
+
+/// Where pagos finds the gateway when `--pasarela-url` is not given.
+pub const DEFAULT_PASARELA_URL: &str = "http://127.0.0.1:8095";
+
+/// Longest wait of an idle pagos relay.
+const RELAY_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Starts pagos' three tasks; the returned task ends when one of them does (its error) or
+/// when `stop` is cancelled (after the others finished).
+pub(super) async fn spawn_pagos(
+    system: &System,
+    components: &Components,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let store = system.pagos().await.context("opening the pagos database")?;
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let instance = format!("{}-pagos", components.instance);
+    let url = components
+        .pasarela_url
+        .as_deref()
+        .unwrap_or(DEFAULT_PASARELA_URL);
+    let gateway = Gateway::new(url, GATEWAY_TIMEOUT).context("the payment gateway")?;
+
+    let consumer = Arc::new(ChargeConsumer::new(store.clone(), gateway));
+    let names = (pagos::GROUP, pagos::TOPIC, instance.clone());
+    let worker =
+        super::spawn::consumer_worker(system, &broker, consumer.router(), names, store.db());
+
+    let handler = Arc::new(StoredAnswers::new(
+        store.db().clone(),
+        AUTHORISER,
+        Authoriser,
+    ));
+    let mut rpc = RpcServerConfig::new(AUTHORISATIONS);
+    rpc.consumer = instance.clone();
+    let server = RpcServer::new(broker.rpc(PARTITIONS), handler, rpc);
+
+    let relay = relay_of(system, &store, &broker, &instance);
+    tracing::info!(%instance, gateway = url, "pagos started");
+    let child = stop.child_token();
+    Ok(tokio::spawn(async move {
+        // One part stopping stops the others, so none runs on alone unnoticed.
+        let (charges, authorisations, relayed) = tokio::join!(
+            async {
+                let r = worker.run(child.clone()).await.context("pagos charges");
+                child.cancel();
+                r
+            },
+            async {
+                let r = server
+                    .run(child.clone())
+                    .await
+                    .context("pagos authorisations");
+                child.cancel();
+                r
+            },
+            async {
+                let r = relay.run(child.clone()).await.context("pagos relay");
+                child.cancel();
+                r
+            },
+        );
+        charges.and(authorisations).and(relayed)
+    }))
+}
+
+fn relay_of(
+    system: &System,
+    store: &PaymentStore,
+    broker: &super::Broker,
+    instance: &str,
+) -> Relay {
+    let mut config = RelayConfig::new(pagos::SOURCE, pagos::routing());
+    config.instance_id = instance.to_owned();
+    config.lease_ttl = system.lease_ttl();
+    config.poll_interval = RELAY_POLL;
+    config.retention = system.retention().outbox;
+    Relay::new(
+        store.db().outbox(),
+        broker.publisher(),
+        Arc::new(SystemClock),
+        config,
+    )
+}

@@ -1,0 +1,80 @@
+//! A RabbitMQ virtual host of a test's own on the shared broker (`ENTREGA_TEST_AMQP`), so
+//! km0's fixed queue names (`inventario.pedidos.*`) never meet another test's; deleted, with
+//! everything in it, when dropped.
+
+use std::process::Command;
+
+/// A fresh virtual host on the local RabbitMQ, `guest` allowed everything in it.
+pub struct Vhost {
+    name: String,
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let out = Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .expect("run rabbitmqctl");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The broker tests use, without a virtual host.
+pub fn base_url() -> String {
+    std::env::var("ENTREGA_TEST_AMQP")
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672".into())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+impl Vhost {
+    pub fn create() -> Self {
+        let name = format!("km0-test-{}", uuid::Uuid::new_v4().simple());
+        rabbitmqctl(&["add_vhost", &name]);
+        rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"]);
+        Self { name }
+    }
+
+    /// `amqp://…/<vhost>`, without parameters.
+    pub fn url(&self) -> String {
+        format!("{}/{}", base_url(), self.name)
+    }
+}
+
+impl Vhost {
+    /// The names of the queues in this virtual host.
+    pub fn queues(&self) -> Vec<String> {
+        let out = Command::new("rabbitmqctl")
+            .args([
+                "-q",
+                "list_queues",
+                "-p",
+                &self.name,
+                "name",
+                "--no-table-headers",
+            ])
+            .output()
+            .expect("run rabbitmqctl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    }
+}
+
+impl Drop for Vhost {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "delete_vhost", &self.name])
+            .output();
+    }
+}
