@@ -4,6 +4,7 @@
 //! to the requester's queue. Both are confirmed and `mandatory`, so a reply to a requester
 //! whose private queue is gone fails as [`TransportError::Rejected`] instead of vanishing.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -76,6 +77,9 @@ impl AmqpRpc {
             channel,
             stream,
             no_ack,
+            open: BTreeSet::new(),
+            handled: BTreeSet::new(),
+            hold_max: usize::from(prefetch / 4).max(1),
         }))
     }
 }
@@ -174,6 +178,14 @@ struct AmqpRpcInbox {
     stream: Consumer,
     /// Deliveries are acknowledged by the broker as sent: `ack` and `retry` do nothing.
     no_ack: bool,
+    /// Tags delivered and neither handled nor given back.
+    open: BTreeSet<u64>,
+    /// Tags handled whose acknowledgement waits for every lower tag to be settled, so that
+    /// one `basic.ack` with `multiple` covers them all.
+    handled: BTreeSet<u64>,
+    /// The most handled tags held back; past it they are acknowledged one by one (a slow
+    /// request must not keep the prefetch window full of finished ones).
+    hold_max: usize,
 }
 
 impl AmqpRpcInbox {
@@ -228,23 +240,51 @@ impl RpcInbox for AmqpRpcInbox {
                 Some(None) | None => break,
             }
         }
+        if !self.no_ack {
+            self.open.extend(out.iter().map(|d| d.tag));
+        }
         Ok(out)
     }
 
     async fn ack(&mut self, tag: u64) -> Result<(), TransportError> {
+        self.ack_all(&[tag]).await
+    }
+
+    async fn ack_all(&mut self, tags: &[u64]) -> Result<(), TransportError> {
         if self.no_ack {
             return Ok(());
         }
-        self.channel
-            .basic_ack(tag, BasicAckOptions::default())
-            .await
-            .map_err(classify)
+        for tag in tags {
+            self.open.remove(tag);
+            self.handled.insert(*tag);
+        }
+        // Every tag below the lowest still open is settled: one frame acknowledges those
+        // handled (the broker's tags of one channel grow in delivery order).
+        let lowest_open = self.open.first().copied().unwrap_or(u64::MAX);
+        let later = self.handled.split_off(&lowest_open);
+        let covered = std::mem::replace(&mut self.handled, later);
+        if let Some(top) = covered.last() {
+            self.channel
+                .basic_ack(*top, BasicAckOptions { multiple: true })
+                .await
+                .map_err(classify)?;
+        }
+        if self.handled.len() > self.hold_max {
+            for tag in std::mem::take(&mut self.handled) {
+                self.channel
+                    .basic_ack(tag, BasicAckOptions::default())
+                    .await
+                    .map_err(classify)?;
+            }
+        }
+        Ok(())
     }
 
     async fn retry(&mut self, tag: u64) -> Result<(), TransportError> {
         if self.no_ack {
             return Ok(());
         }
+        self.open.remove(&tag);
         self.channel
             .basic_reject(tag, BasicRejectOptions { requeue: true })
             .await

@@ -83,6 +83,15 @@ pub trait RpcInbox: Send {
     /// The delivery `tag` was handled: it will not come again.
     async fn ack(&mut self, tag: u64) -> Result<(), TransportError>;
 
+    /// Every delivery of `tags` was handled. By default each is [`ack`](Self::ack)ed in
+    /// turn; a transport that can acknowledge many in one go does.
+    async fn ack_all(&mut self, tags: &[u64]) -> Result<(), TransportError> {
+        for tag in tags {
+            self.ack(*tag).await?;
+        }
+        Ok(())
+    }
+
     /// The delivery `tag` could not be handled now: deliver it again later.
     async fn retry(&mut self, tag: u64) -> Result<(), TransportError>;
 }

@@ -18,7 +18,7 @@ use tokio::io::AsyncBufReadExt as _;
 
 use super::report::{BenchReport, Measurement, Target};
 use super::Common;
-use crate::services::pagos::{Authoriser, AUTHORISATIONS, AUTHORISER};
+use crate::services::pagos::{server_config, Authoriser, AUTHORISATIONS, AUTHORISER};
 use crate::services::pedidos::PARTITIONS;
 use crate::wiring::System;
 
@@ -58,6 +58,8 @@ struct Side {
     p50_ms: f64,
     p99_ms: f64,
     calls_per_s: f64,
+    /// Requests per batch handed to the server's handler (entrega's server only).
+    per_batch: f64,
 }
 
 fn quantile(sorted: &[f64], q: f64) -> f64 {
@@ -78,6 +80,7 @@ fn side(mut latencies: Vec<f64>, calls: usize, seconds: f64) -> Side {
         } else {
             0.0
         },
+        per_batch: 0.0,
     }
 }
 
@@ -159,6 +162,11 @@ pub(crate) async fn run(
         )
         .with_target(|m| Target::at_least(TARGET_RATE_RATIO, m)),
         Measurement::new(
+            format!("requests per batch, {inflight} in flight (pagos)"),
+            "requests",
+            pick(&ours, |s| s.per_batch),
+        ),
+        Measurement::new(
             "p50, 1 in flight (entrega + trivial server)",
             "ms",
             pick(&trivial, |s| s.p50_ms),
@@ -237,9 +245,13 @@ async fn our_side(
         )),
         Server::Trivial => Arc::new(TrivialAnswer),
     };
-    let mut config = RpcServerConfig::new(AUTHORISATIONS);
+    let mut config = match which {
+        Server::Pagos => server_config(store.db()),
+        Server::Trivial => RpcServerConfig::new(AUTHORISATIONS),
+    };
     config.concurrency = args.inflight.max(1);
     let server = RpcServer::new(broker.rpc(PARTITIONS), handler, config);
+    let served = server.stats();
     let stop = CancellationToken::new();
     let serving = tokio::spawn({
         let stop = stop.clone();
@@ -262,6 +274,7 @@ async fn our_side(
         call(client.clone(), format!("L-{run}-{n}"), n).await?;
         latencies.push(started.elapsed().as_secs_f64() * 1000.0);
     }
+    let (answered_before, batches_before) = (served.answered(), served.batches());
     let started = Instant::now();
     let per_task = args.calls.div_ceil(args.inflight.max(1));
     let mut tasks = tokio::task::JoinSet::new();
@@ -280,6 +293,9 @@ async fn our_side(
         done += joined.context("a calling task")??;
     }
     let seconds = started.elapsed().as_secs_f64();
+    let batches = served.batches().saturating_sub(batches_before);
+    let per_batch =
+        served.answered().saturating_sub(answered_before) as f64 / batches.max(1) as f64;
     stop.cancel();
     serving.await.context("the server task")??;
     drop(client);
@@ -288,6 +304,7 @@ async fn our_side(
     common.cleanup(&fresh).await?;
     let mut figures = side(latencies, done, seconds);
     figures.calls_per_s = done as f64 / seconds.max(f64::MIN_POSITIVE);
+    figures.per_batch = per_batch;
     Ok(figures)
 }
 

@@ -5,14 +5,13 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use entrega::rpc::{RpcServer, RpcServerConfig, StoredAnswers};
+use entrega::rpc::{RpcServer, StoredAnswers};
 use entrega::{CancellationToken, Relay, RelayConfig};
 use entrega_core::SystemClock;
 
 use super::{ensure_topics, Components, System, Task};
 use crate::services::pagos::{
-    self, Authoriser, ChargeConsumer, Gateway, PaymentStore, AUTHORISATIONS, AUTHORISER,
-    GATEWAY_TIMEOUT,
+    self, Authoriser, ChargeConsumer, Gateway, PaymentStore, AUTHORISER, GATEWAY_TIMEOUT,
 };
 use crate::services::pedidos::PARTITIONS;
 
@@ -49,7 +48,7 @@ pub(super) async fn spawn_pagos(
         AUTHORISER,
         Authoriser,
     ));
-    let mut rpc = RpcServerConfig::new(AUTHORISATIONS);
+    let mut rpc = pagos::server_config(store.db());
     rpc.consumer = instance.clone();
     let server = RpcServer::new(broker.rpc(PARTITIONS), handler, rpc);
 

@@ -119,6 +119,31 @@ impl Tx {
         Ok(row.map(|(answer,)| answer))
     }
 
+    /// The stored answers to the requests `keys` of `consumer`, by key (those with none are
+    /// missing): one query for a batch instead of one per request.
+    pub async fn stored_answers(
+        &mut self,
+        consumer: &str,
+        keys: &[&str],
+    ) -> Result<std::collections::HashMap<String, Vec<u8>>, StoreError> {
+        let mut found = std::collections::HashMap::new();
+        // Well under SQLite's oldest limit of 999 parameters per statement.
+        for chunk in keys.chunks(500) {
+            let marks: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
+            let sql = format!(
+                "SELECT clave, respuesta FROM entrega_respuestas WHERE consumidor = $1 \
+                 AND clave IN ({})",
+                marks.join(", ")
+            );
+            let q = chunk
+                .iter()
+                .fold(query(sql).bind(consumer), |q, key| q.bind(*key));
+            let rows: Vec<(String, Vec<u8>)> = self.fetch_all(q).await?;
+            found.extend(rows);
+        }
+        Ok(found)
+    }
+
     /// Stores `answer` to request `key` of `consumer`, in this transaction, next to the
     /// effect that produced it. Returns `false` when an answer was already stored (another
     /// handling of the same request committed first): roll back and answer with

@@ -252,6 +252,22 @@ impl RpcInbox for LogInbox {
         self.commit(partition).await
     }
 
+    async fn ack_all(&mut self, tags: &[u64]) -> Result<(), TransportError> {
+        let mut touched = BTreeSet::new();
+        for tag in tags {
+            if let Some((partition, offset, _)) = self.out.remove(tag) {
+                if let Some(open) = self.open.get_mut(&partition) {
+                    open.remove(&offset);
+                }
+                touched.insert(partition);
+            }
+        }
+        for partition in touched {
+            self.commit(partition).await?;
+        }
+        Ok(())
+    }
+
     async fn retry(&mut self, tag: u64) -> Result<(), TransportError> {
         if let Some((_, _, delivery)) = self.out.get(&tag) {
             let mut again = delivery.clone();

@@ -5,11 +5,11 @@
 //! - [`RpcClient`]: many calls in flight on one private reply queue, each with its own
 //!   timeout; a reply that comes after its call gave up is counted and dropped, and the
 //!   call's entry is gone already (nothing grows with timed-out calls).
-//! - [`RpcServer`]: requests handled concurrently, each acknowledged only after its answer
-//!   was sent (a crash before that redelivers it), transient failures given back, permanent
-//!   ones answered with an error body.
+//! - [`RpcServer`]: requests handled in batches (the requests waiting when a lane is free),
+//!   each acknowledged only after its answer was sent (a crash before that redelivers it),
+//!   transient failures given back, permanent ones answered with an error body.
 //! - [`StoredAnswers`]: the idempotent handler, the answer stored with the effect in one
-//!   transaction, by the request's own key.
+//!   transaction, by the request's own key; a batch is applied in one transaction.
 //! - [`DurableRequester`]: the durable mode, requests recorded in the requester's database and
 //!   replies applied through its inbox from a durable queue, so a requester killed with calls
 //!   in flight applies every reply once after its restart.
@@ -20,6 +20,7 @@
 
 mod client;
 mod durable;
+mod lanes;
 mod log;
 mod server;
 mod stored;

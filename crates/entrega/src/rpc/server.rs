@@ -1,20 +1,35 @@
-//! The server's side: requests of one queue handled concurrently, each answered to its
+//! The server's side: requests of one queue handled in batches, each answered to its
 //! `reply_to` with its `correlation_id`, and acknowledged only once the answer was sent.
+//!
+//! One task owns the queue: it reads deliveries, hands them to the lanes and settles what
+//! the lanes send back (acknowledged, or given back to come again). A lane takes every
+//! request waiting when it is free, up to [`RpcServerConfig::max_batch`], and hands them to
+//! [`RpcHandler::answer_batch`] at once: while one batch is in the database, the next one
+//! gathers, so a handler that writes its answers in one transaction commits once per batch
+//! (group commit). The answers of a batch are sent by a task of their own, so a lane takes
+//! its next batch while the replies of the last are still being confirmed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use entrega_core::{HandlerError, Headers, RpcDelivery, RpcMessage, RpcTransport, TransportError};
-use tokio::task::JoinSet;
+use entrega_core::{HandlerError, RpcDelivery, RpcInbox, RpcMessage, RpcTransport, TransportError};
+use tokio::sync::{mpsc, Mutex};
 use tokio_util::sync::CancellationToken;
 
+use super::lanes::{run_lane, Lane, Settled};
 use crate::backoff::Backoff;
 
 /// Header set on the answer to a request that failed for good; its body is
 /// `{"error": "..."}`.
 pub const RPC_ERROR: &str = "entrega-rpc-error";
+
+/// How long the reader waits for requests while some are being handled: the longest an
+/// acknowledgement waits to be sent.
+const BUSY_WAIT: Duration = Duration::from_millis(5);
+/// How long the reader waits for requests while none is being handled.
+const IDLE_WAIT: Duration = Duration::from_millis(200);
 
 /// Answers the requests of one queue.
 #[async_trait]
@@ -23,6 +38,13 @@ pub trait RpcHandler: Send + Sync {
     /// delivered again later; a permanent one is answered with an error body
     /// ([`RPC_ERROR`]), so the caller is not left waiting.
     async fn answer(&self, request: &RpcMessage) -> Result<Vec<u8>, HandlerError>;
+
+    /// The answers to several requests taken from the queue together, one result per
+    /// request, in order. By default each is [`answer`](Self::answer)ed, all at once; a
+    /// handler that stores its answers overrides it to write the batch in one transaction.
+    async fn answer_batch(&self, requests: &[&RpcMessage]) -> Vec<Result<Vec<u8>, HandlerError>> {
+        futures::future::join_all(requests.iter().map(|r| self.answer(r))).await
+    }
 }
 
 /// Settings of one server.
@@ -33,20 +55,29 @@ pub struct RpcServerConfig {
     pub queue: String,
     /// This server's name among the queue's consumers.
     pub consumer: String,
-    /// Requests handled at once (and held from the queue).
+    /// Requests held from the queue at once (being handled, or waiting for a lane).
     pub concurrency: usize,
+    /// Batches handled at once. One lane suits a handler whose batches queue for one lock
+    /// anyway (SQLite's single writer); more let a database with many connections work on
+    /// several batches at once.
+    pub lanes: usize,
+    /// The most requests one batch holds.
+    pub max_batch: usize,
     /// Wait between attempts to open the queue again after it failed.
     pub backoff: Backoff,
 }
 
 impl RpcServerConfig {
-    /// Defaults for `queue`: a random consumer name, 64 requests at once.
+    /// Defaults for `queue`: a random consumer name, 64 requests held, 2 lanes of at most
+    /// 64 requests.
     pub fn new(queue: impl Into<String>) -> Self {
         let queue = queue.into();
         Self {
             consumer: format!("{queue}-{}", uuid::Uuid::new_v4().simple()),
             queue,
             concurrency: 64,
+            lanes: 2,
+            max_batch: 64,
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(5)),
         }
     }
@@ -65,12 +96,19 @@ pub struct RpcServerStats {
     pub undeliverable: AtomicU64,
     /// Requests without `reply_to`: handled, nothing sent.
     pub unanswered: AtomicU64,
+    /// Batches handed to the handler.
+    pub batches: AtomicU64,
 }
 
 impl RpcServerStats {
     /// Requests answered so far.
     pub fn answered(&self) -> u64 {
         self.answered.load(Ordering::Relaxed)
+    }
+
+    /// Batches handed to the handler so far.
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
     }
 }
 
@@ -90,12 +128,12 @@ impl std::fmt::Debug for RpcServer {
     }
 }
 
-/// What became of one request.
-enum Settled {
-    /// Answered (or needing no answer): acknowledge.
-    Done,
-    /// Deliver it again later.
-    Again,
+/// Why the reader stopped reading one opening of the queue.
+enum Ended {
+    /// Told to stop.
+    Stopped,
+    /// Reading failed: open the queue again.
+    Broken,
 }
 
 impl RpcServer {
@@ -123,11 +161,27 @@ impl RpcServer {
     /// by the broker) ends the server with that error.
     pub async fn run(&self, stop: CancellationToken) -> Result<(), TransportError> {
         let cfg = &self.config;
-        let prefetch = u16::try_from(cfg.concurrency.max(1)).unwrap_or(u16::MAX);
+        let capacity = cfg.concurrency.max(1);
+        let (to_lanes, from_reader) = mpsc::channel::<RpcDelivery>(capacity);
+        let (to_reader, mut settles) = mpsc::unbounded_channel::<Vec<Settled>>();
+        let from_reader = Arc::new(Mutex::new(from_reader));
+        let mut lanes = tokio::task::JoinSet::new();
+        for _ in 0..cfg.lanes.max(1) {
+            lanes.spawn(run_lane(Lane {
+                transport: Arc::clone(&self.transport),
+                handler: Arc::clone(&self.handler),
+                stats: Arc::clone(&self.stats),
+                deliveries: Arc::clone(&from_reader),
+                settles: to_reader.clone(),
+                max_batch: cfg.max_batch.max(1),
+            }));
+        }
+        drop(to_reader);
+        let prefetch = u16::try_from(capacity).unwrap_or(u16::MAX);
         let mut failures = 0u32;
-        loop {
+        let outcome = loop {
             let opened = tokio::select! {
-                () = stop.cancelled() => return Ok(()),
+                () = stop.cancelled() => break Ok(()),
                 opened = self.transport.serve(&cfg.queue, &cfg.consumer, prefetch) => opened,
             };
             let mut inbox = match opened {
@@ -137,133 +191,122 @@ impl RpcServer {
                     let delay = cfg.backoff.delay(failures);
                     tracing::warn!(queue = %cfg.queue, error = %e, ?delay, "opening the request queue failed");
                     tokio::select! {
-                        () = stop.cancelled() => return Ok(()),
+                        () = stop.cancelled() => break Ok(()),
                         () = tokio::time::sleep(delay) => continue,
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) => break Err(e),
             };
             failures = 0;
-            let mut running: JoinSet<(u64, Settled)> = JoinSet::new();
-            let stopped = loop {
-                while let Some(done) = running.try_join_next() {
-                    if let Ok((tag, settled)) = done {
-                        settle(inbox.as_mut(), tag, settled).await;
-                    }
+            let reading = Reading {
+                inbox: inbox.as_mut(),
+                to_lanes: &to_lanes,
+                settles: &mut settles,
+                capacity,
+                held: 0,
+            };
+            match reading.run(&stop).await {
+                Ended::Stopped => break Ok(()),
+                Ended::Broken => {
+                    tracing::warn!(queue = %cfg.queue, "reading the request queue failed; opening it again");
                 }
-                if stop.is_cancelled() {
-                    break true;
+            }
+        };
+        // The lanes end once the requests they were handed are done.
+        drop(to_lanes);
+        while lanes.join_next().await.is_some() {}
+        outcome
+    }
+}
+
+/// One opening of the request queue: deliveries to the lanes, settlements back.
+struct Reading<'a> {
+    inbox: &'a mut dyn RpcInbox,
+    to_lanes: &'a mpsc::Sender<RpcDelivery>,
+    settles: &'a mut mpsc::UnboundedReceiver<Vec<Settled>>,
+    capacity: usize,
+    /// Deliveries handed to the lanes and not settled yet.
+    held: usize,
+}
+
+impl Reading<'_> {
+    /// Reads until `stop` or a failure, then waits for every delivery handed out to be
+    /// settled on this inbox (their tags mean nothing to another opening).
+    async fn run(mut self, stop: &CancellationToken) -> Ended {
+        let ended = loop {
+            self.settle_ready().await;
+            if stop.is_cancelled() {
+                break Ended::Stopped;
+            }
+            let room = self.capacity.saturating_sub(self.held);
+            if room == 0 {
+                tokio::select! {
+                    () = stop.cancelled() => break Ended::Stopped,
+                    batch = self.settles.recv() => match batch {
+                        Some(batch) => self.settle(batch).await,
+                        None => break Ended::Stopped,
+                    },
                 }
-                let room = cfg.concurrency.max(1).saturating_sub(running.len());
-                if room == 0 {
-                    if let Some(Ok((tag, settled))) = running.join_next().await {
-                        settle(inbox.as_mut(), tag, settled).await;
-                    }
-                    continue;
-                }
-                // Short waits while requests run, so their acknowledgements are not held up.
-                let wait = if running.is_empty() {
-                    Duration::from_millis(200)
-                } else {
-                    Duration::from_millis(20)
-                };
-                let next = tokio::select! {
-                    () = stop.cancelled() => break true,
-                    next = inbox.next(room, wait) => next,
-                };
-                match next {
-                    Ok(deliveries) => {
-                        for delivery in deliveries {
-                            running.spawn(handle(
-                                self.transport.clone(),
-                                self.handler.clone(),
-                                self.stats.clone(),
-                                delivery,
-                            ));
+                continue;
+            }
+            let wait = if self.held == 0 { IDLE_WAIT } else { BUSY_WAIT };
+            let next = tokio::select! {
+                () = stop.cancelled() => break Ended::Stopped,
+                next = self.inbox.next(room, wait) => next,
+            };
+            match next {
+                Ok(deliveries) => {
+                    for delivery in deliveries {
+                        self.held += 1;
+                        if self.to_lanes.send(delivery).await.is_err() {
+                            // No lane left (they only end with the server): nothing to do.
+                            self.held -= 1;
                         }
                     }
-                    Err(e) => {
-                        tracing::warn!(queue = %cfg.queue, error = %e, "reading the request queue failed; opening it again");
-                        break false;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the request queue failed");
+                    break Ended::Broken;
+                }
+            }
+        };
+        while self.held > 0 {
+            match self.settles.recv().await {
+                Some(batch) => self.settle(batch).await,
+                None => break,
+            }
+        }
+        ended
+    }
+
+    /// Settles everything the lanes sent back so far.
+    async fn settle_ready(&mut self) {
+        let mut all = Vec::new();
+        while let Ok(batch) = self.settles.try_recv() {
+            all.extend(batch);
+        }
+        if !all.is_empty() {
+            self.settle(all).await;
+        }
+    }
+
+    async fn settle(&mut self, batch: Vec<Settled>) {
+        self.held = self.held.saturating_sub(batch.len());
+        let mut done = Vec::with_capacity(batch.len());
+        for settled in batch {
+            match settled {
+                Settled::Done(tag) => done.push(tag),
+                Settled::Again(tag) => {
+                    if let Err(e) = self.inbox.retry(tag).await {
+                        tracing::warn!(error = %e, "giving a request back failed");
                     }
                 }
-            };
-            // Requests in hand finish; their deliveries are settled on this inbox.
-            while let Some(done) = running.join_next().await {
-                if let Ok((tag, settled)) = done {
-                    settle(inbox.as_mut(), tag, settled).await;
-                }
-            }
-            if stopped {
-                return Ok(());
             }
         }
-    }
-}
-
-async fn settle(inbox: &mut dyn entrega_core::RpcInbox, tag: u64, settled: Settled) {
-    let outcome = match settled {
-        Settled::Done => inbox.ack(tag).await,
-        Settled::Again => inbox.retry(tag).await,
-    };
-    if let Err(e) = outcome {
-        // The delivery goes back to the queue with the channel; its stored answer makes the
-        // repeat harmless.
-        tracing::warn!(error = %e, "settling a request failed");
-    }
-}
-
-/// Handles one request and sends its answer; says what to do with its delivery.
-async fn handle(
-    transport: Arc<dyn RpcTransport>,
-    handler: Arc<dyn RpcHandler>,
-    stats: Arc<RpcServerStats>,
-    delivery: RpcDelivery,
-) -> (u64, Settled) {
-    let tag = delivery.tag;
-    let request = delivery.message;
-    let (body, headers) = match handler.answer(&request).await {
-        Ok(body) => (body, Headers::new()),
-        Err(e) if e.is_transient() => {
-            stats.retried.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(error = %e, "request failed for now; it comes again");
-            return (tag, Settled::Again);
-        }
-        Err(e) => {
-            stats.failed.fetch_add(1, Ordering::Relaxed);
-            let body = serde_json::json!({ "error": e.to_string() }).to_string();
-            (
-                body.into_bytes(),
-                Headers::new().with(RPC_ERROR, "permanent"),
-            )
-        }
-    };
-    let Some(reply_to) = request.reply_to.filter(|r| !r.is_empty()) else {
-        stats.unanswered.fetch_add(1, Ordering::Relaxed);
-        return (tag, Settled::Done);
-    };
-    let reply = RpcMessage {
-        correlation_id: request.correlation_id,
-        reply_to: None,
-        headers,
-        payload: body,
-        durable: request.durable,
-    };
-    match transport.send(&reply_to, &reply, None).await {
-        Ok(()) => {
-            stats.answered.fetch_add(1, Ordering::Relaxed);
-            (tag, Settled::Done)
-        }
-        Err(TransportError::Rejected { reason }) => {
-            // A requester that gave up took its private queue with it: nobody waits.
-            stats.undeliverable.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(%reply_to, %reason, "the requester's queue is gone; answer dropped");
-            (tag, Settled::Done)
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "sending an answer failed; the request comes again");
-            stats.retried.fetch_add(1, Ordering::Relaxed);
-            (tag, Settled::Again)
+        if let Err(e) = self.inbox.ack_all(&done).await {
+            // The deliveries go back to the queue with the channel; their stored answers
+            // make the repeats harmless.
+            tracing::warn!(error = %e, "acknowledging requests failed");
         }
     }
 }

@@ -1,7 +1,13 @@
 //! Idempotent request handling: the answer to a request is stored, by the request's own key,
 //! in the same transaction as the effect, and a repeated request (a caller retrying after a
 //! timeout, a redelivery after a crash) gets that stored answer back, with no second effect.
+//!
+//! A batch of requests is applied in one transaction: one read of the answers stored for its
+//! keys, each new request applied and its answer stored, one commit. If anything in it fails
+//! it is rolled back whole and each request is handled in a transaction of its own, so a
+//! request that fails costs the others a second attempt, never a wrong answer.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -29,6 +35,9 @@ pub struct StoredAnswerStats {
     pub applied: AtomicU64,
     /// Requests answered from the stored answer.
     pub repeated: AtomicU64,
+    /// Batches that could not be applied in one transaction and were handled one request
+    /// at a time.
+    pub fallbacks: AtomicU64,
 }
 
 /// An [`RpcHandler`] that applies each request once, by [`AnswerInTx::key`], and answers a
@@ -100,6 +109,82 @@ impl<H: AnswerInTx> RpcHandler for StoredAnswers<H> {
         tx.commit().await.map_err(HandlerError::from)?;
         self.stats.applied.fetch_add(1, Ordering::Relaxed);
         Ok(answer)
+    }
+
+    /// One transaction for the whole batch (one commit: group commit). Should anything in
+    /// it fail, each request is handled on its own, so one bad request costs the others
+    /// only a second attempt, never their answers.
+    async fn answer_batch(&self, requests: &[&RpcMessage]) -> Vec<Result<Vec<u8>, HandlerError>> {
+        if requests.len() > 1 {
+            if let Some(answers) = self.apply_together(requests).await {
+                return answers;
+            }
+            self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut answers = Vec::with_capacity(requests.len());
+        for request in requests {
+            answers.push(self.answer(request).await);
+        }
+        answers
+    }
+}
+
+impl<H: AnswerInTx> StoredAnswers<H> {
+    /// Applies `requests` in one transaction: the stored answers of those seen before read
+    /// in one query, the others applied and stored, one commit. `None` when anything in it
+    /// failed (a request's effect, a conflict with another handling, the commit): the
+    /// transaction is rolled back and nothing of it counts.
+    async fn apply_together(
+        &self,
+        requests: &[&RpcMessage],
+    ) -> Option<Vec<Result<Vec<u8>, HandlerError>>> {
+        let keys: Vec<Result<String, HandlerError>> =
+            requests.iter().map(|r| self.inner.key(r)).collect();
+        let named: Vec<&str> = keys
+            .iter()
+            .filter_map(|k| k.as_ref().ok().map(String::as_str))
+            .collect();
+        let mut tx = self.db.begin().await.ok()?;
+        let stored = tx.stored_answers(&self.consumer, &named).await.ok()?;
+        // Per key, the answer of its first request in this batch: a repeat within the batch
+        // gets it too.
+        let mut answered: HashMap<&str, Vec<u8>> = HashMap::new();
+        let (mut applied, mut repeated) = (0u64, 0u64);
+        let mut results = Vec::with_capacity(requests.len());
+        for (request, key) in requests.iter().zip(&keys) {
+            let key = match key {
+                Ok(key) => key.as_str(),
+                Err(e) => {
+                    results.push(Err(copy_of(e)));
+                    continue;
+                }
+            };
+            if let Some(answer) = answered.get(key).or_else(|| stored.get(key)) {
+                repeated += 1;
+                results.push(Ok(answer.clone()));
+                continue;
+            }
+            let answer = self.inner.answer_in(&mut tx, request).await.ok()?;
+            if !tx.store_answer(&self.consumer, key, &answer).await.ok()? {
+                return None;
+            }
+            applied += 1;
+            answered.insert(key, answer.clone());
+            results.push(Ok(answer));
+        }
+        tx.commit().await.ok()?;
+        self.stats.applied.fetch_add(applied, Ordering::Relaxed);
+        self.stats.repeated.fetch_add(repeated, Ordering::Relaxed);
+        Some(results)
+    }
+}
+
+/// The same failure, of the same class (the key's error is kept for the names of the batch).
+fn copy_of(e: &HandlerError) -> HandlerError {
+    if e.is_transient() {
+        HandlerError::transient(e.to_string())
+    } else {
+        HandlerError::permanent(e.to_string())
     }
 }
 

@@ -19,7 +19,8 @@ pub use domain::{
 };
 pub use gateway::{Gateway, GatewayError, TIMEOUT as GATEWAY_TIMEOUT};
 pub use messaging::{
-    Authoriser, ChargeConsumer, AUTHORISATIONS, AUTHORISER, EVENTS_TOPIC, GROUP, TOPIC,
+    server_config, Authoriser, ChargeConsumer, AUTHORISATIONS, AUTHORISER, EVENTS_TOPIC, GROUP,
+    TOPIC,
 };
 
 /// The outbox routing of pagos: payment events to `pagos.eventos`.

@@ -1,0 +1,321 @@
+//! Stored answers in batches, on SQLite and PostgreSQL (`ENTREGA_TEST_PG`): a batch is
+//! applied in one transaction, a request repeated within the batch or seen before gets the
+//! stored answer, a request that cannot be named is refused for good; a request whose effect
+//! fails rolls the batch back and the others are applied one by one, each once; batches that
+//! race on the same keys apply each key once. And a server fed many calls at once hands its
+//! handler fewer batches than requests, each request still applied once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use entrega::db::{query, Backend, Db, Tx};
+use entrega::rpc::{AnswerInTx, RpcClient, RpcHandler, RpcServer, RpcServerConfig, StoredAnswers};
+use entrega::{Broker, CancellationToken};
+use entrega_core::{HandlerError, MigrationSet, RpcMessage};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use support::TempDir;
+
+const CONSUMER: &str = "pagos.autorizacion";
+
+/// Counts each order's authorisations (applied twice would count 2). A request with
+/// `"falla": true` writes its row, then fails for good: its write must not survive.
+struct Authorise;
+
+#[async_trait]
+impl AnswerInTx for Authorise {
+    fn key(&self, request: &RpcMessage) -> Result<String, HandlerError> {
+        let body: Value =
+            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
+        let id = body["pedido_id"]
+            .as_str()
+            .ok_or_else(|| HandlerError::permanent(std::io::Error::other("sin pedido_id")))?;
+        Ok(format!("autorizacion-{id}"))
+    }
+
+    async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
+        let body: Value =
+            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
+        let id = body["pedido_id"].as_str().unwrap_or_default().to_owned();
+        tx.execute(
+            query(
+                "INSERT INTO autorizaciones (pedido_id, veces) VALUES ($1, 1) \
+                 ON CONFLICT (pedido_id) DO UPDATE SET veces = autorizaciones.veces + 1",
+            )
+            .bind(id.clone()),
+        )
+        .await?;
+        if body.get("falla").is_some() {
+            return Err(HandlerError::permanent(std::io::Error::other(
+                "tarjeta bloqueada",
+            )));
+        }
+        // Slow enough that racing batches overlap.
+        if body.get("lento").is_some() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(json!({"pedido_id": id, "autorizado": true})
+            .to_string()
+            .into_bytes())
+    }
+}
+
+fn request(body: Value) -> RpcMessage {
+    RpcMessage {
+        correlation_id: Uuid::new_v4().simple().to_string(),
+        reply_to: None,
+        headers: Default::default(),
+        payload: body.to_string().into_bytes(),
+        durable: false,
+    }
+}
+
+fn order(id: &str) -> RpcMessage {
+    request(json!({"pedido_id": id, "importe_centimos": 1250}))
+}
+
+async fn fresh(backend: Backend, dir: &TempDir) -> (Db, Option<String>) {
+    let (db, name) = match backend {
+        Backend::Sqlite => (Db::connect(&dir.url("pagos.db")).await.unwrap(), None),
+        Backend::Postgres => {
+            let name = format!("entrega_t_{}", Uuid::new_v4().simple());
+            let url = entrega_postgres::ensure_database(&support::pg::server_url(), &name)
+                .await
+                .unwrap();
+            (Db::connect(&url).await.unwrap(), Some(name))
+        }
+    };
+    db.migrate(&[MigrationSet::Inbox]).await.unwrap();
+    db.execute(query(
+        "CREATE TABLE autorizaciones (pedido_id TEXT PRIMARY KEY, veces BIGINT NOT NULL)",
+    ))
+    .await
+    .unwrap();
+    (db, name)
+}
+
+async fn finish(db: Db, name: Option<String>) {
+    db.close().await;
+    if let Some(name) = name {
+        support::pg::drop_database(&name).await;
+    }
+}
+
+/// Each order's count of applications, and the number of stored answers.
+async fn state(db: &Db) -> (Vec<(String, i64)>, i64) {
+    let counts: Vec<(String, i64)> = db
+        .fetch_all(query(
+            "SELECT pedido_id, CAST(veces AS BIGINT) FROM autorizaciones ORDER BY pedido_id",
+        ))
+        .await
+        .unwrap();
+    let answers: Option<i64> = db
+        .scalar(query("SELECT COUNT(*) FROM entrega_respuestas"))
+        .await
+        .unwrap();
+    (counts, answers.unwrap_or(0))
+}
+
+fn once(ids: &[&str]) -> Vec<(String, i64)> {
+    ids.iter().map(|id| ((*id).to_owned(), 1)).collect()
+}
+
+async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend) {
+    let dir = TempDir::new();
+    let (db, name) = fresh(backend, &dir).await;
+    let handler = StoredAnswers::new(db.clone(), CONSUMER, Authorise);
+    let stats = handler.stats();
+
+    let p1 = order("P-1");
+    let first = [
+        &p1,
+        &order("P-2"),
+        &order("P-1"),
+        &request(json!({"importe_centimos": 5})),
+        &order("P-3"),
+    ];
+    let answers = handler.answer_batch(&first).await;
+    assert_eq!(answers.len(), 5);
+    let p1_answer = answers[0].as_ref().unwrap().clone();
+    assert_eq!(
+        answers[2].as_ref().unwrap(),
+        &p1_answer,
+        "a repeat within the batch must get the first one's answer"
+    );
+    let refused = answers[3].as_ref().unwrap_err();
+    assert!(!refused.is_transient(), "a request without key: {refused}");
+    assert!(answers[1].is_ok() && answers[4].is_ok());
+    assert_eq!(state(&db).await, (once(&["P-1", "P-2", "P-3"]), 3));
+    assert_eq!(stats.applied.load(Ordering::Relaxed), 3);
+    assert_eq!(stats.repeated.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 0);
+
+    // Seen before: the stored answer, read with the batch; the new one applied.
+    let answers = handler.answer_batch(&[&order("P-1"), &order("P-4")]).await;
+    assert_eq!(answers[0].as_ref().unwrap(), &p1_answer);
+    assert!(answers[1].is_ok());
+    assert_eq!(state(&db).await, (once(&["P-1", "P-2", "P-3", "P-4"]), 4));
+    assert_eq!(stats.repeated.load(Ordering::Relaxed), 2);
+    finish(db, name).await;
+}
+
+async fn a_failed_effect_undoes_only_itself(backend: Backend) {
+    let dir = TempDir::new();
+    let (db, name) = fresh(backend, &dir).await;
+    let handler = StoredAnswers::new(db.clone(), CONSUMER, Authorise);
+    let stats = handler.stats();
+    let bad = request(json!({"pedido_id": "P-6", "falla": true}));
+    let answers = handler
+        .answer_batch(&[&order("P-5"), &bad, &order("P-7")])
+        .await;
+    assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+    let failed = answers[1].as_ref().unwrap_err();
+    assert!(failed.to_string().contains("tarjeta bloqueada"), "{failed}");
+    assert!(!failed.is_transient());
+    // P-6's row was written and must be gone with its failure; no answer stored for it.
+    assert_eq!(state(&db).await, (once(&["P-5", "P-7"]), 2));
+    assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.applied.load(Ordering::Relaxed), 2);
+    finish(db, name).await;
+}
+
+async fn racing_batches_apply_each_key_once(backend: Backend) {
+    let dir = TempDir::new();
+    let (db, name) = fresh(backend, &dir).await;
+    let handler = Arc::new(StoredAnswers::new(db.clone(), CONSUMER, Authorise));
+    let ids: Vec<String> = (0..12).map(|n| format!("R-{n}")).collect();
+    let batch = |reverse: bool| {
+        let mut requests: Vec<RpcMessage> = ids
+            .iter()
+            .map(|id| request(json!({"pedido_id": id, "lento": true})))
+            .collect();
+        if reverse {
+            requests.reverse();
+        }
+        requests
+    };
+    let (a, b) = (batch(false), batch(true));
+    let (ha, hb) = (handler.clone(), handler.clone());
+    let (ra, rb) = tokio::join!(
+        async move { ha.answer_batch(&a.iter().collect::<Vec<_>>()).await },
+        async move { hb.answer_batch(&b.iter().collect::<Vec<_>>()).await },
+    );
+    let mut answers_b = rb;
+    answers_b.reverse();
+    for (x, y) in ra.iter().zip(&answers_b) {
+        assert_eq!(
+            x.as_ref().unwrap(),
+            y.as_ref().unwrap(),
+            "both batches must get the same answer per key"
+        );
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let mut expected = once(&refs);
+    expected.sort();
+    assert_eq!(state(&db).await, (expected, 12));
+    finish(db, name).await;
+}
+
+/// Many calls at once on the embedded default's log: fewer batches than requests reached
+/// the handler, and each request was applied once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_under_load_answers_in_batches() {
+    let dir = TempDir::new();
+    let broker_db = Db::connect(&dir.url("broker.db")).await.unwrap();
+    broker_db.migrate(&[MigrationSet::Log]).await.unwrap();
+    let broker = Broker::log(&broker_db, Duration::from_secs(2));
+    let (db, _) = fresh(Backend::Sqlite, &dir).await;
+    let handler: Arc<dyn RpcHandler> =
+        Arc::new(StoredAnswers::new(db.clone(), CONSUMER, Authorise));
+    let queue = format!("rpc.lotes.{}", Uuid::new_v4().simple());
+    let mut config = RpcServerConfig::new(&queue);
+    config.lanes = 1;
+    let server = RpcServer::new(broker.rpc(3), handler, config);
+    let served = server.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { server.run(stop).await.unwrap() }
+    });
+    let client = Arc::new(RpcClient::start(broker.rpc(3)).await.unwrap());
+    let calls: Vec<_> = (0..200)
+        .map(|n| {
+            let (client, queue) = (client.clone(), queue.clone());
+            tokio::spawn(async move {
+                let body = json!({"pedido_id": format!("L-{n}")})
+                    .to_string()
+                    .into_bytes();
+                client
+                    .call(&queue, body, Duration::from_secs(30))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    for call in calls {
+        let reply: Value = serde_json::from_slice(&call.await.unwrap()).unwrap();
+        assert_eq!(reply["autorizado"], true);
+    }
+    let (counts, answers) = state(&db).await;
+    assert_eq!(counts.len(), 200);
+    assert!(
+        counts.iter().all(|(_, n)| *n == 1),
+        "applied twice: {counts:?}"
+    );
+    assert_eq!(answers, 200);
+    assert_eq!(served.answered(), 200);
+    assert!(
+        served.batches() < 200,
+        "{} batches for 200 requests: none was grouped",
+        served.batches()
+    );
+    stop.cancel();
+    task.await.unwrap();
+    db.close().await;
+    broker_db.close().await;
+}
+
+mod sqlite {
+    use entrega::db::Backend;
+
+    #[tokio::test]
+    async fn a_batch_is_applied_once_with_its_repeats_answered() {
+        super::a_batch_is_applied_once_with_its_repeats_answered(Backend::Sqlite).await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_effect_undoes_only_itself() {
+        super::a_failed_effect_undoes_only_itself(Backend::Sqlite).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn racing_batches_apply_each_key_once() {
+        super::racing_batches_apply_each_key_once(Backend::Sqlite).await;
+    }
+}
+
+mod postgres {
+    use entrega::db::Backend;
+
+    #[tokio::test]
+    async fn a_batch_is_applied_once_with_its_repeats_answered() {
+        super::a_batch_is_applied_once_with_its_repeats_answered(Backend::Postgres).await;
+    }
+
+    #[tokio::test]
+    async fn a_failed_effect_undoes_only_itself() {
+        super::a_failed_effect_undoes_only_itself(Backend::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn racing_batches_apply_each_key_once() {
+        super::racing_batches_apply_each_key_once(Backend::Postgres).await;
+    }
+}
