@@ -128,6 +128,92 @@ impl AmqpPublisher {
     }
 }
 
+impl AmqpPublisher {
+    /// Publishes every message as [`AmqpPublisher::publish_raw`] does, but with one outcome
+    /// per message: one refused or unconfirmed message fails only itself.
+    pub(crate) async fn publish_raw_each(
+        &self,
+        batch: &[Outgoing<'_>],
+    ) -> Vec<Result<(), TransportError>> {
+        let timeout = self.amqp.config().confirm_timeout;
+        let (channel, pending) = {
+            let mut slot = self.channel.lock().await;
+            let channel = match self.confirm_channel(&mut slot).await {
+                Ok(channel) => channel,
+                Err(e) => return same_for_all(batch.len(), &e),
+            };
+            let pending = publish_each_kept(&channel, batch).await;
+            if pending.iter().any(Result::is_err) && !channel.status().connected() {
+                *slot = None;
+            }
+            (channel, pending)
+        };
+        let confirmed = pending.into_iter().map(|p| async move {
+            let (exchange, routing_key, confirm) = p?;
+            match tokio::time::timeout(timeout, confirm).await {
+                Ok(confirmation) => confirmed(&exchange, &routing_key, confirmation),
+                Err(_) => Err(TransportError::unavailable(format!(
+                    "RabbitMQ confirmed no message within {} ms",
+                    timeout.as_millis()
+                ))),
+            }
+        });
+        let outcomes = futures::future::join_all(confirmed).await;
+        if outcomes.iter().any(Result::is_err) && !channel.status().connected() {
+            let mut slot = self.channel.lock().await;
+            if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
+                *slot = None;
+            }
+        }
+        outcomes
+    }
+}
+
+/// `e` as the outcome of each of `n` messages.
+fn same_for_all(n: usize, e: &TransportError) -> Vec<Result<(), TransportError>> {
+    (0..n)
+        .map(|_| {
+            Err(if e.is_transient() {
+                TransportError::unavailable(e.to_string())
+            } else {
+                TransportError::Rejected {
+                    reason: e.to_string(),
+                }
+            })
+        })
+        .collect()
+}
+
+/// Publishes every message of a batch; a message that could not be published fails alone,
+/// and once the channel is lost every later one fails with it.
+async fn publish_each_kept(
+    channel: &Channel,
+    batch: &[Outgoing<'_>],
+) -> Vec<Result<Pending, TransportError>> {
+    let options = BasicPublishOptions {
+        mandatory: true,
+        ..BasicPublishOptions::default()
+    };
+    let mut pending = Vec::with_capacity(batch.len());
+    for out in batch {
+        let published = async {
+            let confirm = channel
+                .basic_publish(
+                    short("exchange", &out.exchange)?,
+                    short("routing key", &out.routing_key)?,
+                    options,
+                    out.payload,
+                    out.properties.clone(),
+                )
+                .await
+                .map_err(|e| classify_for(&out.exchange, e))?;
+            Ok((out.exchange.clone(), out.routing_key.clone(), confirm))
+        };
+        pending.push(published.await);
+    }
+    pending
+}
+
 /// The shard of `message` among `shards`: Kafka's placement of its key, or of its
 /// `id_evento` when it has none.
 pub(crate) fn shard_of(message: &OutgoingMessage, shards: u32) -> u32 {
@@ -187,28 +273,31 @@ async fn publish_each(
 /// Waits for every confirm of a batch.
 async fn confirm_all(pending: Vec<Pending>) -> Result<(), TransportError> {
     for (exchange, routing_key, confirm) in pending {
-        match confirm.await.map_err(|e| classify_for(&exchange, e))? {
-            Confirmation::Ack(None) => {}
-            Confirmation::Ack(Some(returned)) => {
-                return Err(TransportError::Rejected {
-                    reason: format!(
-                        "no queue is bound to `{}` for key `{}` ({} {})",
-                        exchange, routing_key, returned.reply_code, returned.reply_text
-                    ),
-                })
-            }
-            Confirmation::Nack(_) => {
-                return Err(TransportError::unavailable(format!(
-                    "RabbitMQ refused to store a message of `{}` (nack)",
-                    exchange
-                )))
-            }
-            Confirmation::NotRequested => {
-                return Err(TransportError::unavailable(
-                    "the channel is not in confirm mode",
-                ))
-            }
-        }
+        confirmed(&exchange, &routing_key, confirm.await)?;
     }
     Ok(())
+}
+
+/// What the broker's confirm of one message to `exchange` with `routing_key` means.
+fn confirmed(
+    exchange: &str,
+    routing_key: &str,
+    confirmation: lapin::Result<Confirmation>,
+) -> Result<(), TransportError> {
+    match confirmation.map_err(|e| classify_for(exchange, e))? {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(returned)) => Err(TransportError::Rejected {
+            reason: format!(
+                "no queue is bound to `{}` for key `{}` ({} {})",
+                exchange, routing_key, returned.reply_code, returned.reply_text
+            ),
+        }),
+        Confirmation::Nack(_) => Err(TransportError::unavailable(format!(
+            "RabbitMQ refused to store a message of `{}` (nack)",
+            exchange
+        ))),
+        Confirmation::NotRequested => Err(TransportError::unavailable(
+            "the channel is not in confirm mode",
+        )),
+    }
 }

@@ -92,24 +92,34 @@ impl RpcTransport for AmqpRpc {
         message: &RpcMessage,
         expires_in: Option<Duration>,
     ) -> Result<(), TransportError> {
-        let mut properties = properties_of(&message.headers, None)?
-            .with_correlation_id(short("correlation id", &message.correlation_id)?)
-            .with_delivery_mode(if message.durable { 2 } else { 1 });
-        if let Some(reply_to) = &message.reply_to {
-            properties = properties.with_reply_to(short("reply_to", reply_to)?);
-        }
-        if let Some(ttl) = expires_in {
-            let ms = ttl.as_millis().max(1).to_string();
-            properties = properties.with_expiration(short("expiration", &ms)?);
-        }
         self.publisher
-            .publish_raw(&[Outgoing {
-                exchange: String::new(),
-                routing_key: queue.to_owned(),
-                payload: &message.payload,
-                properties,
-            }])
+            .publish_raw(&[outgoing(queue, message, expires_in)?])
             .await
+    }
+
+    async fn send_all(&self, messages: &[(&str, &RpcMessage)]) -> Vec<Result<(), TransportError>> {
+        // Messages that cannot be put on the wire fail alone; the others go in one go.
+        let mut ready = Vec::with_capacity(messages.len());
+        let mut refused = Vec::with_capacity(messages.len());
+        for (queue, message) in messages {
+            match outgoing(queue, message, None) {
+                Ok(out) => {
+                    ready.push(out);
+                    refused.push(None);
+                }
+                Err(e) => refused.push(Some(e)),
+            }
+        }
+        let mut sent = self.publisher.publish_raw_each(&ready).await.into_iter();
+        refused
+            .into_iter()
+            .map(|r| match r {
+                None => sent.next().unwrap_or_else(|| {
+                    Err(TransportError::unavailable("no outcome for a message sent"))
+                }),
+                Some(e) => Err(e),
+            })
+            .collect()
     }
 
     async fn serve(
@@ -162,6 +172,31 @@ impl RpcTransport for AmqpRpc {
         self.consume(channel, name, &tag, 1000, durable.is_none())
             .await
     }
+}
+
+/// `message` for the queue `queue` through the default exchange, with the seed's properties:
+/// `correlation_id`, `reply_to`, transient unless durable, and the expiry if given.
+fn outgoing<'a>(
+    queue: &str,
+    message: &'a RpcMessage,
+    expires_in: Option<Duration>,
+) -> Result<Outgoing<'a>, TransportError> {
+    let mut properties = properties_of(&message.headers, None)?
+        .with_correlation_id(short("correlation id", &message.correlation_id)?)
+        .with_delivery_mode(if message.durable { 2 } else { 1 });
+    if let Some(reply_to) = &message.reply_to {
+        properties = properties.with_reply_to(short("reply_to", reply_to)?);
+    }
+    if let Some(ttl) = expires_in {
+        let ms = ttl.as_millis().max(1).to_string();
+        properties = properties.with_expiration(short("expiration", &ms)?);
+    }
+    Ok(Outgoing {
+        exchange: String::new(),
+        routing_key: queue.to_owned(),
+        payload: &message.payload,
+        properties,
+    })
 }
 
 /// A consumer tag derived from a queue name (tags are per channel; this keeps them readable).

@@ -50,6 +50,17 @@ pub trait RpcTransport: Send + Sync {
         expires_in: Option<Duration>,
     ) -> Result<(), TransportError>;
 
+    /// Sends each `(queue, message)` as [`send`](Self::send) does, without expiry, one
+    /// result per message in order. By default they are sent one after the other; a transport
+    /// that can publish many in one go does (a server's answers to a batch).
+    async fn send_all(&self, messages: &[(&str, &RpcMessage)]) -> Vec<Result<(), TransportError>> {
+        let mut results = Vec::with_capacity(messages.len());
+        for (queue, message) in messages {
+            results.push(self.send(queue, message, None).await);
+        }
+        results
+    }
+
     /// Reads the durable request queue `queue` (declared if missing) as `consumer`, sharing
     /// its requests with the other consumers of the queue, at most `prefetch` held at once.
     async fn serve(

@@ -171,6 +171,46 @@ impl Tx {
         Ok(written == 1)
     }
 
+    /// Stores the answers of several requests of `consumer` at once (a few statements for
+    /// a batch instead of one per request). Returns how many were written: fewer than
+    /// given means some were stored already (another handling committed first).
+    pub async fn store_answers(
+        &mut self,
+        consumer: &str,
+        answers: &[(&str, &[u8])],
+    ) -> Result<u64, StoreError> {
+        let now = entrega_core::now_ms();
+        let mut written = 0;
+        // Four parameters a row: well under SQLite's oldest limit of 999 per statement.
+        for chunk in answers.chunks(200) {
+            let rows = |at: &dyn Fn(usize) -> String| {
+                (0..chunk.len())
+                    .map(|i| {
+                        let n = 4 * i;
+                        format!("(${}, ${}, ${}, {})", n + 1, n + 2, n + 3, at(n + 4))
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let head = "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) VALUES ";
+            let sqlite = format!(
+                "{head}{} ON CONFLICT DO NOTHING",
+                rows(&|n| format!("${n}"))
+            );
+            let postgres = format!(
+                "{head}{} ON CONFLICT DO NOTHING",
+                rows(&|n| format!("to_timestamp(${n}::BIGINT / 1000.0)"))
+            );
+            let q = chunk
+                .iter()
+                .fold(query_each(sqlite, postgres), |q, (key, answer)| {
+                    q.bind(*key).bind(consumer).bind(answer.to_vec()).bind(now)
+                });
+            written += self.execute(q).await?;
+        }
+        Ok(written)
+    }
+
     /// Records a request to send to `queue` and wait a reply for (durable request/reply,
     /// [`crate::rpc::DurableRequester`]), named `correlation_id` (deterministic: a retry of
     /// the same logical request is recognised), due by `deadline_ms`. Returns `false` when

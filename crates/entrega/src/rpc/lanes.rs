@@ -41,11 +41,7 @@ pub(super) async fn run_lane(lane: Lane) {
             lane.settles.clone(),
         );
         tokio::spawn(async move {
-            let sent = batch
-                .into_iter()
-                .zip(answers)
-                .map(|(delivery, answer)| reply(transport.as_ref(), &stats, delivery, answer));
-            let settled = futures::future::join_all(sent).await;
+            let settled = reply_all(transport.as_ref(), &stats, batch, answers).await;
             // The reader is gone only once the server ended: nothing is left to settle.
             let _ = settles.send(settled);
         });
@@ -107,13 +103,22 @@ fn panicked() -> HandlerError {
     HandlerError::transient("the handler panicked")
 }
 
-/// Sends the answer to one request; says what to do with its delivery.
-async fn reply(
-    transport: &dyn RpcTransport,
+/// One request's way out: settled already, or an answer to send to its `reply_to`.
+enum Outcome {
+    Settled(Settled),
+    Send {
+        tag: u64,
+        reply_to: String,
+        reply: RpcMessage,
+    },
+}
+
+/// What one answer means for its delivery, before anything is sent.
+fn outcome(
     stats: &RpcServerStats,
     delivery: RpcDelivery,
     answer: Result<Vec<u8>, HandlerError>,
-) -> Settled {
+) -> Outcome {
     let tag = delivery.tag;
     let request = delivery.message;
     let (body, headers) = match answer {
@@ -121,7 +126,7 @@ async fn reply(
         Err(e) if e.is_transient() => {
             stats.retried.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(error = %e, "request failed for now; it comes again");
-            return Settled::Again(tag);
+            return Outcome::Settled(Settled::Again(tag));
         }
         Err(e) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
@@ -134,16 +139,70 @@ async fn reply(
     };
     let Some(reply_to) = request.reply_to.filter(|r| !r.is_empty()) else {
         stats.unanswered.fetch_add(1, Ordering::Relaxed);
-        return Settled::Done(tag);
+        return Outcome::Settled(Settled::Done(tag));
     };
-    let reply = RpcMessage {
-        correlation_id: request.correlation_id,
-        reply_to: None,
-        headers,
-        payload: body,
-        durable: request.durable,
-    };
-    match transport.send(&reply_to, &reply, None).await {
+    Outcome::Send {
+        tag,
+        reply_to,
+        reply: RpcMessage {
+            correlation_id: request.correlation_id,
+            reply_to: None,
+            headers,
+            payload: body,
+            durable: request.durable,
+        },
+    }
+}
+
+/// Sends the answers of one batch in one go; says what to do with each delivery.
+async fn reply_all(
+    transport: &dyn RpcTransport,
+    stats: &RpcServerStats,
+    batch: Vec<RpcDelivery>,
+    answers: Vec<Result<Vec<u8>, HandlerError>>,
+) -> Vec<Settled> {
+    let outcomes: Vec<Outcome> = batch
+        .into_iter()
+        .zip(answers)
+        .map(|(delivery, answer)| outcome(stats, delivery, answer))
+        .collect();
+    let to_send: Vec<(&str, &RpcMessage)> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            Outcome::Send {
+                reply_to, reply, ..
+            } => Some((reply_to.as_str(), reply)),
+            Outcome::Settled(_) => None,
+        })
+        .collect();
+    let mut sent = if to_send.is_empty() {
+        Vec::new()
+    } else {
+        transport.send_all(&to_send).await
+    }
+    .into_iter();
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            Outcome::Settled(settled) => settled,
+            Outcome::Send { tag, reply_to, .. } => {
+                let result = sent.next().unwrap_or_else(|| {
+                    Err(TransportError::unavailable("the transport gave no outcome"))
+                });
+                settle_sent(stats, tag, &reply_to, result)
+            }
+        })
+        .collect()
+}
+
+/// What a sent (or unsent) answer means for its delivery.
+fn settle_sent(
+    stats: &RpcServerStats,
+    tag: u64,
+    reply_to: &str,
+    sent: Result<(), TransportError>,
+) -> Settled {
+    match sent {
         Ok(()) => {
             stats.answered.fetch_add(1, Ordering::Relaxed);
             Settled::Done(tag)

@@ -63,23 +63,9 @@ impl RpcTransport for LogRpc {
         message: &RpcMessage,
         expires_in: Option<Duration>,
     ) -> Result<(), TransportError> {
-        let mut headers = message.headers.clone();
-        headers.set(CORRELATION_ID, message.correlation_id.clone());
-        if let Some(reply_to) = &message.reply_to {
-            headers.set(REPLY_TO, reply_to.clone());
-        }
-        if let Some(ttl) = expires_in {
-            let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-            headers.set(EXPIRES_AT, now_ms().saturating_add(ms).to_string());
-        }
         let sent = self
             .publisher
-            .publish(&[OutgoingMessage {
-                topic: queue.to_owned(),
-                key: Some(message.correlation_id.clone()),
-                headers,
-                payload: message.payload.clone(),
-            }])
+            .publish(&[outgoing(queue, message, expires_in)])
             .await;
         match sent {
             // Nobody reads that queue: as RabbitMQ refuses a message no queue takes.
@@ -87,6 +73,25 @@ impl RpcTransport for LogRpc {
                 reason: format!("no queue `{topic}`: nobody reads it"),
             }),
             other => other,
+        }
+    }
+
+    async fn send_all(&self, messages: &[(&str, &RpcMessage)]) -> Vec<Result<(), TransportError>> {
+        let batch: Vec<OutgoingMessage> = messages
+            .iter()
+            .map(|(queue, message)| outgoing(queue, message, None))
+            .collect();
+        match self.publisher.publish(&batch).await {
+            Ok(()) => messages.iter().map(|_| Ok(())).collect(),
+            // One append for the lot failed (a reply queue gone, say): each on its own, so
+            // the others still go and the failure is the right one's.
+            Err(_) => {
+                let mut results = Vec::with_capacity(messages.len());
+                for (queue, message) in messages {
+                    results.push(self.send(queue, message, None).await);
+                }
+                results
+            }
         }
     }
 
@@ -110,6 +115,25 @@ impl RpcTransport for LogRpc {
             .subscribe(&name, &name, &format!("{name}.{id}"))
             .await?;
         Ok(Box::new(LogInbox::new(&name, sub, 1000)))
+    }
+}
+
+/// `message` as a record of the topic `queue`, its RPC properties as headers.
+fn outgoing(queue: &str, message: &RpcMessage, expires_in: Option<Duration>) -> OutgoingMessage {
+    let mut headers = message.headers.clone();
+    headers.set(CORRELATION_ID, message.correlation_id.clone());
+    if let Some(reply_to) = &message.reply_to {
+        headers.set(REPLY_TO, reply_to.clone());
+    }
+    if let Some(ttl) = expires_in {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        headers.set(EXPIRES_AT, now_ms().saturating_add(ms).to_string());
+    }
+    OutgoingMessage {
+        topic: queue.to_owned(),
+        key: Some(message.correlation_id.clone()),
+        headers,
+        payload: message.payload.clone(),
     }
 }
 

@@ -7,7 +7,6 @@
 //! it is rolled back whole and each request is handled in a transaction of its own, so a
 //! request that fails costs the others a second attempt, never a wrong answer.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -26,6 +25,22 @@ pub trait AnswerInTx: Send + Sync {
 
     /// Applies the request in `tx` and returns the answer's body.
     async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError>;
+
+    /// Applies several requests, none seen before, in `tx`: one answer per request, in
+    /// order. By default each is [`answer_in`](Self::answer_in)ed in turn; an effect that can
+    /// be written for many requests in one statement overrides it. Any error rolls the whole
+    /// transaction back, and each request is then applied on its own.
+    async fn answer_all_in(
+        &self,
+        tx: &mut Tx,
+        requests: &[&RpcMessage],
+    ) -> Result<Vec<Vec<u8>>, HandlerError> {
+        let mut answers = Vec::with_capacity(requests.len());
+        for request in requests {
+            answers.push(self.answer_in(tx, request).await?);
+        }
+        Ok(answers)
+    }
 }
 
 /// Counters of a [`StoredAnswers`].
@@ -145,36 +160,52 @@ impl<H: AnswerInTx> StoredAnswers<H> {
             .filter_map(|k| k.as_ref().ok().map(String::as_str))
             .collect();
         let mut tx = self.db.begin().await.ok()?;
-        let stored = tx.stored_answers(&self.consumer, &named).await.ok()?;
-        // Per key, the answer of its first request in this batch: a repeat within the batch
-        // gets it too.
-        let mut answered: HashMap<&str, Vec<u8>> = HashMap::new();
-        let (mut applied, mut repeated) = (0u64, 0u64);
-        let mut results = Vec::with_capacity(requests.len());
+        let mut answers = tx.stored_answers(&self.consumer, &named).await.ok()?;
+        // The requests to apply: the first of each key with no stored answer. A repeat within
+        // the batch gets its first one's answer.
+        let mut fresh: Vec<(&str, &RpcMessage)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         for (request, key) in requests.iter().zip(&keys) {
-            let key = match key {
-                Ok(key) => key.as_str(),
-                Err(e) => {
-                    results.push(Err(copy_of(e)));
-                    continue;
+            if let Ok(key) = key {
+                if !answers.contains_key(key) && seen.insert(key.as_str()) {
+                    fresh.push((key.as_str(), request));
                 }
-            };
-            if let Some(answer) = answered.get(key).or_else(|| stored.get(key)) {
-                repeated += 1;
-                results.push(Ok(answer.clone()));
-                continue;
             }
-            let answer = self.inner.answer_in(&mut tx, request).await.ok()?;
-            if !tx.store_answer(&self.consumer, key, &answer).await.ok()? {
+        }
+        if !fresh.is_empty() {
+            let to_apply: Vec<&RpcMessage> = fresh.iter().map(|(_, r)| *r).collect();
+            let applied = self.inner.answer_all_in(&mut tx, &to_apply).await.ok()?;
+            if applied.len() != fresh.len() {
                 return None;
             }
-            applied += 1;
-            answered.insert(key, answer.clone());
-            results.push(Ok(answer));
+            let rows: Vec<(&str, &[u8])> = fresh
+                .iter()
+                .zip(&applied)
+                .map(|((key, _), answer)| (*key, answer.as_slice()))
+                .collect();
+            // Fewer rows written: another handling stored some of these answers first.
+            if tx.store_answers(&self.consumer, &rows).await.ok()? != rows.len() as u64 {
+                return None;
+            }
+            answers.extend(fresh.iter().map(|(k, _)| (*k).to_owned()).zip(applied));
         }
         tx.commit().await.ok()?;
+        let applied = fresh.len() as u64;
+        let results: Vec<Result<Vec<u8>, HandlerError>> = keys
+            .iter()
+            .map(|key| match key {
+                Ok(key) => answers
+                    .get(key)
+                    .cloned()
+                    .ok_or_else(|| HandlerError::transient(LostAnswer(key.clone()))),
+                Err(e) => Err(copy_of(e)),
+            })
+            .collect();
+        let answered = results.iter().filter(|r| r.is_ok()).count() as u64;
         self.stats.applied.fetch_add(applied, Ordering::Relaxed);
-        self.stats.repeated.fetch_add(repeated, Ordering::Relaxed);
+        self.stats
+            .repeated
+            .fetch_add(answered.saturating_sub(applied), Ordering::Relaxed);
         Some(results)
     }
 }

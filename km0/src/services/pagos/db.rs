@@ -239,25 +239,51 @@ pub async fn record_authorisation(
     decision: &Authorisation,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let (granted, id, reason) = match decision {
-        Authorisation::Granted(id) => (1, Some(id.clone()), None),
-        Authorisation::Refused(r) => (0, None, Some(r.clone())),
-    };
-    tx.execute(
-        query(
+    record_authorisations(tx, &[(request, decision)], now_ms).await
+}
+
+/// Records many answered authorisations, a few statements for the lot (six parameters a
+/// row, well under SQLite's oldest limit of 999 per statement).
+pub async fn record_authorisations(
+    tx: &mut Tx,
+    answered: &[(&AuthorisationRequest, &Authorisation)],
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    for chunk in answered.chunks(100) {
+        let rows: Vec<String> = (0..chunk.len())
+            .map(|i| {
+                let n = 6 * i;
+                format!(
+                    "(${}, ${}, ${}, ${}, ${}, ${})",
+                    n + 1,
+                    n + 2,
+                    n + 3,
+                    n + 4,
+                    n + 5,
+                    n + 6
+                )
+            })
+            .collect();
+        let sql = format!(
             "INSERT INTO autorizaciones (pedido_id, importe_centimos, autorizado, \
-             id_autorizacion, motivo, creado_ms) VALUES ($1, $2, $3, $4, $5, $6) \
-             ON CONFLICT (pedido_id) DO NOTHING",
-        )
-        .bind(request.order_id.clone())
-        .bind(request.amount_cents)
-        .bind(granted)
-        .bind(id)
-        .bind(reason)
-        .bind(now_ms),
-    )
-    .await
-    .map(drop)
+             id_autorizacion, motivo, creado_ms) VALUES {} ON CONFLICT (pedido_id) DO NOTHING",
+            rows.join(", ")
+        );
+        let q = chunk.iter().fold(query(sql), |q, (request, decision)| {
+            let (granted, id, reason) = match decision {
+                Authorisation::Granted(id) => (1, Some(id.clone()), None),
+                Authorisation::Refused(r) => (0, None, Some(r.clone())),
+            };
+            q.bind(request.order_id.clone())
+                .bind(request.amount_cents)
+                .bind(granted)
+                .bind(id)
+                .bind(reason)
+                .bind(now_ms)
+        });
+        tx.execute(q).await?;
+    }
+    Ok(())
 }
 
 async fn enqueue_result(

@@ -9,7 +9,7 @@ use entrega::rpc::AnswerInTx;
 use entrega::{Handler, Message, Router};
 use entrega_core::{now_ms, HandlerError, RpcMessage};
 
-use super::db::{record_authorisation, ChargeStart, PaymentStore};
+use super::db::{record_authorisation, record_authorisations, ChargeStart, PaymentStore};
 use super::domain::{Authorisation, AuthorisationRequest, OrderToCharge};
 use super::gateway::Gateway;
 use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
@@ -91,6 +91,29 @@ impl AnswerInTx for Authoriser {
         let decision = Authorisation::decide(&request);
         record_authorisation(tx, &request, &decision, now_ms()).await?;
         Ok(decision.to_json(&request.order_id).to_string().into_bytes())
+    }
+
+    /// The batch's authorisations in one statement.
+    async fn answer_all_in(
+        &self,
+        tx: &mut Tx,
+        requests: &[&RpcMessage],
+    ) -> Result<Vec<Vec<u8>>, HandlerError> {
+        let decided = requests
+            .iter()
+            .map(|r| {
+                let request =
+                    AuthorisationRequest::from_json(&r.payload).map_err(HandlerError::permanent)?;
+                let decision = Authorisation::decide(&request);
+                Ok((request, decision))
+            })
+            .collect::<Result<Vec<_>, HandlerError>>()?;
+        let rows: Vec<_> = decided.iter().map(|(r, d)| (r, d)).collect();
+        record_authorisations(tx, &rows, now_ms()).await?;
+        Ok(decided
+            .iter()
+            .map(|(r, d)| d.to_json(&r.order_id).to_string().into_bytes())
+            .collect())
     }
 }
 
