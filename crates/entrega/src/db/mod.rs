@@ -26,6 +26,7 @@
 mod exec;
 mod migration;
 mod query;
+mod row_runs;
 mod rows;
 mod tx;
 
@@ -39,6 +40,7 @@ use sqlx::{PgPool, SqlitePool};
 
 pub use migration::Migration;
 pub use query::{query, query_each, Query, Sql, Value};
+pub use row_runs::{padded_len, row_runs};
 pub use rows::{Column, FromRow};
 pub use tx::Tx;
 

@@ -128,7 +128,16 @@ impl Tx {
     ) -> Result<std::collections::HashMap<String, Vec<u8>>, StoreError> {
         let mut found = std::collections::HashMap::new();
         // Well under SQLite's oldest limit of 999 parameters per statement.
-        for chunk in keys.chunks(500) {
+        for chunk in keys.chunks(512) {
+            // Padded with its last key, so the list comes in few shapes (statement cache).
+            let padded = super::padded_len(chunk.len());
+            let last = chunk.last().copied().unwrap_or_default();
+            let chunk: Vec<&str> = chunk
+                .iter()
+                .copied()
+                .chain(std::iter::repeat(last))
+                .take(padded)
+                .collect();
             let marks: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
             let sql = format!(
                 "SELECT clave, respuesta FROM entrega_respuestas WHERE consumidor = $1 \
@@ -182,7 +191,8 @@ impl Tx {
         let now = entrega_core::now_ms();
         let mut written = 0;
         // Four parameters a row: well under SQLite's oldest limit of 999 per statement.
-        for chunk in answers.chunks(200) {
+        for run in super::row_runs(answers.len(), 128) {
+            let chunk = &answers[run];
             let rows = |at: &dyn Fn(usize) -> String| {
                 (0..chunk.len())
                     .map(|i| {

@@ -242,14 +242,16 @@ pub async fn record_authorisation(
     record_authorisations(tx, &[(request, decision)], now_ms).await
 }
 
-/// Records many answered authorisations, a few statements for the lot (six parameters a
-/// row, well under SQLite's oldest limit of 999 per statement).
+/// Records many answered authorisations, a few statements for the lot (runs of
+/// [`entrega::db::row_runs`]; six parameters a row, well under SQLite's oldest limit of 999
+/// per statement).
 pub async fn record_authorisations(
     tx: &mut Tx,
     answered: &[(&AuthorisationRequest, &Authorisation)],
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    for chunk in answered.chunks(100) {
+    for run in entrega::db::row_runs(answered.len(), 128) {
+        let chunk = &answered[run];
         let rows: Vec<String> = (0..chunk.len())
             .map(|i| {
                 let n = 6 * i;
