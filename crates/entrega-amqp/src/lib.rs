@@ -36,6 +36,7 @@ mod config;
 mod dead_letters;
 mod depth;
 mod error;
+mod in_order;
 mod inspector;
 mod layout;
 mod link;

@@ -4,11 +4,12 @@
 use async_trait::async_trait;
 use entrega_core::headers::ID_EVENTO;
 use entrega_core::{partition_for, OutgoingMessage, Publisher, TransportError};
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::ConfirmSelectOptions;
 use lapin::{Channel, Confirmation};
 use tokio::sync::Mutex;
 
-use crate::error::{classify, classify_for, short};
+use crate::error::{classify, classify_for};
+use crate::in_order::{start_all, Pending};
 use crate::link::Amqp;
 use crate::properties::properties_of;
 
@@ -98,33 +99,45 @@ impl AmqpPublisher {
             return Ok(());
         }
         let timeout = self.amqp.config().confirm_timeout;
-        // The channel is held only while publishing: batches of other callers publish while
-        // this one waits for its confirms.
-        let (channel, pending) = {
+        // The channel is held only while the batch is queued on it: batches of other callers
+        // are queued while this one is written and waits for its confirms.
+        let (channel, started) = {
             let mut slot = self.channel.lock().await;
             let channel = self.confirm_channel(&mut slot).await?;
-            let published = publish_each(&channel, batch).await;
-            if published.is_err() && !channel.status().connected() {
-                *slot = None;
-            }
-            (channel, published?)
+            let started = start_all(&channel, batch).await;
+            (channel, started)
         };
-        let outcome = match tokio::time::timeout(timeout, confirm_all(pending)).await {
+        let written_and_confirmed = async {
+            let pending: Vec<Pending> = started
+                .written()
+                .await
+                .into_iter()
+                .collect::<Result<_, _>>()?;
+            confirm_all(pending).await
+        };
+        let outcome = match tokio::time::timeout(timeout, written_and_confirmed).await {
             Ok(outcome) => outcome,
             Err(_) => Err(TransportError::unavailable(format!(
                 "RabbitMQ confirmed no batch within {} ms",
                 timeout.as_millis()
             ))),
         };
-        if outcome.is_err() && !channel.status().connected() {
-            // The channel is gone: the next batch opens a new one (on a new connection too, if
-            // that is what failed; `Amqp::channel` checks).
-            let mut slot = self.channel.lock().await;
-            if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
-                *slot = None;
-            }
+        if outcome.is_err() {
+            self.forget_if_closed(&channel).await;
         }
         outcome
+    }
+
+    /// Once `channel` is gone, the next batch opens a new one (on a new connection too, if
+    /// that is what failed; `Amqp::channel` checks).
+    async fn forget_if_closed(&self, channel: &Channel) {
+        if channel.status().connected() {
+            return;
+        }
+        let mut slot = self.channel.lock().await;
+        if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
+            *slot = None;
+        }
     }
 }
 
@@ -136,17 +149,22 @@ impl AmqpPublisher {
         batch: &[Outgoing<'_>],
     ) -> Vec<Result<(), TransportError>> {
         let timeout = self.amqp.config().confirm_timeout;
-        let (channel, pending) = {
+        let (channel, started) = {
             let mut slot = self.channel.lock().await;
             let channel = match self.confirm_channel(&mut slot).await {
                 Ok(channel) => channel,
                 Err(e) => return same_for_all(batch.len(), &e),
             };
-            let pending = publish_each_kept(&channel, batch).await;
-            if pending.iter().any(Result::is_err) && !channel.status().connected() {
-                *slot = None;
-            }
-            (channel, pending)
+            let started = start_all(&channel, batch).await;
+            (channel, started)
+        };
+        let Ok(pending) = tokio::time::timeout(timeout, started.written()).await else {
+            let e = TransportError::unavailable(format!(
+                "RabbitMQ took no message within {} ms",
+                timeout.as_millis()
+            ));
+            self.forget_if_closed(&channel).await;
+            return same_for_all(batch.len(), &e);
         };
         let confirmed = pending.into_iter().map(|p| async move {
             let (exchange, routing_key, confirm) = p?;
@@ -159,11 +177,8 @@ impl AmqpPublisher {
             }
         });
         let outcomes = futures::future::join_all(confirmed).await;
-        if outcomes.iter().any(Result::is_err) && !channel.status().connected() {
-            let mut slot = self.channel.lock().await;
-            if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
-                *slot = None;
-            }
+        if outcomes.iter().any(Result::is_err) {
+            self.forget_if_closed(&channel).await;
         }
         outcomes
     }
@@ -182,36 +197,6 @@ fn same_for_all(n: usize, e: &TransportError) -> Vec<Result<(), TransportError>>
             })
         })
         .collect()
-}
-
-/// Publishes every message of a batch; a message that could not be published fails alone,
-/// and once the channel is lost every later one fails with it.
-async fn publish_each_kept(
-    channel: &Channel,
-    batch: &[Outgoing<'_>],
-) -> Vec<Result<Pending, TransportError>> {
-    let options = BasicPublishOptions {
-        mandatory: true,
-        ..BasicPublishOptions::default()
-    };
-    let mut pending = Vec::with_capacity(batch.len());
-    for out in batch {
-        let published = async {
-            let confirm = channel
-                .basic_publish(
-                    short("exchange", &out.exchange)?,
-                    short("routing key", &out.routing_key)?,
-                    options,
-                    out.payload,
-                    out.properties.clone(),
-                )
-                .await
-                .map_err(|e| classify_for(&out.exchange, e))?;
-            Ok((out.exchange.clone(), out.routing_key.clone(), confirm))
-        };
-        pending.push(published.await);
-    }
-    pending
 }
 
 /// The shard of `message` among `shards`: Kafka's placement of its key, or of its
@@ -239,35 +224,6 @@ impl Publisher for AmqpPublisher {
             .collect();
         self.publish_routed(&routed).await
     }
-}
-
-/// Publishes every message of a batch, in order; the confirms are awaited after.
-/// A published message waiting for its confirm: where it went, and the confirm.
-type Pending = (String, String, lapin::PublisherConfirm);
-
-async fn publish_each(
-    channel: &Channel,
-    batch: &[Outgoing<'_>],
-) -> Result<Vec<Pending>, TransportError> {
-    let options = BasicPublishOptions {
-        mandatory: true,
-        ..BasicPublishOptions::default()
-    };
-    let mut pending = Vec::with_capacity(batch.len());
-    for out in batch {
-        let confirm = channel
-            .basic_publish(
-                short("exchange", &out.exchange)?,
-                short("routing key", &out.routing_key)?,
-                options,
-                out.payload,
-                out.properties.clone(),
-            )
-            .await
-            .map_err(|e| classify_for(&out.exchange, e))?;
-        pending.push((out.exchange.clone(), out.routing_key.clone(), confirm));
-    }
-    Ok(pending)
 }
 
 /// Waits for every confirm of a batch.
