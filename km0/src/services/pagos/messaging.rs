@@ -118,14 +118,15 @@ impl AnswerInTx for Authoriser {
 }
 
 /// The authorisation server's settings on `db`: batches of up to 64 authorisations, each
-/// in one transaction; one lane on SQLite (its writers queue for one lock anyway), four on
-/// PostgreSQL, whose connections commit side by side.
+/// in one transaction; one lane on SQLite (its writers queue for one lock anyway), two on
+/// PostgreSQL, whose connections commit side by side (more lanes make smaller batches and
+/// more commits for the same calls).
 pub fn server_config(db: &entrega::db::Db) -> entrega::rpc::RpcServerConfig {
     let mut config = entrega::rpc::RpcServerConfig::new(AUTHORISATIONS);
     config.max_batch = 64;
     config.lanes = match db.backend() {
         entrega::db::Backend::Sqlite => 1,
-        entrega::db::Backend::Postgres => 4,
+        entrega::db::Backend::Postgres => 2,
     };
     config
 }
