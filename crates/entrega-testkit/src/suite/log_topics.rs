@@ -212,11 +212,27 @@ pub async fn concurrent_publishers_gap_free(h: &dyn LogHarness) -> Scenario {
                 );
             }
             let want = (tasks * batches * 2) as usize;
-            ensure!(
-                payloads.len() == want,
-                "{} records, expected {want}",
-                payloads.len()
-            );
+            if payloads.len() != want {
+                // Say which are missing, and whether a later read finds them: a record the
+                // transport confirmed but never stored, or one stored but not yet readable.
+                let mut missing: Vec<String> = (0..tasks)
+                    .flat_map(|t| (0..batches).flat_map(move |b| (0..2).map(move |i| (t, b, i))))
+                    .map(|(t, b, i)| format!("{t}-{b}-{i}"))
+                    .filter(|p| !payloads.contains(p))
+                    .collect();
+                missing.sort();
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                let mut later = 0;
+                for p in 0..partitions {
+                    later += read_all(fx, topic, p).await?.len();
+                }
+                let end = fx.end_offsets(topic).await?;
+                return Err(crate::BoxError::from(crate::CheckFailed(format!(
+                    "{} records, expected {want}; missing {missing:?}; 2 s later {later} records, \
+                     end offsets {end:?}",
+                    payloads.len()
+                ))));
+            }
             Ok(())
         })
     })
