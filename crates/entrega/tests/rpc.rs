@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use entrega::rpc::{
-    AnswerInTx, RpcClient, RpcError, RpcHandler, RpcServer, RpcServerConfig, StoredAnswers,
-    RPC_ERROR,
+    RpcClient, RpcError, RpcHandler, RpcServer, RpcServerConfig, StoredAnswers, RPC_ERROR,
 };
-use entrega::{Broker, CancellationToken, Db, Tx};
+use entrega::{Broker, CancellationToken, Db};
 use entrega_core::{HandlerError, MigrationSet, RpcMessage, RpcTransport};
 use serde_json::{json, Value};
+use support::authorise::Counting;
 use support::TempDir;
 
 /// Echoes `{"n": n}` back as `{"n": n, "doble": 2n}` after `sleep_ms` (from the request).
@@ -41,46 +41,12 @@ impl RpcHandler for Echo {
     }
 }
 
-/// Counts each order's authorisations in a table and answers with the count: applied twice
-/// would answer 2.
-struct Authorise;
-
-#[async_trait]
-impl AnswerInTx for Authorise {
-    fn key(&self, request: &RpcMessage) -> Result<String, HandlerError> {
-        let body: Value =
-            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
-        let id = body["pedido_id"]
-            .as_str()
-            .ok_or_else(|| HandlerError::permanent(std::io::Error::other("sin pedido_id")))?;
-        Ok(format!("autorizacion-{id}"))
-    }
-
-    async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
-        let body: Value =
-            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
-        let id = body["pedido_id"].as_str().unwrap_or_default().to_owned();
-        tx.execute(
-            entrega::db::query(
-                "INSERT INTO autorizaciones (pedido_id, veces) VALUES ($1, 1) \
-                 ON CONFLICT (pedido_id) DO UPDATE SET veces = autorizaciones.veces + 1",
-            )
-            .bind(id.clone()),
-        )
-        .await?;
-        let veces: Option<i64> = tx
-            .scalar(
-                entrega::db::query(
-                    "SELECT CAST(veces AS BIGINT) FROM autorizaciones WHERE pedido_id = $1",
-                )
-                .bind(id.clone()),
-            )
-            .await?;
-        Ok(
-            json!({"pedido_id": id, "autorizado": true, "veces": veces.unwrap_or(0)})
-                .to_string()
-                .into_bytes(),
-        )
+/// Counts each order's authorisations and answers with the count: applied twice would
+/// answer 2.
+fn authorise() -> Counting {
+    Counting {
+        with_count: true,
+        ..Counting::new("autorizaciones")
     }
 }
 
@@ -221,15 +187,13 @@ async fn a_repeated_request_gets_the_stored_answer(amqp: bool) {
     let dir = TempDir::new();
     let db = Db::connect(&dir.url("pagos.db")).await.unwrap();
     db.migrate(&[MigrationSet::Inbox]).await.unwrap();
-    db.execute(entrega::db::query(
-        "CREATE TABLE autorizaciones (pedido_id TEXT PRIMARY KEY, veces BIGINT NOT NULL)",
-    ))
-    .await
-    .unwrap();
+    db.execute(entrega::db::query(authorise().create_table()))
+        .await
+        .unwrap();
     let handler = Arc::new(StoredAnswers::new(
         db.clone(),
         "pagos.autorizacion",
-        Authorise,
+        authorise(),
     ));
     let stats = handler.stats();
     let transport = rig.broker.rpc(3);

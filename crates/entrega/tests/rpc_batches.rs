@@ -13,58 +13,20 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use entrega::db::{query, Backend, Db, Tx};
-use entrega::rpc::{AnswerInTx, RpcClient, RpcHandler, RpcServer, RpcServerConfig, StoredAnswers};
+use entrega::db::{query, Backend, Db};
+use entrega::rpc::{RpcClient, RpcHandler, RpcServer, RpcServerConfig, StoredAnswers};
 use entrega::{Broker, CancellationToken};
-use entrega_core::{HandlerError, MigrationSet, RpcMessage};
+use entrega_core::{MigrationSet, RpcMessage};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use support::authorise::Counting;
 use support::TempDir;
 
 const CONSUMER: &str = "pagos.autorizacion";
 
-/// Counts each order's authorisations (applied twice would count 2). A request with
-/// `"falla": true` writes its row, then fails for good: its write must not survive.
-struct Authorise;
-
-#[async_trait]
-impl AnswerInTx for Authorise {
-    fn key(&self, request: &RpcMessage) -> Result<String, HandlerError> {
-        let body: Value =
-            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
-        let id = body["pedido_id"]
-            .as_str()
-            .ok_or_else(|| HandlerError::permanent(std::io::Error::other("sin pedido_id")))?;
-        Ok(format!("autorizacion-{id}"))
-    }
-
-    async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
-        let body: Value =
-            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
-        let id = body["pedido_id"].as_str().unwrap_or_default().to_owned();
-        tx.execute(
-            query(
-                "INSERT INTO autorizaciones (pedido_id, veces) VALUES ($1, 1) \
-                 ON CONFLICT (pedido_id) DO UPDATE SET veces = autorizaciones.veces + 1",
-            )
-            .bind(id.clone()),
-        )
-        .await?;
-        if body.get("falla").is_some() {
-            return Err(HandlerError::permanent(std::io::Error::other(
-                "tarjeta bloqueada",
-            )));
-        }
-        // Slow enough that racing batches overlap.
-        if body.get("lento").is_some() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        Ok(json!({"pedido_id": id, "autorizado": true})
-            .to_string()
-            .into_bytes())
-    }
+fn authorise() -> Counting {
+    Counting::new("autorizaciones")
 }
 
 fn request(body: Value) -> RpcMessage {
@@ -93,11 +55,7 @@ async fn fresh(backend: Backend, dir: &TempDir) -> (Db, Option<String>) {
         }
     };
     db.migrate(&[MigrationSet::Inbox]).await.unwrap();
-    db.execute(query(
-        "CREATE TABLE autorizaciones (pedido_id TEXT PRIMARY KEY, veces BIGINT NOT NULL)",
-    ))
-    .await
-    .unwrap();
+    db.execute(query(authorise().create_table())).await.unwrap();
     (db, name)
 }
 
@@ -130,7 +88,7 @@ fn once(ids: &[&str]) -> Vec<(String, i64)> {
 async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend) {
     let dir = TempDir::new();
     let (db, name) = fresh(backend, &dir).await;
-    let handler = StoredAnswers::new(db.clone(), CONSUMER, Authorise);
+    let handler = StoredAnswers::new(db.clone(), CONSUMER, authorise());
     let stats = handler.stats();
 
     let p1 = order("P-1");
@@ -169,7 +127,7 @@ async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend) {
 async fn a_failed_effect_undoes_only_itself(backend: Backend) {
     let dir = TempDir::new();
     let (db, name) = fresh(backend, &dir).await;
-    let handler = StoredAnswers::new(db.clone(), CONSUMER, Authorise);
+    let handler = StoredAnswers::new(db.clone(), CONSUMER, authorise());
     let stats = handler.stats();
     let bad = request(json!({"pedido_id": "P-6", "falla": true}));
     let answers = handler
@@ -189,7 +147,7 @@ async fn a_failed_effect_undoes_only_itself(backend: Backend) {
 async fn racing_batches_apply_each_key_once(backend: Backend) {
     let dir = TempDir::new();
     let (db, name) = fresh(backend, &dir).await;
-    let handler = Arc::new(StoredAnswers::new(db.clone(), CONSUMER, Authorise));
+    let handler = Arc::new(StoredAnswers::new(db.clone(), CONSUMER, authorise()));
     let ids: Vec<String> = (0..12).map(|n| format!("R-{n}")).collect();
     let batch = |reverse: bool| {
         let mut requests: Vec<RpcMessage> = ids
@@ -233,7 +191,7 @@ async fn a_server_under_load_answers_in_batches() {
     let broker = Broker::log(&broker_db, Duration::from_secs(2));
     let (db, _) = fresh(Backend::Sqlite, &dir).await;
     let handler: Arc<dyn RpcHandler> =
-        Arc::new(StoredAnswers::new(db.clone(), CONSUMER, Authorise));
+        Arc::new(StoredAnswers::new(db.clone(), CONSUMER, authorise()));
     let queue = format!("rpc.lotes.{}", Uuid::new_v4().simple());
     let mut config = RpcServerConfig::new(&queue);
     config.lanes = 1;

@@ -14,12 +14,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use entrega::db::query;
 use entrega::rpc::{
-    AnswerInTx, DurableConfig, DurableRequester, PendingRequest, ReplyHandler, RpcServer,
-    RpcServerConfig, StoredAnswers,
+    DurableConfig, DurableRequester, PendingRequest, ReplyHandler, RpcServer, RpcServerConfig,
+    StoredAnswers,
 };
 use entrega::{Broker, CancellationToken, Db, Tx};
 use entrega_core::{now_ms, HandlerError, MigrationSet, RpcMessage, RpcTransport};
 use serde_json::{json, Value};
+use support::authorise::Counting;
 use support::TempDir;
 
 const ROLE: &str = "ENTREGA_RPC_ROLE";
@@ -45,37 +46,12 @@ async fn broker(url: &str) -> Broker {
     )
 }
 
-/// The server's effect: counts each order's authorisations (applied twice would be 2).
-struct Authorise;
-
-#[async_trait]
-impl AnswerInTx for Authorise {
-    fn key(&self, request: &RpcMessage) -> Result<String, HandlerError> {
-        let body: Value =
-            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
-        Ok(format!(
-            "autorizacion-{}",
-            body["pedido_id"].as_str().unwrap_or_default()
-        ))
-    }
-
-    async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
-        // Slow enough that calls are in flight when the requester dies.
-        tokio::time::sleep(Duration::from_millis(60)).await;
-        let body: Value =
-            serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
-        let id = body["pedido_id"].as_str().unwrap_or_default().to_owned();
-        tx.execute(
-            query(
-                "INSERT INTO servidas (pedido_id, veces) VALUES ($1, 1) \
-                 ON CONFLICT (pedido_id) DO UPDATE SET veces = servidas.veces + 1",
-            )
-            .bind(id.clone()),
-        )
-        .await?;
-        Ok(json!({"pedido_id": id, "autorizado": true})
-            .to_string()
-            .into_bytes())
+/// The server's effect: counts each order's authorisations (applied twice would be 2), slow
+/// enough that calls are in flight when the requester dies.
+fn authorise() -> Counting {
+    Counting {
+        delay: Duration::from_millis(60),
+        ..Counting::new("servidas")
     }
 }
 
@@ -211,7 +187,11 @@ async fn requester_killed_with_calls_in_flight_applies_every_reply_once(amqp: bo
         .await
         .unwrap();
     let transport: Arc<dyn RpcTransport> = broker(&url).await.rpc(3);
-    let handler = Arc::new(StoredAnswers::new(server_db.clone(), "servidor", Authorise));
+    let handler = Arc::new(StoredAnswers::new(
+        server_db.clone(),
+        "servidor",
+        authorise(),
+    ));
     let mut config = RpcServerConfig::new(&queue);
     config.concurrency = 2;
     let server = RpcServer::new(transport, handler, config);

@@ -2,6 +2,7 @@
 //! the testkit's fixture traits so every test runs on both.
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+pub mod authorise;
 pub mod handlers;
 pub mod keys_steps;
 pub mod observed;
