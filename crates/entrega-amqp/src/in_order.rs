@@ -55,6 +55,11 @@ pub(crate) async fn start_all<'a>(channel: &Channel, batch: &'a [Outgoing<'_>]) 
 }
 
 impl Started<'_> {
+    /// Messages in the batch.
+    pub(crate) fn len(&self) -> usize {
+        self.publishing.len()
+    }
+
     /// Waits until every message was written: one outcome per message, in order.
     pub(crate) async fn written(self) -> Vec<Result<Pending, TransportError>> {
         let mut outcomes = Vec::with_capacity(self.publishing.len());

@@ -9,7 +9,7 @@ use lapin::{Channel, Confirmation};
 use tokio::sync::Mutex;
 
 use crate::error::{classify, classify_for};
-use crate::in_order::{start_all, Pending};
+use crate::in_order::{start_all, Started};
 use crate::link::Amqp;
 use crate::properties::properties_of;
 
@@ -93,78 +93,57 @@ impl AmqpPublisher {
         self.publish_raw(&outgoing).await
     }
 
-    /// Publishes messages whose properties are already built (request/reply sets its own).
+    /// Publishes messages whose properties are already built (request/reply sets its own):
+    /// `Ok` only once every one was confirmed, else the first failure.
     pub(crate) async fn publish_raw(&self, batch: &[Outgoing<'_>]) -> Result<(), TransportError> {
         if batch.is_empty() {
             return Ok(());
         }
-        let timeout = self.amqp.config().confirm_timeout;
-        // The channel is held only while the batch is queued on it: batches of other callers
-        // are queued while this one is written and waits for its confirms.
-        let (channel, started) = {
-            let mut slot = self.channel.lock().await;
-            let channel = self.confirm_channel(&mut slot).await?;
-            let started = start_all(&channel, batch).await;
-            (channel, started)
-        };
-        let written_and_confirmed = async {
-            let pending: Vec<Pending> = started
-                .written()
-                .await
-                .into_iter()
-                .collect::<Result<_, _>>()?;
-            confirm_all(pending).await
-        };
-        let outcome = match tokio::time::timeout(timeout, written_and_confirmed).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(TransportError::unavailable(format!(
-                "RabbitMQ confirmed no batch within {} ms",
-                timeout.as_millis()
-            ))),
-        };
-        if outcome.is_err() {
-            self.forget_if_closed(&channel).await;
-        }
-        outcome
+        let (channel, started) = self.start(batch).await?;
+        self.finish(&channel, started).await.into_iter().collect()
     }
 
-    /// Once `channel` is gone, the next batch opens a new one (on a new connection too, if
-    /// that is what failed; `Amqp::channel` checks).
-    async fn forget_if_closed(&self, channel: &Channel) {
-        if channel.status().connected() {
-            return;
-        }
-        let mut slot = self.channel.lock().await;
-        if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
-            *slot = None;
-        }
-    }
-}
-
-impl AmqpPublisher {
     /// Publishes every message as [`AmqpPublisher::publish_raw`] does, but with one outcome
     /// per message: one refused or unconfirmed message fails only itself.
     pub(crate) async fn publish_raw_each(
         &self,
         batch: &[Outgoing<'_>],
     ) -> Vec<Result<(), TransportError>> {
+        match self.start(batch).await {
+            Ok((channel, started)) => self.finish(&channel, started).await,
+            Err(e) => same_for_all(batch.len(), &e),
+        }
+    }
+
+    /// Queues `batch` on the confirm channel. The channel is held only while the batch is
+    /// queued on it: batches of other callers are queued while this one is written and
+    /// waits for its confirms.
+    async fn start<'a>(
+        &self,
+        batch: &'a [Outgoing<'_>],
+    ) -> Result<(Channel, Started<'a>), TransportError> {
+        let mut slot = self.channel.lock().await;
+        let channel = self.confirm_channel(&mut slot).await?;
+        let started = start_all(&channel, batch).await;
+        Ok((channel, started))
+    }
+
+    /// Waits for a started batch to be written and confirmed, each within the confirm
+    /// timeout: one outcome per message, in order.
+    async fn finish(
+        &self,
+        channel: &Channel,
+        started: Started<'_>,
+    ) -> Vec<Result<(), TransportError>> {
         let timeout = self.amqp.config().confirm_timeout;
-        let (channel, started) = {
-            let mut slot = self.channel.lock().await;
-            let channel = match self.confirm_channel(&mut slot).await {
-                Ok(channel) => channel,
-                Err(e) => return same_for_all(batch.len(), &e),
-            };
-            let started = start_all(&channel, batch).await;
-            (channel, started)
-        };
+        let n = started.len();
         let Ok(pending) = tokio::time::timeout(timeout, started.written()).await else {
             let e = TransportError::unavailable(format!(
                 "RabbitMQ took no message within {} ms",
                 timeout.as_millis()
             ));
-            self.forget_if_closed(&channel).await;
-            return same_for_all(batch.len(), &e);
+            self.forget_if_closed(channel).await;
+            return same_for_all(n, &e);
         };
         let confirmed = pending.into_iter().map(|p| async move {
             let (exchange, routing_key, confirm) = p?;
@@ -178,9 +157,21 @@ impl AmqpPublisher {
         });
         let outcomes = futures::future::join_all(confirmed).await;
         if outcomes.iter().any(Result::is_err) {
-            self.forget_if_closed(&channel).await;
+            self.forget_if_closed(channel).await;
         }
         outcomes
+    }
+
+    /// Once `channel` is gone, the next batch opens a new one (on a new connection too, if
+    /// that is what failed; `Amqp::channel` checks).
+    async fn forget_if_closed(&self, channel: &Channel) {
+        if channel.status().connected() {
+            return;
+        }
+        let mut slot = self.channel.lock().await;
+        if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
+            *slot = None;
+        }
     }
 }
 
@@ -224,14 +215,6 @@ impl Publisher for AmqpPublisher {
             .collect();
         self.publish_routed(&routed).await
     }
-}
-
-/// Waits for every confirm of a batch.
-async fn confirm_all(pending: Vec<Pending>) -> Result<(), TransportError> {
-    for (exchange, routing_key, confirm) in pending {
-        confirmed(&exchange, &routing_key, confirm.await)?;
-    }
-    Ok(())
 }
 
 /// What the broker's confirm of one message to `exchange` with `routing_key` means.
