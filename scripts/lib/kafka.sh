@@ -68,6 +68,8 @@ start_kafka_broker() {
       -t "$(cat "$dir/cluster-id")" -c "$dir/server.properties"
   fi
   echo "starting Apache Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller :$controller, log $log)"
+  # The previous run's log stays readable as broker.log.1.
+  if [ -f "$log" ]; then mv -f "$log" "$log.1"; fi
   # In a session of its own, the broker outlives the shell that started it (scripts/services).
   # shellcheck disable=SC2086 # KAFKA_HEAP holds several options
   setsid java $KAFKA_HEAP -XX:+UseG1GC -Djava.awt.headless=true \

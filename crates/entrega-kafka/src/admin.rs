@@ -10,11 +10,14 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tokio::time::Instant;
 
 use crate::error::{invalid, transport};
-use crate::meta::{after, blocking, topic_info, TopicInfo};
+use crate::meta::{after, blocking, partition_id, topic_info, TopicInfo};
 use crate::KafkaConfig;
 
 /// How often to look at the metadata of a topic just created.
 const VISIBLE_EVERY: Duration = Duration::from_millis(50);
+
+/// How long one partition's leader is given to answer before the metadata is read again.
+const LEADER_PROBE: Duration = Duration::from_secs(1);
 
 /// Creates topics through Kafka's admin API.
 pub struct KafkaAdmin {
@@ -43,13 +46,37 @@ impl KafkaAdmin {
             .await
     }
 
-    /// Waits until every partition of `topic` has a leader, so a produce right after works.
-    /// A transient metadata error of a topic just created is waited out like a missing leader.
+    /// Whether the leader of every partition of `topic` answers for it (a ListOffsets
+    /// request). Metadata names a leader before that broker has set up the partition: a
+    /// produce in that window fails with `NOT_LEADER_OR_FOLLOWER` and is retried, and Kafka
+    /// brokers before 4.5 then accept a later request of the same producer as the
+    /// partition's first (KAFKA-15591), which drops the earlier records while the client
+    /// counts them delivered. Waiting for this closes the window for topics made here.
+    async fn leaders_answer(&self, topic: &str, partitions: &[u32]) -> bool {
+        let admin = self.admin.clone();
+        let name = topic.to_owned();
+        let partitions = partitions.to_vec();
+        let timeout = self.request_timeout.min(LEADER_PROBE);
+        blocking(move || {
+            Ok::<bool, TransportError>(partitions.iter().all(|&p| {
+                partition_id(p)
+                    .is_ok_and(|id| admin.inner().fetch_watermarks(&name, id, timeout).is_ok())
+            }))
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Waits until every partition of `topic` has a leader that answers for it, so a produce
+    /// right after works. A transient metadata error of a topic just created is waited out
+    /// like a missing leader.
     async fn wait_ready(&self, topic: &str) -> Result<u32, TransportError> {
         let deadline = Instant::from_std(after(self.request_timeout));
         loop {
             match self.info(topic).await {
-                Ok(Some(info)) if info.ready => {
+                Ok(Some(info))
+                    if info.ready && self.leaders_answer(topic, &info.partitions).await =>
+                {
                     return u32::try_from(info.partitions.len())
                         .map_err(|_| invalid("partition count out of range"));
                 }
@@ -84,8 +111,8 @@ impl TopicAdmin for KafkaAdmin {
         }
         if let Some(info) = self.info(topic).await? {
             if info.ready {
-                return u32::try_from(info.partitions.len())
-                    .map_err(|_| invalid("partition count out of range"));
+                // Made a moment ago by another client, perhaps: wait as for one made here.
+                return self.wait_ready(topic).await;
             }
         }
         let new = NewTopic::new(topic, wanted, TopicReplication::Fixed(self.replication));

@@ -2,7 +2,8 @@
 //! broker over TCP (`ENTREGA_TEST_KAFKA`, default `127.0.0.1:9092`).
 //!
 //! Every scenario gets its own topics and groups (a unique suffix, see `support/namespace.rs`)
-//! and deletes its topics at the end. An unreachable broker fails every scenario with a
+//! and deletes its topics at the end. A scenario that fails shows librdkafka's debug lines
+//! about its topics (`support/client_log.rs`). An unreachable broker fails every scenario with a
 //! message naming the address.
 
 mod support;
@@ -45,7 +46,10 @@ impl LogHarness for KafkaHarness {
         _settings: LogSettings,
         _clock: Arc<dyn Clock>,
     ) -> Result<Box<dyn LogFixture>, BoxError> {
-        let kafka = support::connect(support::test_config()).await?;
+        support::client_log::install();
+        let config =
+            support::test_config().with_override("debug", support::client_log::DEBUG_CONTEXTS);
+        let kafka = support::connect(config).await?;
         Ok(Box::new(KafkaLog {
             kafka,
             ns: Namespace::fresh(),
@@ -110,6 +114,12 @@ impl LogFixture for KafkaLog {
         max: usize,
     ) -> Result<Vec<Record>, BoxError> {
         Ok(self.inspector().read(topic, partition, from, max).await?)
+    }
+
+    /// What librdkafka logged about this scenario's topics: the batches, their sequence
+    /// numbers and reports, retries and errors.
+    fn account(&self) -> Vec<String> {
+        support::client_log::publishing(&self.ns.wrap(""), 250)
     }
 
     async fn teardown(self: Box<Self>) -> Result<(), BoxError> {

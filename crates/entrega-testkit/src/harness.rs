@@ -236,6 +236,11 @@ pub trait LogFixture: Send + Sync {
     ) -> Result<Vec<Record>, BoxError>;
     /// Drops the database, when the backend can.
     async fn teardown(self: Box<Self>) -> Result<(), BoxError>;
+    /// The transport's own account of a scenario that failed (its client's log lines about
+    /// the scenario's topics, say), added to the failure. None by default.
+    fn account(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Creates fresh, isolated dead-letter operator stores.

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod client_log;
 pub mod namespace;
 
 use std::time::Duration;

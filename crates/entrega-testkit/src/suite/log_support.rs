@@ -60,6 +60,15 @@ where
         caps: h.capabilities(),
     };
     let result = body(fx.as_ref(), pace).await;
+    if result.is_err() {
+        let account = fx.account();
+        if !account.is_empty() {
+            eprintln!("the transport's account of the failed scenario:");
+            for line in account {
+                eprintln!("  {line}");
+            }
+        }
+    }
     let teardown = fx.teardown().await;
     result.and(teardown)
 }
