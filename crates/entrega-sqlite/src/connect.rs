@@ -22,7 +22,7 @@ const MAX_CONNECTIONS: u32 = 8;
 /// Accepts `sqlite://path/to/file.db` (relative or, with a third slash, absolute; parent
 /// directories and the file are created) and `sqlite::memory:`. Files use the WAL journal,
 /// `busy_timeout` 5 s, `synchronous=NORMAL` and foreign keys, so several processes can share
-/// one file. Connections carry the hooks that wake in-process relays and log subscribers right
+/// one file; temporary storage (statement journals) in memory. Connections carry the hooks that wake in-process relays and log subscribers right
 /// after a commit (as the committing connection goes back to the pool); pools built any other
 /// way still work, but their commits are only found by polling.
 pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
@@ -33,7 +33,10 @@ pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(BUSY_TIMEOUT)
         .synchronous(SqliteSynchronous::Normal)
-        .foreign_keys(true);
+        .foreign_keys(true)
+        // Statement journals (a multi-row statement inside a transaction keeps one, to undo
+        // itself alone) in memory rather than in temporary files written on every batch.
+        .pragma("temp_store", "memory");
     if !in_memory {
         if let Some(dir) = options.get_filename().parent() {
             if !dir.as_os_str().is_empty() {
@@ -47,6 +50,9 @@ pub async fn connect(url: &str) -> Result<SqlitePool, StoreError> {
         // Returning a connection past its lifetime skips `after_release`, and with it the
         // commit wake-up; SQLite connections do not need recycling.
         .max_lifetime(None)
+        // A connection to a local file does not go stale: no ping (one more round trip to
+        // the connection's thread) before each use.
+        .test_before_acquire(false)
         .after_connect({
             let signals = Arc::clone(&signals);
             move |conn, _meta| {

@@ -115,12 +115,31 @@ async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend) {
     assert_eq!(stats.repeated.load(Ordering::Relaxed), 1);
     assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 0);
 
-    // Seen before: the stored answer, read with the batch; the new one applied.
+    // Seen before: first applied as unseen, which storing the answers refutes and rolls
+    // back; then the stored answer, read with the batch, and the new one applied.
+    assert_eq!(stats.refuted.load(Ordering::Relaxed), 0);
     let answers = handler.answer_batch(&[&order("P-1"), &order("P-4")]).await;
     assert_eq!(answers[0].as_ref().unwrap(), &p1_answer);
     assert!(answers[1].is_ok());
     assert_eq!(state(&db).await, (once(&["P-1", "P-2", "P-3", "P-4"]), 4));
     assert_eq!(stats.repeated.load(Ordering::Relaxed), 2);
+    assert_eq!(stats.refuted.load(Ordering::Relaxed), 1);
+
+    // A repeat alone, right after: read first (repeats were seen lately), nothing applied.
+    let answers = handler.answer_batch(&[&order("P-4")]).await;
+    assert!(answers[0].is_ok());
+    assert_eq!(state(&db).await, (once(&["P-1", "P-2", "P-3", "P-4"]), 4));
+    assert_eq!(stats.refuted.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.repeated.load(Ordering::Relaxed), 3);
+
+    // A new one alone: read first once more, which finds no repeat; the next goes unread.
+    for id in ["P-5", "P-6"] {
+        assert!(handler.answer_batch(&[&order(id)]).await[0].is_ok());
+    }
+    let all = once(&["P-1", "P-2", "P-3", "P-4", "P-5", "P-6"]);
+    assert_eq!(state(&db).await, (all, 6));
+    assert_eq!(stats.refuted.load(Ordering::Relaxed), 1);
+    assert_eq!(stats.applied.load(Ordering::Relaxed), 6);
     finish(db, name).await;
 }
 

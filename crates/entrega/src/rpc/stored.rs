@@ -3,11 +3,14 @@
 //! timeout, a redelivery after a crash) gets that stored answer back, with no second effect.
 //!
 //! A batch of requests is applied in one transaction: one read of the answers stored for its
-//! keys, each new request applied and its answer stored, one commit. If anything in it fails
-//! it is rolled back whole and each request is handled in a transaction of its own, so a
-//! request that fails costs the others a second attempt, never a wrong answer.
+//! keys, each new request applied and its answer stored, one commit. While no repeat has
+//! been seen lately the read is skipped: every request is applied and its answer stored, and
+//! an answer already stored (the insert writes fewer rows) rolls the whole transaction back
+//! and the batch goes the careful way. If anything fails the transaction is rolled back
+//! whole and each request is handled in a transaction of its own, so a request that fails
+//! costs the others another attempt, never a wrong answer.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -26,10 +29,12 @@ pub trait AnswerInTx: Send + Sync {
     /// Applies the request in `tx` and returns the answer's body.
     async fn answer_in(&self, tx: &mut Tx, request: &RpcMessage) -> Result<Vec<u8>, HandlerError>;
 
-    /// Applies several requests, none seen before, in `tx`: one answer per request, in
-    /// order. By default each is [`answer_in`](Self::answer_in)ed in turn; an effect that can
-    /// be written for many requests in one statement overrides it. Any error rolls the whole
-    /// transaction back, and each request is then applied on its own.
+    /// Applies several requests, none known to have been answered before, in `tx`: one
+    /// answer per request, in order. It may be given a request answered before; storing
+    /// the answers then finds it and the transaction is rolled back, so nothing of it stays.
+    /// By default each is [`answer_in`](Self::answer_in)ed in turn; an effect that can be
+    /// written for many requests in one statement overrides it. Any error rolls the whole
+    /// transaction back, and the requests are then applied the careful way.
     async fn answer_all_in(
         &self,
         tx: &mut Tx,
@@ -53,6 +58,9 @@ pub struct StoredAnswerStats {
     /// Batches that could not be applied in one transaction and were handled one request
     /// at a time.
     pub fallbacks: AtomicU64,
+    /// Batches applied as if none of their requests had been answered before, then rolled
+    /// back because one had been (and applied again the careful way).
+    pub refuted: AtomicU64,
 }
 
 /// An [`RpcHandler`] that applies each request once, by [`AnswerInTx::key`], and answers a
@@ -63,6 +71,9 @@ pub struct StoredAnswers<H> {
     consumer: String,
     inner: H,
     stats: Arc<StoredAnswerStats>,
+    /// Whether a recent batch held requests answered before: batches then read the stored
+    /// answers before applying anything.
+    repeats_lately: AtomicBool,
 }
 
 impl<H> std::fmt::Debug for StoredAnswers<H> {
@@ -81,6 +92,7 @@ impl<H: AnswerInTx> StoredAnswers<H> {
             consumer: consumer.into(),
             inner,
             stats: Arc::default(),
+            repeats_lately: AtomicBool::new(false),
         }
     }
 
@@ -95,11 +107,13 @@ impl<H: AnswerInTx> RpcHandler for StoredAnswers<H> {
     async fn answer(&self, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
         let key = self.inner.key(request)?;
         let mut tx = self.db.begin().await.map_err(HandlerError::from)?;
-        if let Some(stored) = tx
+        let stored = tx
             .stored_answer(&self.consumer, &key)
             .await
-            .map_err(HandlerError::from)?
-        {
+            .map_err(HandlerError::from)?;
+        self.repeats_lately
+            .store(stored.is_some(), Ordering::Relaxed);
+        if let Some(stored) = stored {
             tx.rollback().await.map_err(HandlerError::from)?;
             self.stats.repeated.fetch_add(1, Ordering::Relaxed);
             return Ok(stored);
@@ -126,10 +140,17 @@ impl<H: AnswerInTx> RpcHandler for StoredAnswers<H> {
         Ok(answer)
     }
 
-    /// One transaction for the whole batch (one commit: group commit). Should anything in
-    /// it fail, each request is handled on its own, so one bad request costs the others
-    /// only a second attempt, never their answers.
+    /// One transaction for the whole batch (one commit: group commit). While no repeat has
+    /// been seen lately, the batch is first applied without reading the stored answers
+    /// (one statement fewer), which storing the answers proves right or rolls back. Should
+    /// anything fail, each request is handled on its own, so one bad request costs the
+    /// others only another attempt, never their answers.
     async fn answer_batch(&self, requests: &[&RpcMessage]) -> Vec<Result<Vec<u8>, HandlerError>> {
+        if !self.repeats_lately.load(Ordering::Relaxed) {
+            if let Some(answers) = self.apply_unseen(requests).await {
+                return answers;
+            }
+        }
         if requests.len() > 1 {
             if let Some(answers) = self.apply_together(requests).await {
                 return answers;
@@ -145,6 +166,76 @@ impl<H: AnswerInTx> RpcHandler for StoredAnswers<H> {
 }
 
 impl<H: AnswerInTx> StoredAnswers<H> {
+    /// Applies `requests` in one transaction as if none had been seen before: every effect
+    /// applied, every answer stored, one commit, no read of the stored answers. `None`, with
+    /// the transaction rolled back, when that is not so: a key stored already (which also
+    /// marks repeats as seen lately, so the next batches read first), a key twice in the
+    /// batch, a failing effect or commit.
+    async fn apply_unseen(
+        &self,
+        requests: &[&RpcMessage],
+    ) -> Option<Vec<Result<Vec<u8>, HandlerError>>> {
+        let keys: Vec<Result<String, HandlerError>> =
+            requests.iter().map(|r| self.inner.key(r)).collect();
+        let mut named = Vec::with_capacity(keys.len());
+        let mut seen = std::collections::HashSet::new();
+        for (request, key) in requests.iter().zip(&keys) {
+            if let Ok(key) = key {
+                if !seen.insert(key.as_str()) {
+                    return None;
+                }
+                named.push((key.as_str(), *request));
+            }
+        }
+        if named.is_empty() {
+            return None;
+        }
+        let mut tx = self.db.begin().await.ok()?;
+        let Some(applied) = self.apply_and_store(&mut tx, &named).await? else {
+            self.repeats_lately.store(true, Ordering::Relaxed);
+            self.stats.refuted.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        tx.commit().await.ok()?;
+        self.stats
+            .applied
+            .fetch_add(named.len() as u64, Ordering::Relaxed);
+        let mut applied = applied.into_iter();
+        Some(
+            keys.iter()
+                .map(|key| match key {
+                    Ok(_) => applied
+                        .next()
+                        .ok_or_else(|| HandlerError::transient("an answer went missing")),
+                    Err(e) => Err(copy_of(e)),
+                })
+                .collect(),
+        )
+    }
+
+    /// Applies the `named` requests in `tx` and stores their answers under their keys. The
+    /// answers, in order, when every one was stored; `Some(None)` when fewer rows were
+    /// written (an answer stored before under one of the keys); `None` when the effect or a
+    /// statement failed.
+    async fn apply_and_store(
+        &self,
+        tx: &mut Tx,
+        named: &[(&str, &RpcMessage)],
+    ) -> Option<Option<Vec<Vec<u8>>>> {
+        let to_apply: Vec<&RpcMessage> = named.iter().map(|(_, r)| *r).collect();
+        let applied = self.inner.answer_all_in(tx, &to_apply).await.ok()?;
+        if applied.len() != named.len() {
+            return None;
+        }
+        let rows: Vec<(&str, &[u8])> = named
+            .iter()
+            .zip(&applied)
+            .map(|((key, _), answer)| (*key, answer.as_slice()))
+            .collect();
+        let written = tx.store_answers(&self.consumer, &rows).await.ok()?;
+        Some((written == rows.len() as u64).then_some(applied))
+    }
+
     /// Applies `requests` in one transaction: the stored answers of those seen before read
     /// in one query, the others applied and stored, one commit. `None` when anything in it
     /// failed (a request's effect, a conflict with another handling, the commit): the
@@ -161,6 +252,9 @@ impl<H: AnswerInTx> StoredAnswers<H> {
             .collect();
         let mut tx = self.db.begin().await.ok()?;
         let mut answers = tx.stored_answers(&self.consumer, &named).await.ok()?;
+        // Repeats are rare again once a batch finds none: skip the read again.
+        self.repeats_lately
+            .store(!answers.is_empty(), Ordering::Relaxed);
         // The requests to apply: the first of each key with no stored answer. A repeat within
         // the batch gets its first one's answer.
         let mut fresh: Vec<(&str, &RpcMessage)> = Vec::new();
@@ -173,20 +267,8 @@ impl<H: AnswerInTx> StoredAnswers<H> {
             }
         }
         if !fresh.is_empty() {
-            let to_apply: Vec<&RpcMessage> = fresh.iter().map(|(_, r)| *r).collect();
-            let applied = self.inner.answer_all_in(&mut tx, &to_apply).await.ok()?;
-            if applied.len() != fresh.len() {
-                return None;
-            }
-            let rows: Vec<(&str, &[u8])> = fresh
-                .iter()
-                .zip(&applied)
-                .map(|((key, _), answer)| (*key, answer.as_slice()))
-                .collect();
-            // Fewer rows written: another handling stored some of these answers first.
-            if tx.store_answers(&self.consumer, &rows).await.ok()? != rows.len() as u64 {
-                return None;
-            }
+            // `None` inside: another handling stored some of these answers first.
+            let applied = self.apply_and_store(&mut tx, &fresh).await??;
             answers.extend(fresh.iter().map(|(k, _)| (*k).to_owned()).zip(applied));
         }
         tx.commit().await.ok()?;
