@@ -10,6 +10,7 @@
 //!   them once it was back;
 //! - every accepted order applied exactly once (one key per `pedido.creado`, stock the start
 //!   less the orders), nothing dead-lettered, every delivery acknowledged;
+//! - the members hear each other again and share the six shards two each;
 //! - no km0 process died: each reconnected by itself.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -164,6 +165,25 @@ async fn broker_restarted_mid_stream_loses_nothing_and_applies_once() {
         "outbox drained and the queues consumed {:?} after the stop",
         stopped_at.elapsed()
     );
+
+    // The members hear each other again: the six shards are dealt out two to each, as
+    // before the restart, not held by whoever subscribed first.
+    eventually(Duration::from_secs(30), "shards shared again", || async {
+        let tags = vhost.active_consumer_tags();
+        let held: Vec<usize> = MEMBERS
+            .iter()
+            .map(|m| {
+                tags.iter()
+                    .filter(|t| {
+                        t.strip_prefix(&format!("{m}."))
+                            .is_some_and(|shard| shard.parse::<u32>().is_ok())
+                    })
+                    .count()
+            })
+            .collect();
+        (held == [2, 2, 2]).then_some(())
+    })
+    .await;
 
     relay.assert_running();
     members.iter_mut().for_each(Km0::assert_running);

@@ -21,6 +21,7 @@ use lapin::{BasicProperties, Channel, ExchangeKind};
 use tokio::sync::mpsc;
 
 use crate::error::{classify, short};
+use crate::link::Amqp;
 
 /// How often a member announces itself.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -34,9 +35,11 @@ pub fn presence_exchange(group: &str, topic: &str) -> String {
 
 /// One member's view of its group.
 pub(crate) struct Presence {
+    amqp: Amqp,
     channel: Channel,
     exchange: String,
     member: String,
+    heard: mpsc::UnboundedSender<String>,
     seen: HashMap<String, Instant>,
     last_beat: Option<Instant>,
 }
@@ -45,73 +48,41 @@ impl Presence {
     /// Declares the presence exchange and a private queue on it, and forwards every
     /// announcement heard to `heard`.
     pub(crate) async fn join(
-        channel: Channel,
+        amqp: Amqp,
         group: &str,
         topic: &str,
         member: &str,
         heard: mpsc::UnboundedSender<String>,
     ) -> Result<Self, TransportError> {
         let exchange = presence_exchange(group, topic);
-        channel
-            .exchange_declare(
-                short("exchange", &exchange)?,
-                ExchangeKind::Fanout,
-                ExchangeDeclareOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(classify)?;
-        let queue = channel
-            .queue_declare(
-                short("queue", "")?,
-                QueueDeclareOptions {
-                    exclusive: true,
-                    auto_delete: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(classify)?;
-        channel
-            .queue_bind(
-                queue.name().clone(),
-                short("exchange", &exchange)?,
-                short("key", "")?,
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(classify)?;
-        let mut consumer = channel
-            .basic_consume(
-                queue.name().clone(),
-                short("consumer tag", &format!("{member}.presence"))?,
-                BasicConsumeOptions {
-                    no_ack: true,
-                    ..BasicConsumeOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(classify)?;
-        tokio::spawn(async move {
-            while let Some(Ok(delivery)) = consumer.next().await {
-                let name = String::from_utf8_lossy(&delivery.data).into_owned();
-                if heard.send(name).is_err() {
-                    return;
-                }
-            }
-        });
+        let channel = listen(&amqp, &exchange, member, heard.clone()).await?;
         let mut presence = Self {
+            amqp,
             channel,
             exchange,
             member: member.to_owned(),
+            heard,
             seen: HashMap::new(),
             last_beat: None,
         };
         presence.heard(format!("+{member}"));
         Ok(presence)
+    }
+
+    /// Listens again on a new channel when the old one is gone (the broker restarted, or
+    /// closed it): without this the member would neither hear the others nor be heard, and
+    /// would count itself alone. A failure is logged and tried again at the next beat.
+    async fn rejoin_if_gone(&mut self) {
+        if self.channel.status().connected() {
+            return;
+        }
+        match listen(&self.amqp, &self.exchange, &self.member, self.heard.clone()).await {
+            Ok(channel) => {
+                tracing::info!(member = %self.member, "listening to the group's members again");
+                self.channel = channel;
+            }
+            Err(e) => tracing::warn!(error = %e, "listening to the group's members again failed"),
+        }
     }
 
     /// Notes an announcement: `+NAME`, a member present now; `-NAME`, a member leaving.
@@ -126,8 +97,9 @@ impl Presence {
         }
     }
 
-    /// Announces this member when a heartbeat is due; a failure is only logged (the others
-    /// stop counting this member, which hands its shards to them: safe, if slower).
+    /// Announces this member when a heartbeat is due, on a new channel if the old one is
+    /// gone; a failure is only logged (the others stop counting this member, which hands
+    /// its shards to them: safe, if slower).
     pub(crate) async fn beat(&mut self) {
         let now = Instant::now();
         if self
@@ -137,6 +109,7 @@ impl Presence {
             return;
         }
         self.last_beat = Some(now);
+        self.rejoin_if_gone().await;
         self.heard(format!("+{}", self.member));
         self.announce('+').await;
     }
@@ -199,4 +172,67 @@ impl Presence {
         self.announce('-').await;
         let _ = self.channel.close(200, "entrega: leaving".into()).await;
     }
+}
+
+/// A new channel on which `member` hears every announcement of `exchange` (declared if
+/// missing) through a private queue, forwarded to `heard`.
+async fn listen(
+    amqp: &Amqp,
+    exchange: &str,
+    member: &str,
+    heard: mpsc::UnboundedSender<String>,
+) -> Result<Channel, TransportError> {
+    let channel = amqp.channel().await?;
+    channel
+        .exchange_declare(
+            short("exchange", exchange)?,
+            ExchangeKind::Fanout,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(classify)?;
+    let queue = channel
+        .queue_declare(
+            short("queue", "")?,
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(classify)?;
+    channel
+        .queue_bind(
+            queue.name().clone(),
+            short("exchange", exchange)?,
+            short("key", "")?,
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(classify)?;
+    let mut consumer = channel
+        .basic_consume(
+            queue.name().clone(),
+            short("consumer tag", &format!("{member}.presence"))?,
+            BasicConsumeOptions {
+                no_ack: true,
+                ..BasicConsumeOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .map_err(classify)?;
+    tokio::spawn(async move {
+        while let Some(Ok(delivery)) = consumer.next().await {
+            let name = String::from_utf8_lossy(&delivery.data).into_owned();
+            if heard.send(name).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(channel)
 }

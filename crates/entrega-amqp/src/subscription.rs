@@ -58,8 +58,7 @@ impl Subscriber for AmqpSubscriber {
         declared?;
         let (events, inbox) = mpsc::unbounded_channel();
         let (heard_tx, heard) = mpsc::unbounded_channel();
-        let presence =
-            Presence::join(self.amqp.channel().await?, group, topic, member, heard_tx).await?;
+        let presence = Presence::join(self.amqp.clone(), group, topic, member, heard_tx).await?;
         let mut subscription = AmqpSubscription {
             presence,
             heard,

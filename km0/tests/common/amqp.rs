@@ -71,6 +71,37 @@ impl Vhost {
     }
 }
 
+impl Vhost {
+    /// The consumer tags that are active (delivered to) on some queue of this virtual host.
+    pub fn active_consumer_tags(&self) -> Vec<String> {
+        let out = Command::new("rabbitmqctl")
+            .args([
+                "-q",
+                "list_consumers",
+                "-p",
+                &self.name,
+                "consumer_tag",
+                "active",
+                "--no-table-headers",
+            ])
+            .output()
+            .expect("run rabbitmqctl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let mut fields = l.split_whitespace();
+                let tag = fields.next()?;
+                (fields.next() == Some("true")).then(|| tag.to_owned())
+            })
+            .collect()
+    }
+}
+
 impl Drop for Vhost {
     fn drop(&mut self) {
         let _ = Command::new("rabbitmqctl")
