@@ -216,6 +216,62 @@ pub struct StoredAudit {
     pub detail: Option<String>,
 }
 
+/// `dlq_topic, partition_no, log_offset, state, changed_at_ms, operator, reason, replays` of
+/// `entrega_dlq_state`, in the order and types both stores select them.
+pub type MarkRow = (String, i64, i64, String, i64, String, Option<String>, i64);
+
+impl From<MarkRow> for StoredMark {
+    fn from(row: MarkRow) -> Self {
+        let (topic, partition, offset, state, at_ms, operator, reason, replays) = row;
+        Self {
+            topic,
+            partition,
+            offset,
+            state,
+            at_ms,
+            operator,
+            reason,
+            replays,
+        }
+    }
+}
+
+/// `at_ms, operator, action, filter, dry_run, matched, applied, refused, detail` of
+/// `entrega_dlq_audit`, in the order and types both stores select them.
+pub type AuditRow = (
+    i64,
+    String,
+    String,
+    String,
+    bool,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+);
+
+impl From<AuditRow> for StoredAudit {
+    fn from(row: AuditRow) -> Self {
+        let (at_ms, operator, action, filter, dry_run, matched, applied, refused, detail) = row;
+        Self {
+            at_ms,
+            operator,
+            action,
+            filter,
+            dry_run,
+            matched,
+            applied,
+            refused,
+            detail,
+        }
+    }
+}
+
+/// A count as a database integer (saturating: no count comes near it).
+pub fn db_count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 impl DeadLetterMark {
     /// A mark read back from its store; a value out of range is a corrupt row.
     pub fn from_stored(stored: StoredMark) -> Result<Self, StoreError> {

@@ -23,8 +23,8 @@ pub mod utc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dlq::{
-    DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore,
-    InvalidDeadLetterId, StoredAudit, StoredMark,
+    db_count, AuditRow, DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry,
+    DlqStore, InvalidDeadLetterId, MarkRow, StoredAudit, StoredMark,
 };
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
@@ -39,7 +39,7 @@ pub use outbox::{
 pub use outbox_blocked::{
     truncate_error, BlockedRow, Refusal, ReleaseError, BLOCKED_ROWS_LISTED, MAX_ERROR_CHARS,
 };
-pub use parking::{ParkedAt, ParkedRecord, ParkingStore, StoredParked};
+pub use parking::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore, StoredParked};
 pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
 pub use rpc::{RpcDelivery, RpcInbox, RpcMessage, RpcTransport};

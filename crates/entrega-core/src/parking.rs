@@ -64,6 +64,43 @@ pub struct StoredParked {
     pub parked_at_ms: i64,
 }
 
+/// `grupo, topico, particion, desplazamiento, clave, cabeceras, carga, intentos,
+/// no_antes_ms, ultimo_error, aparcado_ms` of `entrega_aparcados`, in the order and types
+/// both stores select them.
+pub type ParkedRow = (
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    String,
+    Vec<u8>,
+    i64,
+    i64,
+    Option<String>,
+    i64,
+);
+
+impl From<ParkedRow> for StoredParked {
+    fn from(row: ParkedRow) -> Self {
+        let (group, topic, partition, offset, key, headers, payload, attempts) =
+            (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7);
+        Self {
+            group,
+            topic,
+            partition,
+            offset,
+            key,
+            headers,
+            payload,
+            attempts,
+            not_before_ms: row.8,
+            last_error: row.9,
+            parked_at_ms: row.10,
+        }
+    }
+}
+
 impl ParkedRecord {
     /// A record from its stored columns; a value out of range or unreadable headers make a
     /// corrupt row.

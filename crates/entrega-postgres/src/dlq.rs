@@ -2,7 +2,9 @@
 //! PostgreSQL, for `entrega`'s dead-letter tooling.
 
 use async_trait::async_trait;
-use entrega_core::{DeadLetterMark, DlqAuditEntry, DlqStore, StoreError, StoredAudit, StoredMark};
+use entrega_core::{
+    db_count, AuditRow, DeadLetterMark, DlqAuditEntry, DlqStore, MarkRow, StoreError,
+};
 use sqlx::postgres::PgPool;
 
 use crate::errors::classify;
@@ -20,59 +22,6 @@ impl PgDlqStore {
     }
 }
 
-/// `dlq_topic, partition_no, log_offset, state, changed_at_ms, operator, reason, replays` of
-/// `entrega_dlq_state`, as the query below selects them.
-type MarkRow = (String, i64, i64, String, i64, String, Option<String>, i64);
-
-/// `at_ms, operator, action, filter, dry_run, matched, applied, refused, detail` of
-/// `entrega_dlq_audit`, as the query below selects them.
-type AuditRow = (
-    i64,
-    String,
-    String,
-    String,
-    bool,
-    i64,
-    i64,
-    i64,
-    Option<String>,
-);
-
-fn mark(
-    (topic, partition, offset, state, at_ms, operator, reason, replays): MarkRow,
-) -> Result<DeadLetterMark, StoreError> {
-    DeadLetterMark::from_stored(StoredMark {
-        topic,
-        partition,
-        offset,
-        state,
-        at_ms,
-        operator,
-        reason,
-        replays,
-    })
-}
-
-fn audit(row: AuditRow) -> Result<DlqAuditEntry, StoreError> {
-    let (at_ms, operator, action, filter, dry_run, matched, applied, refused, detail) = row;
-    DlqAuditEntry::from_stored(StoredAudit {
-        at_ms,
-        operator,
-        action,
-        filter,
-        dry_run,
-        matched,
-        applied,
-        refused,
-        detail,
-    })
-}
-
-/// A count as a database integer (saturating: no count comes near it).
-fn db_count(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl DlqStore for PgDlqStore {
     async fn marks(&self, dlq_topic: &str) -> Result<Vec<DeadLetterMark>, StoreError> {
@@ -86,7 +35,9 @@ impl DlqStore for PgDlqStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        rows.into_iter().map(mark).collect()
+        rows.into_iter()
+            .map(|r| DeadLetterMark::from_stored(r.into()))
+            .collect()
     }
 
     async fn record(
@@ -146,6 +97,8 @@ impl DlqStore for PgDlqStore {
         .fetch_all(&self.pool)
         .await
         .map_err(classify)?;
-        rows.into_iter().map(audit).collect()
+        rows.into_iter()
+            .map(|r| DlqAuditEntry::from_stored(r.into()))
+            .collect()
     }
 }

@@ -1,7 +1,7 @@
 //! Parking for ordered retries on SQLite (`entrega_aparcados`, inbox set).
 
 use async_trait::async_trait;
-use entrega_core::{ParkedAt, ParkedRecord, ParkingStore, StoreError, StoredParked};
+use entrega_core::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore, StoreError};
 use sqlx::sqlite::SqlitePool;
 
 use crate::connect::begin_immediate;
@@ -31,40 +31,9 @@ fn partition_of(p: u32) -> i64 {
 const SELECTED: &str = "grupo, topico, particion, desplazamiento, clave, cabeceras, carga, \
                       intentos, no_antes_ms, ultimo_error, aparcado_ms";
 
-/// A row of [`SELECTED`].
-type ParkedRow = (
-    String,
-    String,
-    i64,
-    i64,
-    Option<String>,
-    String,
-    Vec<u8>,
-    i64,
-    i64,
-    Option<String>,
-    i64,
-);
-
 fn decode(rows: Vec<ParkedRow>) -> Result<Vec<ParkedRecord>, StoreError> {
     rows.into_iter()
-        .map(|row| {
-            let (group, topic, partition, offset, key, headers, payload, attempts) =
-                (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7);
-            ParkedRecord::from_stored(StoredParked {
-                group,
-                topic,
-                partition,
-                offset,
-                key,
-                headers,
-                payload,
-                attempts,
-                not_before_ms: row.8,
-                last_error: row.9,
-                parked_at_ms: row.10,
-            })
-        })
+        .map(|row| ParkedRecord::from_stored(row.into()))
         .collect()
 }
 
