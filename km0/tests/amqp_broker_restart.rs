@@ -25,6 +25,7 @@ use common::amqp::Vhost;
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Placed};
 use common::process::{Deployment, Km0};
 use common::state::{eventually, DbState};
+use entrega_amqp::QueueDepth;
 use km0::services::inventario::{GROUP, TOPIC};
 
 /// How fast orders are placed (two events each).
@@ -51,25 +52,41 @@ fn rabbitmqctl(args: &[&str]) {
     );
 }
 
-/// Ready and unacknowledged messages in inventario's queues and its dead-letter queue.
-async fn queues(url: &str) -> (u64, Option<u64>, u64) {
+/// The depths of inventario's shard queues and of its dead-letter queue.
+async fn depths(url: &str) -> (Vec<QueueDepth>, Vec<QueueDepth>) {
     let broker = entrega::Broker::connect(url, Duration::from_secs(10))
         .await
         .unwrap();
     let amqp = broker.as_amqp().unwrap();
     km0::wiring::name_amqp_groups(amqp);
     let names = amqp.group_queues(GROUP, TOPIC);
-    let depths = amqp.queue_depths(&names.queues()).await.unwrap_or_default();
+    let shards = amqp.queue_depths(&names.queues()).await.unwrap_or_default();
     let dead = amqp
         .queue_depths(&[names.dead_letter_queue()])
         .await
         .unwrap_or_default();
     broker.close().await;
+    (shards, dead)
+}
+
+/// Ready and unacknowledged messages in inventario's queues and its dead-letter queue.
+async fn queues(url: &str) -> (u64, Option<u64>, u64) {
+    let (shards, dead) = depths(url).await;
     (
-        depths.iter().map(|d| d.ready).sum(),
-        depths.iter().map(|d| d.unacked).sum(),
+        shards.iter().map(|d| d.ready).sum(),
+        shards.iter().map(|d| d.unacked).sum(),
         dead.iter().map(|d| d.ready).sum(),
     )
+}
+
+/// Each of inventario's shard queues: name, ready, unacknowledged (management API).
+async fn shard_depths(url: &str) -> Vec<(String, u64, Option<u64>)> {
+    depths(url)
+        .await
+        .0
+        .into_iter()
+        .map(|d| (d.queue, d.ready, d.unacked))
+        .collect()
 }
 
 /// The end state of the module docs for `placed` on a stock that was `start`.
@@ -190,7 +207,13 @@ async fn broker_restarted_mid_stream_loses_nothing_and_applies_once() {
     assert_applied_exactly_once(&state, &placed, &start).await;
     let (ready, unacked, dead) = queues(&url).await;
     assert_eq!((ready, dead), (0, 0), "messages left, or dead-lettered");
-    assert_eq!(unacked, Some(0), "deliveries never acknowledged");
+    assert_eq!(
+        unacked,
+        Some(0),
+        "deliveries never acknowledged; per shard queue {:?}; active consumers {:?}",
+        shard_depths(&url).await,
+        vhost.active_consumer_tags()
+    );
     drop(pedidos);
     deployment.destroy().await;
 }
