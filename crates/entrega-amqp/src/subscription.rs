@@ -7,8 +7,8 @@
 //! still held again, in order, without asking the broker (a requeue would break a quorum
 //! queue's order); a pause holds the shard back. When the broker cancels a consumer or the
 //! channel closes, the deliveries it held are the broker's again (it redelivers them, to this
-//! member or another), the shard's numbering starts over, and commits for it fail with
-//! [`TransportError::NotAssigned`] until it is subscribed again, on a later poll.
+//! member or another), commits for the shard fail with [`TransportError::NotAssigned`] until
+//! it is subscribed again, on a later poll, and its numbering then goes on from where it was.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -184,8 +184,11 @@ impl AmqpSubscription {
             .map_err(classify)?;
         let state = &mut self.shards[index];
         state.generation += 1;
-        state.next_offset = 0;
-        state.position = 0;
+        // Numbering goes on from the last subscription of this shard: an offset never names
+        // two deliveries of one member, so a commit meant for the old subscription acks
+        // nothing of the new one, and what the worker remembers of old offsets (attempts,
+        // outcomes) never applies to a new delivery.
+        state.position = state.next_offset;
         state.held.clear();
         state.active = false;
         state.channel = Some(channel);
