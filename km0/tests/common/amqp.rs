@@ -45,17 +45,13 @@ impl Vhost {
 }
 
 impl Vhost {
-    /// The names of the queues in this virtual host.
-    pub fn queues(&self) -> Vec<String> {
+    /// The lines `rabbitmqctl list_<what>` prints for `columns` in this virtual host,
+    /// without headers or blank lines.
+    fn list(&self, what: &str, columns: &[&str]) -> Vec<String> {
         let out = Command::new("rabbitmqctl")
-            .args([
-                "-q",
-                "list_queues",
-                "-p",
-                &self.name,
-                "name",
-                "--no-table-headers",
-            ])
+            .args(["-q", &format!("list_{what}"), "-p", &self.name])
+            .args(columns)
+            .arg("--no-table-headers")
             .output()
             .expect("run rabbitmqctl");
         assert!(
@@ -69,30 +65,16 @@ impl Vhost {
             .filter(|l| !l.is_empty())
             .collect()
     }
-}
 
-impl Vhost {
+    /// The names of the queues in this virtual host.
+    pub fn queues(&self) -> Vec<String> {
+        self.list("queues", &["name"])
+    }
+
     /// The consumer tags that are active (delivered to) on some queue of this virtual host.
     pub fn active_consumer_tags(&self) -> Vec<String> {
-        let out = Command::new("rabbitmqctl")
-            .args([
-                "-q",
-                "list_consumers",
-                "-p",
-                &self.name,
-                "consumer_tag",
-                "active",
-                "--no-table-headers",
-            ])
-            .output()
-            .expect("run rabbitmqctl");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
+        self.list("consumers", &["consumer_tag", "active"])
+            .iter()
             .filter_map(|l| {
                 let mut fields = l.split_whitespace();
                 let tag = fields.next()?;
