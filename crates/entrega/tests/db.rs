@@ -9,8 +9,8 @@ mod support;
 use entrega::db::{query, query_each, Backend, Db, Migration};
 use entrega_core::{MigrationSet, NewEvent, StoreError};
 use serde_json::json;
-use uuid::Uuid;
 
+use support::pg::FreshDb;
 use support::TempDir;
 
 const APP: &[Migration] = &[
@@ -28,36 +28,15 @@ const APP: &[Migration] = &[
     ),
 ];
 
-/// A fresh database of `backend`, and what to drop afterwards.
-async fn fresh(backend: Backend, dir: &TempDir) -> (Db, Option<String>) {
-    match backend {
-        Backend::Sqlite => (Db::connect(&dir.url("app.db")).await.unwrap(), None),
-        Backend::Postgres => {
-            let name = format!("entrega_t_{}", Uuid::new_v4().simple());
-            let server = std::env::var("ENTREGA_TEST_PG")
-                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into());
-            let url = entrega_postgres::ensure_database(&server, &name)
-                .await
-                .unwrap();
-            (Db::connect(&url).await.unwrap(), Some(name))
-        }
-    }
-}
-
-async fn migrated(backend: Backend, dir: &TempDir) -> (Db, Option<String>) {
-    let (db, name) = fresh(backend, dir).await;
-    db.migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+async fn migrated(backend: Backend, dir: &TempDir) -> FreshDb {
+    let fresh = FreshDb::new(backend, dir, "app.db").await;
+    fresh
+        .db
+        .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
         .await
         .unwrap();
-    db.apply_migrations("app", APP).await.unwrap();
-    (db, name)
-}
-
-async fn finish(db: Db, name: Option<String>) {
-    db.close().await;
-    if let Some(name) = name {
-        support::pg::drop_database(&name).await;
-    }
+    fresh.db.apply_migrations("app", APP).await.unwrap();
+    fresh
 }
 
 async fn balance(db: &Db) -> i64 {
@@ -107,7 +86,8 @@ async fn charge(db: &Db, id: &str, commit: bool) -> Result<bool, StoreError> {
 
 async fn effect_key_and_event_commit_together(backend: Backend) {
     let dir = TempDir::new();
-    let (db, name) = migrated(backend, &dir).await;
+    let store = migrated(backend, &dir).await;
+    let db = store.db.clone();
     assert_eq!(db.backend(), backend);
 
     // Dropped without commit: nothing of the three is left.
@@ -131,7 +111,7 @@ async fn effect_key_and_event_commit_together(backend: Backend) {
         (90, 1, 1)
     );
     assert_eq!(db.processed("pagos").await.unwrap(), 1);
-    finish(db, name).await;
+    store.finish().await;
 }
 
 #[tokio::test]
@@ -146,7 +126,8 @@ async fn postgres_effect_key_and_event_commit_together() {
 
 async fn app_migrations_run_once_through_entregas_runner(backend: Backend) {
     let dir = TempDir::new();
-    let (db, name) = migrated(backend, &dir).await;
+    let store = migrated(backend, &dir).await;
+    let db = store.db.clone();
     // An operator deletes the seeded row; migrating again must not put it back.
     db.execute(query("DELETE FROM saldo")).await.unwrap();
     db.apply_migrations("app", APP).await.unwrap();
@@ -174,7 +155,7 @@ async fn app_migrations_run_once_through_entregas_runner(backend: Backend) {
     }
     // entrega's own set names are not an application's to take.
     assert!(db.apply_migrations("outbox", APP).await.is_err());
-    finish(db, name).await;
+    store.finish().await;
 }
 
 #[tokio::test]
@@ -189,7 +170,8 @@ async fn postgres_app_migrations_run_once_through_entregas_runner() {
 
 async fn each_backend_runs_its_own_text(backend: Backend) {
     let dir = TempDir::new();
-    let (db, name) = fresh(backend, &dir).await;
+    let store = FreshDb::new(backend, &dir, "app.db").await;
+    let db = store.db.clone();
     let said: Option<String> = db
         .scalar(query_each("SELECT 'sqlite' || $1", "SELECT 'postgres' || $1").bind("!"))
         .await
@@ -211,7 +193,7 @@ async fn each_backend_runs_its_own_text(backend: Backend) {
         .is_err());
     assert_eq!(db.postgres().is_some(), backend == Backend::Postgres);
     assert_eq!(db.sqlite().is_some(), backend == Backend::Sqlite);
-    finish(db, name).await;
+    store.finish().await;
 }
 
 #[tokio::test]

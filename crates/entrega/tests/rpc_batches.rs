@@ -21,12 +21,29 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use support::authorise::Counting;
+use support::pg::FreshDb;
 use support::TempDir;
 
 const CONSUMER: &str = "pagos.autorizacion";
 
 fn authorise() -> Counting {
     Counting::new("autorizaciones")
+}
+
+/// How a scenario's handler writes a batch none of whose requests was seen before.
+#[derive(Clone, Copy)]
+enum Writing {
+    /// In a transaction, one statement at a time (`AnswerInTx::answer_all_in`).
+    InTx,
+    /// As statements written with the answers in one round trip (`AnswerInTx::writes_for`).
+    Statements,
+}
+
+fn authorise_by(writing: Writing) -> Counting {
+    Counting {
+        as_statements: matches!(writing, Writing::Statements),
+        ..authorise()
+    }
 }
 
 fn request(body: Value) -> RpcMessage {
@@ -43,27 +60,15 @@ fn order(id: &str) -> RpcMessage {
     request(json!({"pedido_id": id, "importe_centimos": 1250}))
 }
 
-async fn fresh(backend: Backend, dir: &TempDir) -> (Db, Option<String>) {
-    let (db, name) = match backend {
-        Backend::Sqlite => (Db::connect(&dir.url("pagos.db")).await.unwrap(), None),
-        Backend::Postgres => {
-            let name = format!("entrega_t_{}", Uuid::new_v4().simple());
-            let url = entrega_postgres::ensure_database(&support::pg::server_url(), &name)
-                .await
-                .unwrap();
-            (Db::connect(&url).await.unwrap(), Some(name))
-        }
-    };
-    db.migrate(&[MigrationSet::Inbox]).await.unwrap();
-    db.execute(query(authorise().create_table())).await.unwrap();
-    (db, name)
-}
-
-async fn finish(db: Db, name: Option<String>) {
-    db.close().await;
-    if let Some(name) = name {
-        support::pg::drop_database(&name).await;
-    }
+async fn fresh(backend: Backend, dir: &TempDir) -> FreshDb {
+    let fresh = FreshDb::new(backend, dir, "pagos.db").await;
+    fresh.db.migrate(&[MigrationSet::Inbox]).await.unwrap();
+    fresh
+        .db
+        .execute(query(authorise().create_table()))
+        .await
+        .unwrap();
+    fresh
 }
 
 /// Each order's count of applications, and the number of stored answers.
@@ -85,10 +90,11 @@ fn once(ids: &[&str]) -> Vec<(String, i64)> {
     ids.iter().map(|id| ((*id).to_owned(), 1)).collect()
 }
 
-async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend) {
+async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend, writing: Writing) {
     let dir = TempDir::new();
-    let (db, name) = fresh(backend, &dir).await;
-    let handler = StoredAnswers::new(db.clone(), CONSUMER, authorise());
+    let store = fresh(backend, &dir).await;
+    let db = store.db.clone();
+    let handler = StoredAnswers::new(db.clone(), CONSUMER, authorise_by(writing));
     let stats = handler.stats();
 
     let p1 = order("P-1");
@@ -140,13 +146,14 @@ async fn a_batch_is_applied_once_with_its_repeats_answered(backend: Backend) {
     assert_eq!(state(&db).await, (all, 6));
     assert_eq!(stats.refuted.load(Ordering::Relaxed), 1);
     assert_eq!(stats.applied.load(Ordering::Relaxed), 6);
-    finish(db, name).await;
+    store.finish().await;
 }
 
-async fn a_failed_effect_undoes_only_itself(backend: Backend) {
+async fn a_failed_effect_undoes_only_itself(backend: Backend, writing: Writing) {
     let dir = TempDir::new();
-    let (db, name) = fresh(backend, &dir).await;
-    let handler = StoredAnswers::new(db.clone(), CONSUMER, authorise());
+    let store = fresh(backend, &dir).await;
+    let db = store.db.clone();
+    let handler = StoredAnswers::new(db.clone(), CONSUMER, authorise_by(writing));
     let stats = handler.stats();
     let bad = request(json!({"pedido_id": "P-6", "falla": true}));
     let answers = handler
@@ -160,13 +167,18 @@ async fn a_failed_effect_undoes_only_itself(backend: Backend) {
     assert_eq!(state(&db).await, (once(&["P-5", "P-7"]), 2));
     assert_eq!(stats.fallbacks.load(Ordering::Relaxed), 1);
     assert_eq!(stats.applied.load(Ordering::Relaxed), 2);
-    finish(db, name).await;
+    store.finish().await;
 }
 
-async fn racing_batches_apply_each_key_once(backend: Backend) {
+async fn racing_batches_apply_each_key_once(backend: Backend, writing: Writing) {
     let dir = TempDir::new();
-    let (db, name) = fresh(backend, &dir).await;
-    let handler = Arc::new(StoredAnswers::new(db.clone(), CONSUMER, authorise()));
+    let store = fresh(backend, &dir).await;
+    let db = store.db.clone();
+    let handler = Arc::new(StoredAnswers::new(
+        db.clone(),
+        CONSUMER,
+        authorise_by(writing),
+    ));
     let ids: Vec<String> = (0..12).map(|n| format!("R-{n}")).collect();
     let batch = |reverse: bool| {
         let mut requests: Vec<RpcMessage> = ids
@@ -197,7 +209,7 @@ async fn racing_batches_apply_each_key_once(backend: Backend) {
     let mut expected = once(&refs);
     expected.sort();
     assert_eq!(state(&db).await, (expected, 12));
-    finish(db, name).await;
+    store.finish().await;
 }
 
 /// Many calls at once on the embedded default's log: fewer batches than requests reached
@@ -208,9 +220,13 @@ async fn a_server_under_load_answers_in_batches() {
     let broker_db = Db::connect(&dir.url("broker.db")).await.unwrap();
     broker_db.migrate(&[MigrationSet::Log]).await.unwrap();
     let broker = Broker::log(&broker_db, Duration::from_secs(2));
-    let (db, _) = fresh(Backend::Sqlite, &dir).await;
-    let handler: Arc<dyn RpcHandler> =
-        Arc::new(StoredAnswers::new(db.clone(), CONSUMER, authorise()));
+    let store = fresh(Backend::Sqlite, &dir).await;
+    let db = store.db.clone();
+    let handler: Arc<dyn RpcHandler> = Arc::new(StoredAnswers::new(
+        db.clone(),
+        CONSUMER,
+        authorise_by(Writing::Statements),
+    ));
     let queue = format!("rpc.lotes.{}", Uuid::new_v4().simple());
     let mut config = RpcServerConfig::new(&queue);
     config.lanes = 1;
@@ -267,44 +283,37 @@ async fn a_server_under_load_answers_in_batches() {
     );
     stop.cancel();
     task.await.unwrap();
-    db.close().await;
+    store.finish().await;
     broker_db.close().await;
 }
 
-mod sqlite {
-    use entrega::db::Backend;
+/// The scenarios on one backend, written each way.
+macro_rules! scenarios {
+    ($name:ident, $backend:expr, $writing:expr) => {
+        mod $name {
+            use entrega::db::Backend;
 
-    #[tokio::test]
-    async fn a_batch_is_applied_once_with_its_repeats_answered() {
-        super::a_batch_is_applied_once_with_its_repeats_answered(Backend::Sqlite).await;
-    }
+            use super::Writing;
 
-    #[tokio::test]
-    async fn a_failed_effect_undoes_only_itself() {
-        super::a_failed_effect_undoes_only_itself(Backend::Sqlite).await;
-    }
+            #[tokio::test]
+            async fn a_batch_is_applied_once_with_its_repeats_answered() {
+                super::a_batch_is_applied_once_with_its_repeats_answered($backend, $writing).await;
+            }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn racing_batches_apply_each_key_once() {
-        super::racing_batches_apply_each_key_once(Backend::Sqlite).await;
-    }
+            #[tokio::test]
+            async fn a_failed_effect_undoes_only_itself() {
+                super::a_failed_effect_undoes_only_itself($backend, $writing).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn racing_batches_apply_each_key_once() {
+                super::racing_batches_apply_each_key_once($backend, $writing).await;
+            }
+        }
+    };
 }
 
-mod postgres {
-    use entrega::db::Backend;
-
-    #[tokio::test]
-    async fn a_batch_is_applied_once_with_its_repeats_answered() {
-        super::a_batch_is_applied_once_with_its_repeats_answered(Backend::Postgres).await;
-    }
-
-    #[tokio::test]
-    async fn a_failed_effect_undoes_only_itself() {
-        super::a_failed_effect_undoes_only_itself(Backend::Postgres).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn racing_batches_apply_each_key_once() {
-        super::racing_batches_apply_each_key_once(Backend::Postgres).await;
-    }
-}
+scenarios!(sqlite, Backend::Sqlite, Writing::InTx);
+scenarios!(postgres, Backend::Postgres, Writing::InTx);
+scenarios!(sqlite_statements, Backend::Sqlite, Writing::Statements);
+scenarios!(postgres_statements, Backend::Postgres, Writing::Statements);

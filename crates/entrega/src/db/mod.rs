@@ -23,8 +23,11 @@
 //! # Ok(()) }
 //! ```
 
+mod answers;
+mod batch;
 mod exec;
 mod migration;
+mod placeholders;
 mod query;
 mod row_runs;
 mod rows;
@@ -43,6 +46,8 @@ pub use query::{query, query_each, Query, Sql, Value};
 pub use row_runs::{padded_len, row_runs};
 pub use rows::{Column, FromRow};
 pub use tx::Tx;
+
+pub(crate) use answers::{insert_answers, Repeat};
 
 use crate::OutboxPorts;
 

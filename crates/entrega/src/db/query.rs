@@ -147,6 +147,11 @@ impl Query {
         &self.args
     }
 
+    /// A statement from its text(s) and parameters.
+    pub(super) fn from_parts(sql: Sql, args: Vec<Value>) -> Self {
+        Self { sql, args }
+    }
+
     /// Splits into the text and the SQLite arguments.
     pub(super) fn into_sqlite<'q>(self) -> Result<(Sql, SqliteArguments<'q>), StoreError> {
         let mut args = SqliteArguments::default();

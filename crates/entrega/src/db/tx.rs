@@ -188,34 +188,8 @@ impl Tx {
         consumer: &str,
         answers: &[(&str, &[u8])],
     ) -> Result<u64, StoreError> {
-        let now = entrega_core::now_ms();
         let mut written = 0;
-        // Four parameters a row: well under SQLite's oldest limit of 999 per statement.
-        for run in super::row_runs(answers.len(), 128) {
-            let chunk = &answers[run];
-            let rows = |at: &dyn Fn(usize) -> String| {
-                (0..chunk.len())
-                    .map(|i| {
-                        let n = 4 * i;
-                        format!("(${}, ${}, ${}, {})", n + 1, n + 2, n + 3, at(n + 4))
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let head = "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) VALUES ";
-            let sqlite = format!(
-                "{head}{} ON CONFLICT DO NOTHING",
-                rows(&|n| format!("${n}"))
-            );
-            let postgres = format!(
-                "{head}{} ON CONFLICT DO NOTHING",
-                rows(&|n| format!("to_timestamp(${n}::BIGINT / 1000.0)"))
-            );
-            let q = chunk
-                .iter()
-                .fold(query_each(sqlite, postgres), |q, (key, answer)| {
-                    q.bind(*key).bind(consumer).bind(answer.to_vec()).bind(now)
-                });
+        for q in super::answers::insert_answers(consumer, answers, super::answers::Repeat::Skip) {
             written += self.execute(q).await?;
         }
         Ok(written)

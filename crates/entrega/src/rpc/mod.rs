@@ -29,4 +29,4 @@ pub use client::{RpcClient, RpcClientStats, RpcError};
 pub use durable::{DurableConfig, DurableRequester, DurableStats, PendingRequest, ReplyHandler};
 pub use log::{LogRpc, CORRELATION_ID, EXPIRES_AT, REPLY_TO};
 pub use server::{RpcHandler, RpcServer, RpcServerConfig, RpcServerStats, RPC_ERROR};
-pub use stored::{AnswerInTx, StoredAnswerStats, StoredAnswers};
+pub use stored::{AnswerInTx, StoredAnswerStats, StoredAnswers, Writes};

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use entrega_core::{HandlerError, RpcMessage};
 
 use super::server::RpcHandler;
-use crate::db::{Db, Tx};
+use crate::db::{insert_answers, Db, Query, Repeat, Tx};
 
 /// A request's effect, applied inside the transaction that stores its answer.
 #[async_trait]
@@ -46,6 +46,31 @@ pub trait AnswerInTx: Send + Sync {
         }
         Ok(answers)
     }
+
+    /// The effect of several requests, none known to have been answered before, as
+    /// statements that need nothing read back, with one answer per request in order. They
+    /// are written with the stored answers by one [`Db::write_batch`]: one round trip to
+    /// the database for the whole batch, where [`answer_all_in`](Self::answer_all_in)
+    /// takes one per statement, plus the transaction's begin and commit. The statements
+    /// must not depend on each other (see [`Db::write_batch`]).
+    ///
+    /// `None`, the default: the effect needs its transaction, and
+    /// [`answer_all_in`](Self::answer_all_in) applies it. An error sends the batch the
+    /// careful way, as a failing [`answer_all_in`](Self::answer_all_in) does.
+    fn writes_for(&self, requests: &[&RpcMessage]) -> Option<Result<Writes, HandlerError>> {
+        let _ = requests;
+        None
+    }
+}
+
+/// A batch's effect as statements, and its answers ([`AnswerInTx::writes_for`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Writes {
+    /// The statements that apply the effect, run in order in one transaction with the
+    /// stored answers.
+    pub statements: Vec<Query>,
+    /// The answer to each request, in order.
+    pub answers: Vec<Vec<u8>>,
 }
 
 /// Counters of a [`StoredAnswers`].
@@ -146,11 +171,40 @@ impl<H: AnswerInTx> RpcHandler for StoredAnswers<H> {
     /// anything fail, each request is handled on its own, so one bad request costs the
     /// others only another attempt, never their answers.
     async fn answer_batch(&self, requests: &[&RpcMessage]) -> Vec<Result<Vec<u8>, HandlerError>> {
+        let mut refutable = false;
         if !self.repeats_lately.load(Ordering::Relaxed) {
-            if let Some(answers) = self.apply_unseen(requests).await {
-                return answers;
+            match self.apply_unseen(requests).await {
+                Unseen::Applied(answers) => return answers,
+                Unseen::Failed => refutable = true,
+                Unseen::NotTried => {}
             }
         }
+        let answers = self.apply_carefully(requests).await;
+        // The careful way read the stored answers: did they hold one of this batch's?
+        if refutable && self.repeats_lately.load(Ordering::Relaxed) {
+            self.stats.refuted.fetch_add(1, Ordering::Relaxed);
+        }
+        answers
+    }
+}
+
+/// What became of a batch applied as if none of its requests had been answered before.
+enum Unseen {
+    /// Applied and committed: the answers, one per request.
+    Applied(Vec<Result<Vec<u8>, HandlerError>>),
+    /// Rolled back (a request answered before, or a failure): nothing of it stays.
+    Failed,
+    /// Not tried: a key twice in the batch, or no request with a key.
+    NotTried,
+}
+
+impl<H: AnswerInTx> StoredAnswers<H> {
+    /// The batch in one transaction that reads the stored answers first, or, should that
+    /// fail, each request on its own.
+    async fn apply_carefully(
+        &self,
+        requests: &[&RpcMessage],
+    ) -> Vec<Result<Vec<u8>, HandlerError>> {
         if requests.len() > 1 {
             if let Some(answers) = self.apply_together(requests).await {
                 return answers;
@@ -163,18 +217,13 @@ impl<H: AnswerInTx> RpcHandler for StoredAnswers<H> {
         }
         answers
     }
-}
 
-impl<H: AnswerInTx> StoredAnswers<H> {
     /// Applies `requests` in one transaction as if none had been seen before: every effect
-    /// applied, every answer stored, one commit, no read of the stored answers. `None`, with
-    /// the transaction rolled back, when that is not so: a key stored already (which also
-    /// marks repeats as seen lately, so the next batches read first), a key twice in the
-    /// batch, a failing effect or commit.
-    async fn apply_unseen(
-        &self,
-        requests: &[&RpcMessage],
-    ) -> Option<Vec<Result<Vec<u8>, HandlerError>>> {
+    /// applied, every answer stored, one commit, no read of the stored answers. Storing an
+    /// answer under a key stored already fails (or falls short), and the whole transaction
+    /// is rolled back. With the effect as statements ([`AnswerInTx::writes_for`]) the batch
+    /// is one round trip to the database ([`Db::write_batch`]).
+    async fn apply_unseen(&self, requests: &[&RpcMessage]) -> Unseen {
         let keys: Vec<Result<String, HandlerError>> =
             requests.iter().map(|r| self.inner.key(r)).collect();
         let mut named = Vec::with_capacity(keys.len());
@@ -182,26 +231,27 @@ impl<H: AnswerInTx> StoredAnswers<H> {
         for (request, key) in requests.iter().zip(&keys) {
             if let Ok(key) = key {
                 if !seen.insert(key.as_str()) {
-                    return None;
+                    return Unseen::NotTried;
                 }
                 named.push((key.as_str(), *request));
             }
         }
         if named.is_empty() {
-            return None;
+            return Unseen::NotTried;
         }
-        let mut tx = self.db.begin().await.ok()?;
-        let Some(applied) = self.apply_and_store(&mut tx, &named).await? else {
-            self.repeats_lately.store(true, Ordering::Relaxed);
-            self.stats.refuted.fetch_add(1, Ordering::Relaxed);
-            return None;
+        let to_apply: Vec<&RpcMessage> = named.iter().map(|(_, r)| *r).collect();
+        let applied = match self.inner.writes_for(&to_apply) {
+            Some(writes) => self.write_unseen(&named, writes).await,
+            None => self.transact_unseen(&named).await,
         };
-        tx.commit().await.ok()?;
+        let Some(applied) = applied else {
+            return Unseen::Failed;
+        };
         self.stats
             .applied
             .fetch_add(named.len() as u64, Ordering::Relaxed);
         let mut applied = applied.into_iter();
-        Some(
+        Unseen::Applied(
             keys.iter()
                 .map(|key| match key {
                     Ok(_) => applied
@@ -211,6 +261,41 @@ impl<H: AnswerInTx> StoredAnswers<H> {
                 })
                 .collect(),
         )
+    }
+
+    /// The effect's statements and the answers, in one [`Db::write_batch`]; an answer
+    /// stored before under one of the keys fails it whole.
+    async fn write_unseen(
+        &self,
+        named: &[(&str, &RpcMessage)],
+        writes: Result<Writes, HandlerError>,
+    ) -> Option<Vec<Vec<u8>>> {
+        let Writes {
+            mut statements,
+            answers,
+        } = writes.ok()?;
+        if answers.len() != named.len() {
+            return None;
+        }
+        let rows: Vec<(&str, &[u8])> = named
+            .iter()
+            .zip(&answers)
+            .map(|((key, _), answer)| (*key, answer.as_slice()))
+            .collect();
+        statements.extend(insert_answers(&self.consumer, &rows, Repeat::Fail));
+        if let Err(e) = self.db.write_batch(statements).await {
+            tracing::debug!(error = %e, "a batch applied as unseen was rolled back");
+            return None;
+        }
+        Some(answers)
+    }
+
+    /// The effect applied in a transaction, the answers stored after it, one commit.
+    async fn transact_unseen(&self, named: &[(&str, &RpcMessage)]) -> Option<Vec<Vec<u8>>> {
+        let mut tx = self.db.begin().await.ok()?;
+        let applied = self.apply_and_store(&mut tx, named).await??;
+        tx.commit().await.ok()?;
+        Some(applied)
     }
 
     /// Applies the `named` requests in `tx` and stores their answers under their keys. The

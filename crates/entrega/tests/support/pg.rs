@@ -115,3 +115,41 @@ impl OutboxFixture for PgOutboxFixture {
         Ok(())
     }
 }
+
+/// A fresh database of either backend: a SQLite file in `dir`, or a PostgreSQL database of
+/// its own on [`server_url`], dropped by [`FreshDb::finish`].
+pub struct FreshDb {
+    pub db: entrega::db::Db,
+    name: Option<String>,
+}
+
+impl FreshDb {
+    pub async fn new(backend: entrega::db::Backend, dir: &super::TempDir, file: &str) -> Self {
+        match backend {
+            entrega::db::Backend::Sqlite => Self {
+                db: entrega::db::Db::connect(&dir.url(file))
+                    .await
+                    .expect("sqlite"),
+                name: None,
+            },
+            entrega::db::Backend::Postgres => {
+                let name = format!("entrega_t_{}", Uuid::new_v4().simple());
+                let url = entrega_postgres::ensure_database(&server_url(), &name)
+                    .await
+                    .expect("create database");
+                Self {
+                    db: entrega::db::Db::connect(&url).await.expect("postgres"),
+                    name: Some(name),
+                }
+            }
+        }
+    }
+
+    /// Closes the pool and drops the PostgreSQL database.
+    pub async fn finish(self) {
+        self.db.close().await;
+        if let Some(name) = self.name {
+            drop_database(&name).await;
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! A process that dies in between finds its `iniciado` row on the redelivery and calls the
 //! gateway again with the same key: the gateway answers with the charge it already made.
 
-use entrega::db::{query, Db, Migration, Tx};
+use entrega::db::{query, Db, Migration, Query, Tx};
 use entrega_core::{MigrationSet, NewEvent, StoreError};
 use serde_json::json;
 
@@ -242,50 +242,63 @@ pub async fn record_authorisation(
     record_authorisations(tx, &[(request, decision)], now_ms).await
 }
 
-/// Records many answered authorisations, a few statements for the lot (runs of
-/// [`entrega::db::row_runs`]; six parameters a row, well under SQLite's oldest limit of 999
-/// per statement).
+/// Records many answered authorisations, a few statements for the lot
+/// ([`authorisation_rows`]).
 pub async fn record_authorisations(
     tx: &mut Tx,
     answered: &[(&AuthorisationRequest, &Authorisation)],
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    for run in entrega::db::row_runs(answered.len(), 128) {
-        let chunk = &answered[run];
-        let rows: Vec<String> = (0..chunk.len())
-            .map(|i| {
-                let n = 6 * i;
-                format!(
-                    "(${}, ${}, ${}, ${}, ${}, ${})",
-                    n + 1,
-                    n + 2,
-                    n + 3,
-                    n + 4,
-                    n + 5,
-                    n + 6
-                )
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO autorizaciones (pedido_id, importe_centimos, autorizado, \
-             id_autorizacion, motivo, creado_ms) VALUES {} ON CONFLICT (pedido_id) DO NOTHING",
-            rows.join(", ")
-        );
-        let q = chunk.iter().fold(query(sql), |q, (request, decision)| {
-            let (granted, id, reason) = match decision {
-                Authorisation::Granted(id) => (1, Some(id.clone()), None),
-                Authorisation::Refused(r) => (0, None, Some(r.clone())),
-            };
-            q.bind(request.order_id.clone())
-                .bind(request.amount_cents)
-                .bind(granted)
-                .bind(id)
-                .bind(reason)
-                .bind(now_ms)
-        });
+    for q in authorisation_rows(answered, now_ms) {
         tx.execute(q).await?;
     }
     Ok(())
+}
+
+/// The statements recording answered authorisations: runs of [`entrega::db::row_runs`], six
+/// parameters a row, well under SQLite's oldest limit of 999 per statement. An order
+/// recorded already keeps its first row.
+pub fn authorisation_rows(
+    answered: &[(&AuthorisationRequest, &Authorisation)],
+    now_ms: i64,
+) -> Vec<Query> {
+    entrega::db::row_runs(answered.len(), 128)
+        .into_iter()
+        .map(|run| {
+            let chunk = &answered[run];
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    let n = 6 * i;
+                    format!(
+                        "(${}, ${}, ${}, ${}, ${}, ${})",
+                        n + 1,
+                        n + 2,
+                        n + 3,
+                        n + 4,
+                        n + 5,
+                        n + 6
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO autorizaciones (pedido_id, importe_centimos, autorizado, \
+                 id_autorizacion, motivo, creado_ms) VALUES {} ON CONFLICT (pedido_id) DO NOTHING",
+                rows.join(", ")
+            );
+            chunk.iter().fold(query(sql), |q, (request, decision)| {
+                let (granted, id, reason) = match decision {
+                    Authorisation::Granted(id) => (1, Some(id.clone()), None),
+                    Authorisation::Refused(r) => (0, None, Some(r.clone())),
+                };
+                q.bind(request.order_id.clone())
+                    .bind(request.amount_cents)
+                    .bind(granted)
+                    .bind(id)
+                    .bind(reason)
+                    .bind(now_ms)
+            })
+        })
+        .collect()
 }
 
 async fn enqueue_result(

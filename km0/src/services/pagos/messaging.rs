@@ -5,11 +5,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use entrega::db::Tx;
-use entrega::rpc::AnswerInTx;
+use entrega::rpc::{AnswerInTx, Writes};
 use entrega::{Handler, Message, Router};
 use entrega_core::{now_ms, HandlerError, RpcMessage};
 
-use super::db::{record_authorisation, record_authorisations, ChargeStart, PaymentStore};
+use super::db::{
+    authorisation_rows, record_authorisation, record_authorisations, ChargeStart, PaymentStore,
+};
 use super::domain::{Authorisation, AuthorisationRequest, OrderToCharge};
 use super::gateway::Gateway;
 use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
@@ -99,22 +101,46 @@ impl AnswerInTx for Authoriser {
         tx: &mut Tx,
         requests: &[&RpcMessage],
     ) -> Result<Vec<Vec<u8>>, HandlerError> {
-        let decided = requests
-            .iter()
-            .map(|r| {
-                let request =
-                    AuthorisationRequest::from_json(&r.payload).map_err(HandlerError::permanent)?;
-                let decision = Authorisation::decide(&request);
-                Ok((request, decision))
-            })
-            .collect::<Result<Vec<_>, HandlerError>>()?;
+        let decided = decide_all(requests)?;
         let rows: Vec<_> = decided.iter().map(|(r, d)| (r, d)).collect();
         record_authorisations(tx, &rows, now_ms()).await?;
-        Ok(decided
-            .iter()
-            .map(|(r, d)| d.to_json(&r.order_id).to_string().into_bytes())
-            .collect())
+        Ok(answers_of(&decided))
     }
+
+    /// The batch's authorisations as statements: written with their stored answers in one
+    /// round trip to the database.
+    fn writes_for(&self, requests: &[&RpcMessage]) -> Option<Result<Writes, HandlerError>> {
+        Some(decide_all(requests).map(|decided| {
+            let rows: Vec<_> = decided.iter().map(|(r, d)| (r, d)).collect();
+            Writes {
+                statements: authorisation_rows(&rows, now_ms()),
+                answers: answers_of(&decided),
+            }
+        }))
+    }
+}
+
+/// Each request read and decided; the first unreadable one fails the lot.
+fn decide_all(
+    requests: &[&RpcMessage],
+) -> Result<Vec<(AuthorisationRequest, Authorisation)>, HandlerError> {
+    requests
+        .iter()
+        .map(|r| {
+            let request =
+                AuthorisationRequest::from_json(&r.payload).map_err(HandlerError::permanent)?;
+            let decision = Authorisation::decide(&request);
+            Ok((request, decision))
+        })
+        .collect()
+}
+
+/// The replies' bodies, in order.
+fn answers_of(decided: &[(AuthorisationRequest, Authorisation)]) -> Vec<Vec<u8>> {
+    decided
+        .iter()
+        .map(|(r, d)| d.to_json(&r.order_id).to_string().into_bytes())
+        .collect()
 }
 
 /// The authorisation server's settings on `db`: batches of up to 64 authorisations, each
