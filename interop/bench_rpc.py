@@ -7,6 +7,10 @@ pika, on pagos.autorizaciones of localhost's RabbitMQ.
                                      K client processes (the seed's client is blocking: one
                                      call in flight per connection), N calls in all; prints
                                      {"calls", "seconds", "latencias_ms": [...]}
+
+The clients are timed in their steady state, as entrega's side is: every process imports the
+seed's client (which connects on import) and waits for the others at a barrier; the seconds run
+from the first call to the last reply.
 """
 
 import argparse
@@ -42,27 +46,42 @@ def responder() -> int:
     return 0
 
 
-def _cliente(args) -> list[float]:
+_barrera = None
+
+
+def _iniciar(barrera) -> None:
+    global _barrera
+    _barrera = barrera
+
+
+def _cliente(args) -> tuple[float, float, list[float]]:
     indice, llamadas, prefijo = args
     import cliente_pagos_rpc as semilla   # the seed's client: its connection opens on import
+    if _barrera is not None:
+        _barrera.wait()
     latencias = []
+    empieza = time.perf_counter()
     for i in range(llamadas):
         inicio = time.perf_counter()
         semilla.autorizar_tarjeta(f"{prefijo}-{indice}-{i}", 1000 + i)
         latencias.append((time.perf_counter() - inicio) * 1000.0)
-    return latencias
+    return empieza, time.perf_counter(), latencias
 
 
 def clients(llamadas: int, en_vuelo: int, prefijo: str) -> int:
     reparto = [llamadas // en_vuelo + (1 if i < llamadas % en_vuelo else 0) for i in range(en_vuelo)]
     trabajos = [(i, n, prefijo) for i, n in enumerate(reparto) if n > 0]
-    inicio = time.perf_counter()
-    if en_vuelo == 1:
-        latencias = _cliente(trabajos[0])
+    if len(trabajos) == 1:
+        partes = [_cliente(trabajos[0])]
     else:
-        with multiprocessing.Pool(len(trabajos)) as pool:
-            latencias = [l for parte in pool.map(_cliente, trabajos) for l in parte]
-    segundos = time.perf_counter() - inicio
+        # One process per client, each blocked at the barrier in its only task until all are
+        # connected.
+        barrera = multiprocessing.Barrier(len(trabajos))
+        with multiprocessing.Pool(len(trabajos), initializer=_iniciar,
+                                  initargs=(barrera,)) as pool:
+            partes = pool.map(_cliente, trabajos, chunksize=1)
+    segundos = max(fin for _, fin, _ in partes) - min(empieza for empieza, _, _ in partes)
+    latencias = [l for _, _, parte in partes for l in parte]
     print(json.dumps({"calls": len(latencias), "seconds": segundos, "latencias_ms": latencias}))
     return 0
 

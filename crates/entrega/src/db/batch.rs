@@ -174,3 +174,45 @@ async fn postgres_batch(pool: &PgPool, joined: Joined) -> Result<Vec<u64>, Store
         })
         .collect()
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::db::{query, query_each};
+
+    #[test]
+    fn statements_are_numbered_on_across_the_batch() {
+        let statements = [
+            query("INSERT INTO a (x, y) VALUES ($1, $2) ON CONFLICT (x) DO NOTHING")
+                .bind(1)
+                .bind(2),
+            query_each(
+                "UPDATE b SET n = $1 WHERE k = $2",
+                "UPDATE b SET n = to_timestamp($1::BIGINT / 1000.0) WHERE k = $2",
+            )
+            .bind(3)
+            .bind("k"),
+        ];
+        let joined = joined(&statements, Backend::Postgres).unwrap();
+        assert!(joined.modifies_only());
+        assert_eq!(
+            joined.statements[1].text,
+            "UPDATE b SET n = to_timestamp($3::BIGINT / 1000.0) WHERE k = $4"
+        );
+        assert_eq!(joined.args.len(), 4);
+        assert_eq!(joined.args[3], Value::Text(Some("k".into())));
+    }
+
+    #[test]
+    fn only_changes_without_returning_make_one_postgres_statement() {
+        let returning = [query("DELETE FROM a RETURNING x")];
+        assert!(!joined(&returning, Backend::Postgres)
+            .unwrap()
+            .modifies_only());
+        let select = [query("SELECT 1")];
+        assert!(!joined(&select, Backend::Postgres).unwrap().modifies_only());
+        let several = [query("DELETE FROM a; DELETE FROM b")];
+        assert!(joined(&several, Backend::Sqlite).is_none());
+    }
+}
