@@ -26,7 +26,9 @@ use crate::properties::properties_of;
 /// [`TransportError::UnknownTopic`].
 pub struct AmqpPublisher {
     amqp: Amqp,
-    /// The confirm-mode channel, kept while it works.
+    /// Whether the broker confirms each message (else a batch is done once written).
+    confirms: bool,
+    /// The channel (in confirm mode if `confirms`), kept while it works.
     channel: Mutex<Option<Channel>>,
 }
 
@@ -41,7 +43,37 @@ impl AmqpPublisher {
     pub fn new(amqp: Amqp) -> Self {
         Self {
             amqp,
+            confirms: true,
             channel: Mutex::new(None),
+        }
+    }
+
+    /// A publisher whose messages are done once written to the connection, with no confirm
+    /// from the broker (so a broker that fails may lose them), still `mandatory`: a message
+    /// no queue took comes back, and [`AmqpPublisher::returned`] reports it. For what a lost
+    /// message costs only a timeout and a retry (a transient request, its reply).
+    pub(crate) fn unconfirmed(amqp: Amqp) -> Self {
+        Self {
+            amqp,
+            confirms: false,
+            channel: Mutex::new(None),
+        }
+    }
+
+    /// The messages of an unconfirmed publisher that the broker gave back since the last
+    /// call, no queue having taken them: their routing keys and properties. Nothing while
+    /// another caller is publishing (they stay for the next call).
+    pub(crate) async fn returned(&self) -> Vec<lapin::message::BasicReturnMessage> {
+        let channel = match self.channel.try_lock() {
+            Ok(slot) => slot.clone(),
+            Err(_) => return Vec::new(),
+        };
+        match channel {
+            // Without confirm mode this waits for nothing: it hands over the returns.
+            Some(channel) if !self.confirms => {
+                channel.wait_for_confirms().await.unwrap_or_default()
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -51,10 +83,12 @@ impl AmqpPublisher {
         }
         *slot = None;
         let channel = self.amqp.channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(classify)?;
+        if self.confirms {
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(classify)?;
+        }
         *slot = Some(channel.clone());
         Ok(channel)
     }
@@ -148,6 +182,7 @@ impl AmqpPublisher {
         let confirmed = pending.into_iter().map(|p| async move {
             let (exchange, routing_key, confirm) = p?;
             match tokio::time::timeout(timeout, confirm).await {
+                Ok(Ok(Confirmation::NotRequested)) if !self.confirms => Ok(()),
                 Ok(confirmation) => confirmed(&exchange, &routing_key, confirmation),
                 Err(_) => Err(TransportError::unavailable(format!(
                     "RabbitMQ confirmed no message within {} ms",

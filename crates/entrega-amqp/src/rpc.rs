@@ -1,8 +1,15 @@
 //! Request/reply on RabbitMQ as the seed's section 4 does it: requests are published through
 //! the default exchange to the service's durable queue (`pagos.autorizaciones`) with
 //! `reply_to`, `correlation_id` and `content_type` `application/json`; replies go the same way
-//! to the requester's queue. Both are confirmed and `mandatory`, so a reply to a requester
-//! whose private queue is gone fails as [`TransportError::Rejected`] instead of vanishing.
+//! to the requester's queue. Every message is `mandatory`. Requests and durable answers are
+//! confirmed, so a request to a queue nobody declared fails as [`TransportError::Rejected`]
+//! instead of vanishing, and a durable answer is kept before its request is acknowledged.
+//! The answer to a transient request goes unconfirmed, as the seed's responder sends it: it
+//! counts as sent once written (its request is acknowledged without waiting a round trip
+//! for the broker's confirm, which held a place of the prefetch window meanwhile); one the
+//! broker returns because its requester's queue is gone is counted by
+//! [`RpcTransport::undelivered`], and one lost with a failing broker costs its caller a
+//! timeout and a retry, answered from the stored answer.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -25,7 +32,10 @@ use crate::publisher::{AmqpPublisher, Outgoing};
 /// [`RpcTransport`] on RabbitMQ.
 pub struct AmqpRpc {
     amqp: Amqp,
+    /// Requests and durable answers: confirmed.
     publisher: AmqpPublisher,
+    /// Answers to transient requests: unconfirmed.
+    transient: AmqpPublisher,
 }
 
 impl std::fmt::Debug for AmqpRpc {
@@ -35,10 +45,12 @@ impl std::fmt::Debug for AmqpRpc {
 }
 
 impl AmqpRpc {
-    /// Request/reply on `amqp`'s connection, publishing on a confirm channel of its own.
+    /// Request/reply on `amqp`'s connection, publishing on a confirm channel of its own (and
+    /// transient answers on another, unconfirmed).
     pub fn new(amqp: Amqp) -> Self {
         Self {
             publisher: AmqpPublisher::new(amqp.clone()),
+            transient: AmqpPublisher::unconfirmed(amqp.clone()),
             amqp,
         }
     }
@@ -98,28 +110,52 @@ impl RpcTransport for AmqpRpc {
     }
 
     async fn send_all(&self, messages: &[(&str, &RpcMessage)]) -> Vec<Result<(), TransportError>> {
-        // Messages that cannot be put on the wire fail alone; the others go in one go.
-        let mut ready = Vec::with_capacity(messages.len());
-        let mut refused = Vec::with_capacity(messages.len());
-        for (queue, message) in messages {
+        // Messages that cannot be put on the wire fail alone; the others go in one go per
+        // publisher: durable answers confirmed, transient ones not.
+        let mut outcomes: Vec<Option<Result<(), TransportError>>> =
+            Vec::with_capacity(messages.len());
+        let (mut durable, mut transient) = (Vec::new(), Vec::new());
+        for (i, (queue, message)) in messages.iter().enumerate() {
             match outgoing(queue, message, None) {
-                Ok(out) => {
-                    ready.push(out);
-                    refused.push(None);
+                Ok(out) if message.durable => durable.push((i, out)),
+                Ok(out) => transient.push((i, out)),
+                Err(e) => {
+                    outcomes.resize_with(i + 1, || None);
+                    outcomes[i] = Some(Err(e));
                 }
-                Err(e) => refused.push(Some(e)),
             }
         }
-        let mut sent = self.publisher.publish_raw_each(&ready).await.into_iter();
-        refused
+        outcomes.resize_with(messages.len(), || None);
+        for (publisher, group) in [(&self.publisher, durable), (&self.transient, transient)] {
+            if group.is_empty() {
+                continue;
+            }
+            let (places, ready): (Vec<usize>, Vec<Outgoing<'_>>) = group.into_iter().unzip();
+            let sent = publisher.publish_raw_each(&ready).await;
+            for (i, result) in places.into_iter().zip(sent) {
+                outcomes[i] = Some(result);
+            }
+        }
+        outcomes
             .into_iter()
-            .map(|r| match r {
-                None => sent.next().unwrap_or_else(|| {
+            .map(|o| {
+                o.unwrap_or_else(|| {
                     Err(TransportError::unavailable("no outcome for a message sent"))
-                }),
-                Some(e) => Err(e),
+                })
             })
             .collect()
+    }
+
+    async fn undelivered(&self) -> u64 {
+        let returned = self.transient.returned().await;
+        for answer in &returned {
+            tracing::info!(
+                reply_to = %answer.delivery.routing_key,
+                reason = %answer.reply_text,
+                "an answer came back: its requester's queue is gone"
+            );
+        }
+        returned.len() as u64
     }
 
     async fn serve(

@@ -50,15 +50,25 @@ pub trait RpcTransport: Send + Sync {
         expires_in: Option<Duration>,
     ) -> Result<(), TransportError>;
 
-    /// Sends each `(queue, message)` as [`send`](Self::send) does, without expiry, one
-    /// result per message in order. By default they are sent one after the other; a transport
-    /// that can publish many in one go does (a server's answers to a batch).
+    /// Sends a server's answers to a batch, each `(queue, message)` as [`send`](Self::send)
+    /// does, without expiry, one result per message in order. By default they are sent one
+    /// after the other; a transport that can publish many in one go does. A transport may
+    /// take an answer that is not durable as sent once it is on its way, without waiting for
+    /// the broker to keep it (RabbitMQ does, as the seed's responder): a lost answer costs
+    /// its caller a timeout and a retry, which the stored answer serves. Those that come
+    /// back because nothing took them are counted by [`undelivered`](Self::undelivered).
     async fn send_all(&self, messages: &[(&str, &RpcMessage)]) -> Vec<Result<(), TransportError>> {
         let mut results = Vec::with_capacity(messages.len());
         for (queue, message) in messages {
             results.push(self.send(queue, message, None).await);
         }
         results
+    }
+
+    /// Answers taken as sent by [`send_all`](Self::send_all) that the transport learned since
+    /// the last call nothing took (their requester's reply queue was gone). None by default.
+    async fn undelivered(&self) -> u64 {
+        0
     }
 
     /// Reads the durable request queue `queue` (declared if missing) as `consumer`, sharing

@@ -3,7 +3,8 @@
 //! reply; a call that times out leaves no entry behind and its late reply is counted and
 //! dropped; a repeated request (same key, new correlation id) gets the stored answer and no
 //! second effect; a permanent failure is answered with an error body; a queue nobody serves
-//! is refused.
+//! is refused; an answer whose requester's queue is gone is counted and dropped, its request
+//! acknowledged (on RabbitMQ such an answer goes unconfirmed and comes back later).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 mod support;
@@ -237,7 +238,68 @@ async fn a_repeated_request_gets_the_stored_answer(amqp: bool) {
     db.close().await;
 }
 
+async fn an_answer_nobody_takes_is_counted_and_dropped(amqp: bool) {
+    let rig = rig(amqp).await;
+    let transport = rig.broker.rpc(3);
+    let q = queue("huerfana");
+    let server = RpcServer::new(transport.clone(), Arc::new(Echo), RpcServerConfig::new(&q));
+    let served = server.stats();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { server.run(stop).await.unwrap() }
+    });
+    let client = RpcClient::start(transport.clone()).await.unwrap();
+    until_served(&client, &q).await;
+
+    // A request whose requester's queue does not exist (it went away with its requester).
+    let orphan = RpcMessage {
+        correlation_id: "huerfana-1".into(),
+        reply_to: Some(queue("nadie")),
+        headers: Default::default(),
+        payload: json!({"n": 7}).to_string().into_bytes(),
+        durable: false,
+    };
+    transport.send(&q, &orphan, None).await.unwrap();
+    // Counted once its answer is known undelivered: at once, or as later batches go out.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while served
+        .undeliverable
+        .load(std::sync::atomic::Ordering::Relaxed)
+        == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the lost answer was never counted"
+        );
+        let body = json!({"n": 1}).to_string().into_bytes();
+        client.call(&q, body, Duration::from_secs(5)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Its request was acknowledged: not delivered, answered and lost again.
+    for n in 0..20 {
+        let body = json!({"n": n}).to_string().into_bytes();
+        client.call(&q, body, Duration::from_secs(5)).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let body = json!({"n": 0}).to_string().into_bytes();
+    client.call(&q, body, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(
+        served
+            .undeliverable
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    stop.cancel();
+    task.await.unwrap();
+}
+
 mod embedded {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_nobody_takes_is_counted_and_dropped() {
+        super::an_answer_nobody_takes_is_counted_and_dropped(false).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_calls_in_flight_each_get_their_own_reply() {
         super::many_calls_in_flight_each_get_their_own_reply(false).await;
@@ -250,6 +312,11 @@ mod embedded {
 }
 
 mod rabbitmq {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_nobody_takes_is_counted_and_dropped() {
+        super::an_answer_nobody_takes_is_counted_and_dropped(true).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn many_calls_in_flight_each_get_their_own_reply() {
         super::many_calls_in_flight_each_get_their_own_reply(true).await;

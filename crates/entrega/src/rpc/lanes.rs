@@ -181,6 +181,11 @@ async fn reply_all(
         transport.send_all(&to_send).await
     }
     .into_iter();
+    // Answers of earlier batches the transport took as sent and later got back.
+    let undelivered = transport.undelivered().await;
+    stats
+        .undeliverable
+        .fetch_add(undelivered, Ordering::Relaxed);
     outcomes
         .into_iter()
         .map(|o| match o {

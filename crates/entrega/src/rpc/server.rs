@@ -92,7 +92,9 @@ pub struct RpcServerStats {
     pub failed: AtomicU64,
     /// Requests given back after a transient failure.
     pub retried: AtomicU64,
-    /// Answers nobody could take (the requester's private queue was gone): dropped.
+    /// Answers nobody could take (the requester's private queue was gone): dropped. An
+    /// answer the transport took as sent and got back later counts as the next batches are
+    /// answered ([`RpcTransport::undelivered`]).
     pub undeliverable: AtomicU64,
     /// Requests without `reply_to`: handled, nothing sent.
     pub unanswered: AtomicU64,
