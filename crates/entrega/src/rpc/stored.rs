@@ -274,14 +274,7 @@ impl<H: AnswerInTx> StoredAnswers<H> {
             mut statements,
             answers,
         } = writes.ok()?;
-        if answers.len() != named.len() {
-            return None;
-        }
-        let rows: Vec<(&str, &[u8])> = named
-            .iter()
-            .zip(&answers)
-            .map(|((key, _), answer)| (*key, answer.as_slice()))
-            .collect();
+        let rows = keyed(named, &answers)?;
         statements.extend(insert_answers(&self.consumer, &rows, Repeat::Fail));
         if let Err(e) = self.db.write_batch(statements).await {
             tracing::debug!(error = %e, "a batch applied as unseen was rolled back");
@@ -309,14 +302,7 @@ impl<H: AnswerInTx> StoredAnswers<H> {
     ) -> Option<Option<Vec<Vec<u8>>>> {
         let to_apply: Vec<&RpcMessage> = named.iter().map(|(_, r)| *r).collect();
         let applied = self.inner.answer_all_in(tx, &to_apply).await.ok()?;
-        if applied.len() != named.len() {
-            return None;
-        }
-        let rows: Vec<(&str, &[u8])> = named
-            .iter()
-            .zip(&applied)
-            .map(|((key, _), answer)| (*key, answer.as_slice()))
-            .collect();
+        let rows = keyed(named, &applied)?;
         let written = tx.store_answers(&self.consumer, &rows).await.ok()?;
         Some((written == rows.len() as u64).then_some(applied))
     }
@@ -375,6 +361,21 @@ impl<H: AnswerInTx> StoredAnswers<H> {
             .fetch_add(answered.saturating_sub(applied), Ordering::Relaxed);
         Some(results)
     }
+}
+
+/// Each answer beside its request's key, to be stored; `None` when the effect gave another
+/// number of answers than there are requests.
+fn keyed<'a>(
+    named: &[(&'a str, &RpcMessage)],
+    answers: &'a [Vec<u8>],
+) -> Option<Vec<(&'a str, &'a [u8])>> {
+    (answers.len() == named.len()).then(|| {
+        named
+            .iter()
+            .zip(answers)
+            .map(|((key, _), answer)| (*key, answer.as_slice()))
+            .collect()
+    })
 }
 
 /// The same failure, of the same class (the key's error is kept for the names of the batch).
