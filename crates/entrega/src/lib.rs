@@ -41,6 +41,7 @@ pub mod dlq;
 mod relay;
 mod relay_config;
 pub mod rpc;
+pub mod saga;
 mod shutdown;
 mod worker;
 

@@ -1,0 +1,359 @@
+//! The orchestrator: every change of a saga (its row, its history, the commands it sends
+//! through the outbox, and the inbox key of the reply that caused it) is one transaction.
+
+use std::sync::Arc;
+
+use entrega_core::{Clock, Envelope, StoreError};
+use serde_json::Value;
+
+use super::error::SagaError;
+use super::flow::{Reply, SagaFlow};
+use super::machine::{self, Effect, Input, Transition};
+use super::record::{EventKind, HistoryEntry, Phase, SagaRecord, SagaStatus};
+use super::stats::SagaStats;
+use super::store::{self, Lock};
+use crate::db::{Db, Tx};
+
+/// What [`Sagas::start_in`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// The saga was created and its first command enqueued.
+    New,
+    /// A saga with that id exists already: nothing was written.
+    Existing,
+}
+
+/// What a reply did to its saga.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyOutcome {
+    /// The saga moved on.
+    Applied,
+    /// Its event had been applied before (its inbox key was recorded).
+    Duplicate,
+    /// Late, repeated or under another key: recorded in the history, nothing else changed.
+    Ignored(&'static str),
+    /// The event is not a reply of this saga type.
+    NotOurs,
+    /// No saga has the id the reply names.
+    UnknownSaga(String),
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// The saga was running: it now compensates.
+    Cancelling,
+    /// It already compensates, or has compensated, or waits for an operator to finish
+    /// compensating: nothing changed.
+    AlreadyCancelled,
+    /// It completed: too late to cancel, nothing changed.
+    Completed,
+}
+
+/// The sagas of one [`SagaFlow`] in one database.
+#[derive(Clone)]
+pub struct Sagas {
+    db: Db,
+    flow: Arc<dyn SagaFlow>,
+    clock: Arc<dyn Clock>,
+    consumer: String,
+    stats: Arc<SagaStats>,
+}
+
+impl std::fmt::Debug for Sagas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sagas")
+            .field("kind", &self.flow.kind())
+            .field("consumer", &self.consumer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sagas {
+    /// The sagas of `flow` in `db` (migrated with [`Sagas::migrate`] and
+    /// [`MigrationSet::Outbox`](entrega_core::MigrationSet) and `Inbox`). Replies are
+    /// claimed in `mensajes_procesados` as consumer `saga.<kind>`.
+    pub fn new(db: Db, flow: Arc<dyn SagaFlow>, clock: Arc<dyn Clock>) -> Self {
+        let consumer = format!("saga.{}", flow.kind());
+        Self {
+            db,
+            flow,
+            clock,
+            consumer,
+            stats: Arc::new(SagaStats::default()),
+        }
+    }
+
+    /// Creates or updates the saga tables.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.db
+            .apply_migrations(store::SET, store::MIGRATIONS)
+            .await
+    }
+
+    /// The saga type.
+    pub fn kind(&self) -> &str {
+        self.flow.kind()
+    }
+
+    /// Now, by the orchestrator's clock (epoch ms).
+    pub(crate) fn clock_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+
+    /// What the sagas have done since this value was made (shared by its clones).
+    pub fn stats(&self) -> Arc<SagaStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Starts saga `id` with `input` in the caller's transaction (the order and its saga
+    /// are written together): its row, its history and its first command. Starting an id
+    /// that exists writes nothing.
+    pub async fn start_in(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        input: Value,
+    ) -> Result<Started, SagaError> {
+        let now = self.clock.now_ms();
+        let record = SagaRecord::new(self.flow.kind(), id, input, now);
+        let t = machine::apply(self.flow.steps(), record, Input::Start, now);
+        if !store::insert(tx, &t.record).await? {
+            return Ok(Started::Existing);
+        }
+        self.write(tx, t, None).await?;
+        self.stats.started();
+        Ok(Started::New)
+    }
+
+    /// Applies a reply event: its inbox key claimed, the saga moved, the next command
+    /// enqueued, all in one transaction. An unreadable reply is a permanent error.
+    pub async fn handle(&self, envelope: &Envelope) -> Result<ReplyOutcome, SagaError> {
+        let reply = match self.flow.reply(envelope) {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return Ok(ReplyOutcome::NotOurs),
+            Err(e) => return Err(SagaError::BadReply(e)),
+        };
+        let mut tx = self.db.begin().await?;
+        if !tx
+            .claim(&self.consumer, &envelope.id.hyphenated().to_string())
+            .await?
+        {
+            tx.rollback().await?;
+            self.stats.duplicate();
+            return Ok(ReplyOutcome::Duplicate);
+        }
+        let outcome = self.apply_reply(&mut tx, &reply).await?;
+        tx.commit().await?;
+        if let ReplyOutcome::Ignored(_) = outcome {
+            self.stats.ignored();
+        }
+        Ok(outcome)
+    }
+
+    async fn apply_reply(&self, tx: &mut Tx, reply: &Reply) -> Result<ReplyOutcome, SagaError> {
+        let kind = self.flow.kind();
+        let Some(record) = store::load(tx, kind, &reply.saga_id, Lock::Wait).await? else {
+            return Ok(ReplyOutcome::UnknownSaga(reply.saga_id.clone()));
+        };
+        let version = record.version;
+        let t = machine::apply(
+            self.flow.steps(),
+            record,
+            Input::Reply(reply),
+            self.clock.now_ms(),
+        );
+        let effect = t.effect;
+        self.write(tx, t, Some(version)).await?;
+        Ok(match effect {
+            Effect::Ignored(why) => ReplyOutcome::Ignored(why),
+            Effect::Changed | Effect::Refused => ReplyOutcome::Applied,
+        })
+    }
+
+    /// Cancels saga `id` for `reason` in its own transaction (see [`Sagas::cancel_in`]).
+    pub async fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, SagaError> {
+        let mut tx = self.db.begin().await?;
+        let outcome = self.cancel_in(&mut tx, id, reason).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Cancels saga `id` in the caller's transaction: a running saga compensates every step
+    /// that may have taken effect, the one in flight included; a completed one is not
+    /// touched. Either outcome, never both.
+    pub async fn cancel_in(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        reason: &str,
+    ) -> Result<CancelOutcome, SagaError> {
+        let kind = self.flow.kind();
+        let record = store::load(tx, kind, id, Lock::Wait)
+            .await?
+            .ok_or_else(|| SagaError::NotFound {
+                kind: kind.to_owned(),
+                id: id.to_owned(),
+            })?;
+        let status = record.status;
+        let version = record.version;
+        let t = machine::apply(
+            self.flow.steps(),
+            record,
+            Input::Cancel { reason },
+            self.clock.now_ms(),
+        );
+        if t.effect == Effect::Refused {
+            return Ok(match status {
+                SagaStatus::Completed => CancelOutcome::Completed,
+                _ => CancelOutcome::AlreadyCancelled,
+            });
+        }
+        self.write(tx, t, Some(version)).await?;
+        Ok(CancelOutcome::Cancelling)
+    }
+
+    /// Sends again the compensation a saga waits on for an operator, with its attempts
+    /// counted from 1, and records who asked in the history.
+    pub async fn retry(&self, id: &str, operator: &str) -> Result<(), SagaError> {
+        let kind = self.flow.kind();
+        let mut tx = self.db.begin().await?;
+        let record = store::load(&mut tx, kind, id, Lock::Wait)
+            .await?
+            .ok_or_else(|| SagaError::NotFound {
+                kind: kind.to_owned(),
+                id: id.to_owned(),
+            })?;
+        let (status, version) = (record.status, record.version);
+        let t = machine::apply(
+            self.flow.steps(),
+            record,
+            Input::OperatorRetry { operator },
+            self.clock.now_ms(),
+        );
+        if t.effect == Effect::Refused {
+            tx.rollback().await?;
+            return Err(SagaError::NotWaiting {
+                id: id.to_owned(),
+                status,
+            });
+        }
+        self.write(&mut tx, t, Some(version)).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Fires the timers due now (resends, deadlines, compensations unanswered), at most
+    /// `limit` sagas, each in its own transaction; returns how many moved. A saga another
+    /// orchestrator holds is left to it.
+    pub async fn tick(&self, limit: usize) -> Result<usize, SagaError> {
+        let kind = self.flow.kind();
+        let now = self.clock.now_ms();
+        let ids = store::due(
+            &self.db,
+            kind,
+            now,
+            i64::try_from(limit).unwrap_or(i64::MAX),
+        )
+        .await?;
+        let mut moved = 0;
+        for id in ids {
+            let mut tx = self.db.begin().await?;
+            let Some(record) = store::load(&mut tx, kind, &id, Lock::Skip).await? else {
+                tx.rollback().await?;
+                continue;
+            };
+            let version = record.version;
+            let t = machine::apply(self.flow.steps(), record, Input::Due, self.clock.now_ms());
+            if t.effect != Effect::Changed {
+                tx.rollback().await?;
+                continue;
+            }
+            self.write(&mut tx, t, Some(version)).await?;
+            tx.commit().await?;
+            moved += 1;
+        }
+        Ok(moved)
+    }
+
+    /// When the soonest timer fires, epoch ms, if any is set.
+    pub async fn next_due(&self) -> Result<Option<i64>, SagaError> {
+        Ok(store::next_due(&self.db, self.flow.kind()).await?)
+    }
+
+    /// Writes a transition: commands to the outbox, the row over `read` (a new row when
+    /// `None`, inserted by the caller), the history, and the flow's ending.
+    async fn write(
+        &self,
+        tx: &mut Tx,
+        mut t: Transition,
+        read: Option<i64>,
+    ) -> Result<(), SagaError> {
+        for send in &t.sends {
+            let event = match send.phase {
+                Phase::Action => self.flow.command(&t.record, send.step, &send.key),
+                Phase::Compensation => self.flow.compensation(&t.record, send.step, &send.key),
+            }
+            .map_err(SagaError::Flow)?;
+            tx.enqueue(&event).await?;
+        }
+        if let Some(version) = read {
+            t.record.updated_ms = self.clock.now_ms();
+            if !store::update(tx, &t.record, version).await? {
+                return Err(SagaError::Conflict {
+                    id: t.record.id.clone(),
+                    version,
+                });
+            }
+            t.record.version = version.saturating_add(1);
+        }
+        store::append(tx, &t.record.kind, &t.record.id, &t.history).await?;
+        if let Some(ending) = &t.ending {
+            self.flow.finished(tx, &t.record, ending).await?;
+            self.stats.ended(ending, &t.record);
+        }
+        if t.history.iter().any(|e| e.what == EventKind::NeedsOperator) {
+            tracing::warn!(
+                saga = %t.record.id,
+                kind = %t.record.kind,
+                reason = t.record.reason.as_deref().unwrap_or_default(),
+                "a saga waits for an operator"
+            );
+            self.stats.needs_operator();
+        }
+        Ok(())
+    }
+
+    /// Sagas newest first, in `status` if given, at most `limit`.
+    pub async fn list(
+        &self,
+        status: Option<SagaStatus>,
+        limit: usize,
+    ) -> Result<Vec<SagaRecord>, SagaError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        Ok(store::list(&self.db, self.flow.kind(), status, limit).await?)
+    }
+
+    /// Saga `id` and its history, oldest entry first.
+    pub async fn show(
+        &self,
+        id: &str,
+    ) -> Result<Option<(SagaRecord, Vec<HistoryEntry>)>, SagaError> {
+        let kind = self.flow.kind();
+        let Some(record) = store::get(&self.db, kind, id).await? else {
+            return Ok(None);
+        };
+        let history = store::history(&self.db, kind, id).await?;
+        Ok(Some((record, history)))
+    }
+
+    /// How many sagas are in each status (those with none left out).
+    pub async fn counts(&self) -> Result<Vec<(SagaStatus, i64)>, SagaError> {
+        Ok(store::counts(&self.db, self.flow.kind()).await?)
+    }
+}
