@@ -10,18 +10,29 @@ use entrega::db::{query, Db, Migration, Tx};
 use entrega_core::{MigrationSet, Processed, StoreError};
 
 use super::domain::{PlacedOrder, StockError, INITIAL_STOCK};
+use super::reservations::Motive;
+use super::stock_moves;
 
 /// The seed's `stock` table and rows; `ON CONFLICT` adopts a database made from the seed's SQL.
-const MIGRATIONS: &[Migration] = &[Migration::same(
-    1,
-    "stock with the seed's initial rows",
-    "CREATE TABLE IF NOT EXISTS stock (
+const MIGRATIONS: &[Migration] = &[
+    Migration::same(
+        1,
+        "stock with the seed's initial rows",
+        "CREATE TABLE IF NOT EXISTS stock (
         producto TEXT PRIMARY KEY,
         unidades INTEGER NOT NULL CHECK (unidades >= 0));
     INSERT INTO stock (producto, unidades) VALUES ('tomate-rosa', 120), ('calabacin', 80),
         ('queso-curado', 5), ('queso-fresco', 30), ('vino-crianza', 200)
         ON CONFLICT (producto) DO NOTHING;",
-)];
+    ),
+    Migration::same(
+        2,
+        "reservas: the order saga's reservations, by id",
+        "CREATE TABLE IF NOT EXISTS reservas (
+            id_reserva TEXT PRIMARY KEY, pedido_id TEXT NOT NULL, estado TEXT NOT NULL,
+            lineas TEXT NOT NULL, motivo TEXT, actualizado_ms BIGINT NOT NULL);",
+    ),
+];
 
 /// Failpoint inside the stock transaction, after the key is claimed and the stock `UPDATE`s
 /// ran, right before `COMMIT` (single events and batches alike). `exit` dies with the
@@ -30,7 +41,7 @@ const MIGRATIONS: &[Migration] = &[Migration::same(
 pub const BEFORE_COMMIT: &str = "inventario.before_commit";
 
 /// Passes [`BEFORE_COMMIT`]; its `error` action reads as an unavailable database.
-fn before_commit() -> Result<(), StoreError> {
+pub(super) fn before_commit() -> Result<(), StoreError> {
     entrega::failpoint::hit(BEFORE_COMMIT).map_err(StoreError::unavailable)
 }
 
@@ -79,12 +90,13 @@ impl StockStore {
         &self.db
     }
 
-    /// Creates entrega's processed-messages table, the dead-letter operator tables (the
-    /// inventario worker writes `pedidos.eventos.dlq`, so its tending state lives here) and
-    /// the stock table with its seed rows.
+    /// Creates entrega's outbox (`stock.actualizado` and the reservations' answers leave
+    /// through it), processed-messages table, the dead-letter operator tables (the
+    /// inventario worker writes `pedidos.eventos.dlq`, so its tending state lives here), the
+    /// stock table with its seed rows and the reservations.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.db
-            .migrate(&[MigrationSet::Inbox, MigrationSet::Dlq])
+            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
             .await?;
         self.db.apply_migrations("inventario", MIGRATIONS).await
     }
@@ -242,7 +254,9 @@ async fn savepoint(tx: &mut Tx, sql: &'static str) -> Result<(), StoreError> {
     tx.execute(query(sql)).await.map(drop)
 }
 
-/// Claims the key, then takes each line; the caller undoes everything on `Err`.
+/// Claims the key, then reserves the order's stock under `reserva-<pedido>` (the key an
+/// order saga would use, so the stock is never taken twice for one order); the caller undoes
+/// everything on `Err`. An order whose `datos` name a reservation is left to that command.
 async fn apply_one(
     tx: &mut Tx,
     consumer: &str,
@@ -252,29 +266,25 @@ async fn apply_one(
     if !tx.claim(consumer, message_id).await? {
         return Ok(Processed::Duplicate);
     }
-    for line in &order.lines {
-        // The seed's conditional update: never below zero, even under concurrency.
-        let taken = tx
-            .execute(
-                query(
-                    "UPDATE stock SET unidades = unidades - $1 \
-                     WHERE producto = $2 AND unidades >= $1",
-                )
-                .bind(line.quantity)
-                .bind(&line.product),
-            )
-            .await?;
-        if taken == 0 {
-            let product = line.product.clone();
-            let exists: Option<i32> = tx
-                .scalar(query("SELECT 1 FROM stock WHERE producto = $1").bind(&product))
-                .await?;
-            return Err(if exists.is_some() {
-                StockError::OutOfStock { product }.into()
-            } else {
-                StockError::UnknownProduct { product }.into()
-            });
-        }
+    if order.reservation.is_some() {
+        return Ok(Processed::Applied(()));
     }
+    let id = reservation_id(&order.order_id);
+    let now = entrega_core::now_ms();
+    stock_moves::reserve(
+        tx,
+        &id,
+        &order.order_id,
+        &order.lines,
+        Motive::Order,
+        false,
+        now,
+    )
+    .await?;
     Ok(Processed::Applied(()))
+}
+
+/// The reservation id of an order (`reserva-<pedido>`).
+pub fn reservation_id(order_id: &str) -> String {
+    format!("reserva-{order_id}")
 }

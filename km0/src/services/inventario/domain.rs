@@ -27,6 +27,9 @@ pub struct PlacedOrder {
     pub order_id: String,
     /// Lines (`datos.lineas`), in order.
     pub lines: Vec<StockLine>,
+    /// The reservation an order saga asks for by command (`datos.reserva`): when present,
+    /// the stock is taken by that command, not by this event.
+    pub reservation: Option<String>,
 }
 
 /// Why an order's stock cannot be taken. Every variant is permanent: the same message will
@@ -75,43 +78,54 @@ impl PlacedOrder {
             Some(Value::Number(n)) => n.to_string(),
             _ => return Err(StockError::invalid("id", "falta o no es un texto")),
         };
-        let Some(Value::Array(items)) = data.get("lineas") else {
-            return Err(StockError::invalid("lineas", "falta o no es una lista"));
-        };
-        let lines = items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                let product = item
-                    .get("producto")
-                    .and_then(Value::as_str)
-                    .filter(|p| !p.is_empty())
-                    .ok_or_else(|| {
-                        StockError::invalid(
-                            format!("lineas[{i}].producto"),
-                            "falta o no es un texto",
-                        )
-                    })?;
-                // A non-positive quantity would *add* stock: refuse it rather than apply it.
-                let quantity = item
-                    .get("cantidad")
-                    .and_then(Value::as_i64)
-                    .and_then(|q| i32::try_from(q).ok())
-                    .filter(|q| *q > 0)
-                    .ok_or_else(|| {
-                        StockError::invalid(
-                            format!("lineas[{i}].cantidad"),
-                            "debe ser un entero mayor que 0",
-                        )
-                    })?;
-                Ok(StockLine {
-                    product: product.to_owned(),
-                    quantity,
-                })
-            })
-            .collect::<Result<Vec<_>, StockError>>()?;
-        Ok(Self { order_id, lines })
+        let lines = lines_of(data)?;
+        let reservation = data
+            .get("reserva")
+            .and_then(Value::as_str)
+            .filter(|r| !r.is_empty())
+            .map(str::to_owned);
+        Ok(Self {
+            order_id,
+            lines,
+            reservation,
+        })
     }
+}
+
+/// The `lineas` of an order or a reservation: each `{"producto", "cantidad" > 0}`.
+pub(super) fn lines_of(data: &Value) -> Result<Vec<StockLine>, StockError> {
+    let Some(Value::Array(items)) = data.get("lineas") else {
+        return Err(StockError::invalid("lineas", "falta o no es una lista"));
+    };
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let product = item
+                .get("producto")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+                .ok_or_else(|| {
+                    StockError::invalid(format!("lineas[{i}].producto"), "falta o no es un texto")
+                })?;
+            // A non-positive quantity would *add* stock: refuse it rather than apply it.
+            let quantity = item
+                .get("cantidad")
+                .and_then(Value::as_i64)
+                .and_then(|q| i32::try_from(q).ok())
+                .filter(|q| *q > 0)
+                .ok_or_else(|| {
+                    StockError::invalid(
+                        format!("lineas[{i}].cantidad"),
+                        "debe ser un entero mayor que 0",
+                    )
+                })?;
+            Ok(StockLine {
+                product: product.to_owned(),
+                quantity,
+            })
+        })
+        .collect::<Result<Vec<_>, StockError>>()
 }
 
 #[cfg(test)]

@@ -10,11 +10,15 @@
 use entrega_core::{Processed, StoreError};
 use sqlx::{PgConnection, Row};
 
-use super::db::{ApplyError, BatchItem};
+use super::db::{reservation_id, ApplyError, BatchItem};
 use super::domain::{PlacedOrder, StockError};
+use super::reservations::by_product;
 
-/// Checks, claims and takes in one statement. Lines of one product are summed; the first
-/// line (in order) that cannot be served is reported. Stock is read in the statement's
+/// Checks, claims and takes in one statement, with the order's reservation row
+/// (`reserva-<pedido>`) and one `stock.actualizado` per product in the outbox, as the
+/// savepoint path writes them. An order already reserved (by the saga's command) only has its
+/// key claimed. Lines of one product are summed; the first line (in order) that cannot be
+/// served is reported. Stock is read in the statement's
 /// snapshot; a concurrent writer that took the same units meanwhile makes the `UPDATE` break
 /// `CHECK (unidades >= 0)`, an error that aborts the transaction: the batch is then retried
 /// whole, never applied in part.
@@ -25,10 +29,12 @@ WITH lines AS (
     GROUP BY producto
 ), dup AS (
     SELECT 1 FROM mensajes_procesados WHERE id_mensaje = $1 AND consumidor = $2
+), held AS (
+    SELECT 1 FROM reservas WHERE id_reserva = $5
 ), short AS (
     SELECT l.producto, s.producto IS NULL AS unknown
     FROM lines l LEFT JOIN stock s ON s.producto = l.producto
-    WHERE s.producto IS NULL OR s.unidades < l.cantidad
+    WHERE (s.producto IS NULL OR s.unidades < l.cantidad) AND NOT EXISTS (SELECT 1 FROM held)
     ORDER BY l.ord
     LIMIT 1
 ), claim AS (
@@ -40,13 +46,26 @@ WITH lines AS (
     UPDATE stock s SET unidades = s.unidades - l.cantidad
     FROM lines l
     WHERE s.producto = l.producto AND EXISTS (SELECT 1 FROM claim)
+      AND NOT EXISTS (SELECT 1 FROM held)
+    RETURNING s.producto, s.unidades, l.cantidad, l.ord
+), reserved AS (
+    INSERT INTO reservas (id_reserva, pedido_id, estado, lineas, motivo, actualizado_ms)
+    SELECT $5, $6, 'reservada', $7, NULL, $8 WHERE EXISTS (SELECT 1 FROM taken)
+    RETURNING 1
+), updated AS (
+    INSERT INTO outbox (id, agregado, agregado_id, tipo, carga)
+    SELECT gen_random_uuid(), 'producto', t.producto, 'stock.actualizado',
+           jsonb_build_object('producto', t.producto, 'antes', t.unidades + t.cantidad,
+                              'despues', t.unidades, 'motivo', 'pedido', 'pedido_id', $6::text)
+    FROM taken t ORDER BY t.ord
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM dup) AS duplicate,
        (SELECT producto FROM short) AS short_product,
        COALESCE((SELECT unknown FROM short), false) AS unknown,
        (SELECT count(*) FROM claim) AS claimed,
-       (SELECT count(*) FROM taken) AS taken";
+       (SELECT count(*) FROM taken) AS taken,
+       EXISTS (SELECT 1 FROM held) AS held";
 
 /// Applies `items` in order inside the caller's transaction. Same contract as
 /// `StockStore::apply_batch`: one result per attempted item; a transient failure ends the
@@ -86,13 +105,38 @@ async fn apply_event(
     message_id: &str,
     order: &PlacedOrder,
 ) -> Result<Processed<()>, ApplyError> {
+    if order.reservation.is_some() {
+        // The saga's command takes this order's stock: only the key is recorded.
+        let claimed = sqlx::query(
+            "INSERT INTO mensajes_procesados (id_mensaje, consumidor) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(message_id)
+        .bind(consumer)
+        .execute(&mut *conn)
+        .await
+        .map_err(entrega_postgres::classify)?;
+        return Ok(if claimed.rows_affected() == 1 {
+            Processed::Applied(())
+        } else {
+            Processed::Duplicate
+        });
+    }
     let products: Vec<&str> = order.lines.iter().map(|l| l.product.as_str()).collect();
     let quantities: Vec<i32> = order.lines.iter().map(|l| l.quantity).collect();
+    let lines: Vec<serde_json::Value> = by_product(&order.lines)
+        .iter()
+        .map(|l| serde_json::json!({"producto": l.product, "cantidad": l.quantity}))
+        .collect();
     let row = sqlx::query(APPLY_EVENT)
         .bind(message_id)
         .bind(consumer)
         .bind(&products)
         .bind(&quantities)
+        .bind(reservation_id(&order.order_id))
+        .bind(&order.order_id)
+        .bind(serde_json::Value::Array(lines).to_string())
+        .bind(entrega_core::now_ms())
         .fetch_one(&mut *conn)
         .await
         .map_err(entrega_postgres::classify)?;
@@ -102,6 +146,7 @@ async fn apply_event(
     let unknown: bool = row.try_get("unknown").map_err(get)?;
     let claimed: i64 = row.try_get("claimed").map_err(get)?;
     let taken: i64 = row.try_get("taken").map_err(get)?;
+    let held: bool = row.try_get("held").map_err(get)?;
     if duplicate {
         return Ok(Processed::Duplicate);
     }
@@ -122,6 +167,10 @@ async fn apply_event(
         .map(|l| l.product.as_str())
         .collect::<std::collections::BTreeSet<_>>()
         .len();
+    if held {
+        // Reserved before, under the same id: the stock is taken already.
+        return Ok(Processed::Applied(()));
+    }
     if usize::try_from(taken).ok() != Some(distinct) {
         // Cannot happen while `short` saw every product; refuse rather than half-apply.
         return Err(ApplyError::Store(StoreError::Corrupt {

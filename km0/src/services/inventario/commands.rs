@@ -1,0 +1,147 @@
+//! The order saga's commands to inventario: reserve an order's stock, release it. Each is
+//! applied in one transaction with its answer in the outbox; a repeated command (the saga
+//! sent it again) gets the same answer again without touching the stock.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use entrega::{Handler, Message, Router};
+use entrega_core::{now_ms, HandlerError, Processed};
+
+use super::db::{before_commit, ApplyError, StockStore};
+use super::reservations::{
+    release_answer, reservation_answer, Motive, ReleaseCommand, ReservationState, ReserveCommand,
+    RELEASE, RESERVE,
+};
+use super::stock_moves::{self, Released, Reserved};
+
+/// Who claims command events in `mensajes_procesados`.
+pub const COMMANDS_CONSUMER: &str = "inventario.reservas";
+/// The consumer group of inventario's commands.
+pub const COMMANDS_GROUP: &str = "inventario-reservas";
+
+impl StockStore {
+    /// Applies a reservation once per `id_reserva` and enqueues its answer: confirmed,
+    /// refused with the reason (recorded, so a repeat is refused the same way), or refused
+    /// because it was released before it was made.
+    pub async fn reserve(
+        &self,
+        message_id: &str,
+        command: &ReserveCommand,
+    ) -> Result<Processed<Reserved>, ApplyError> {
+        let mut tx = self.db().begin().await?;
+        if !tx.claim(COMMANDS_CONSUMER, message_id).await? {
+            return Ok(Processed::Duplicate);
+        }
+        let outcome = stock_moves::reserve(
+            &mut tx,
+            &command.reservation_id,
+            &command.order_id,
+            &command.lines,
+            Motive::Reservation,
+            true,
+            now_ms(),
+        )
+        .await?;
+        let refused = match &outcome {
+            Reserved::Taken => None,
+            Reserved::Refused(reason) => Some(reason.clone()),
+            Reserved::Existing(r) => match r.state {
+                ReservationState::Held => None,
+                ReservationState::Refused => {
+                    Some(r.reason.clone().unwrap_or_else(|| "rechazada".into()))
+                }
+                ReservationState::Released => Some("reserva liberada antes de hacerse".into()),
+            },
+        };
+        tx.enqueue(&reservation_answer(command, refused.as_deref()))
+            .await?;
+        before_commit()?;
+        tx.commit().await?;
+        Ok(Processed::Applied(outcome))
+    }
+
+    /// Releases a reservation once and enqueues `reserva.liberada` (also when there was
+    /// nothing to give back).
+    pub async fn release(
+        &self,
+        message_id: &str,
+        command: &ReleaseCommand,
+    ) -> Result<Processed<Released>, ApplyError> {
+        let mut tx = self.db().begin().await?;
+        if !tx.claim(COMMANDS_CONSUMER, message_id).await? {
+            return Ok(Processed::Duplicate);
+        }
+        let outcome = stock_moves::release(
+            &mut tx,
+            &command.reservation_id,
+            &command.order_id,
+            now_ms(),
+        )
+        .await?;
+        tx.enqueue(&release_answer(command)).await?;
+        before_commit()?;
+        tx.commit().await?;
+        Ok(Processed::Applied(outcome))
+    }
+
+    /// The reservation `id` as stored, if any.
+    pub async fn reservation(
+        &self,
+        id: &str,
+    ) -> Result<Option<stock_moves::StoredReservation>, ApplyError> {
+        let mut tx = self.db().begin().await?;
+        let found = stock_moves::find(&mut tx, id).await?;
+        tx.rollback().await?;
+        Ok(found)
+    }
+}
+
+/// Applies the saga's `inventario.reservar` and `inventario.liberar`.
+#[derive(Debug, Clone)]
+pub struct CommandConsumer {
+    store: StockStore,
+}
+
+impl CommandConsumer {
+    /// Commands applied to `store`.
+    pub fn new(store: StockStore) -> Self {
+        Self { store }
+    }
+
+    /// Both commands to this consumer; anything else on the topic is dead-lettered.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let handler: Arc<dyn Handler> = self.clone();
+        Router::new()
+            .route(RESERVE, handler.clone())
+            .route(RELEASE, handler)
+    }
+}
+
+fn classify(e: ApplyError) -> HandlerError {
+    match e {
+        ApplyError::Stock(e) => HandlerError::permanent(e),
+        ApplyError::Store(e) => HandlerError::from(e),
+    }
+}
+
+#[async_trait]
+impl Handler for CommandConsumer {
+    async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        let data = &msg.envelope.data;
+        if msg.envelope.kind == RELEASE {
+            let command = ReleaseCommand::from_payload(data).map_err(HandlerError::permanent)?;
+            self.store
+                .release(&msg.id(), &command)
+                .await
+                .map_err(classify)?;
+        } else {
+            let command = ReserveCommand::from_payload(data).map_err(HandlerError::permanent)?;
+            self.store
+                .reserve(&msg.id(), &command)
+                .await
+                .map_err(classify)?;
+        }
+        Ok(())
+    }
+}

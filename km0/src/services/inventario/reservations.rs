@@ -1,0 +1,228 @@
+//! Reservations as the order saga asks for them: the commands inventario reads from
+//! `inventario.comandos`, the answers and stock changes it writes to its outbox (routed to
+//! `inventario.eventos`), and the reason every stock change carries.
+//!
+//! A reservation is known by its id (`reserva-<pedido>`): reserving it again answers what
+//! the first reservation answered; releasing it gives its stock back once; releasing one that
+//! was never made leaves a tombstone, so a reservation arriving after its release is refused
+//! instead of taking stock nobody will give back.
+
+use entrega_core::NewEvent;
+use serde_json::{json, Value};
+
+use super::domain::{lines_of, StockError, StockLine};
+
+/// The topic of inventario's commands (the order saga's reservations and releases).
+pub const COMMANDS_TOPIC: &str = "inventario.comandos";
+/// The topic of inventario's events: answers and `stock.actualizado`.
+pub const EVENTS_TOPIC: &str = "inventario.eventos";
+/// Reserve an order's stock (`inventario.reservar`).
+pub const RESERVE: &str = "inventario.reservar";
+/// Give a reservation's stock back (`inventario.liberar`).
+pub const RELEASE: &str = "inventario.liberar";
+/// The stock is reserved (`reserva.confirmada`).
+pub const RESERVED: &str = "reserva.confirmada";
+/// The stock could not be reserved (`reserva.rechazada`).
+pub const REFUSED: &str = "reserva.rechazada";
+/// The reservation was released, or there was nothing to release (`reserva.liberada`).
+pub const RELEASED: &str = "reserva.liberada";
+/// A product's units changed (`stock.actualizado`), the seed's exercise 2.
+pub const STOCK_UPDATED: &str = "stock.actualizado";
+/// Aggregate of stock changes in the outbox (`producto`, keyed by product, as the seed's
+/// solution 2 has it, so one product's changes stay in order).
+pub const STOCK_AGGREGATE: &str = "producto";
+/// Aggregate of reservation answers in the outbox (`reserva`, keyed by order).
+pub const RESERVATION_AGGREGATE: &str = "reserva";
+
+/// Why stock moved (`motivo` of `stock.actualizado`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Motive {
+    /// A `pedido.creado` took it (`pedido`, the seed's direct path).
+    Order,
+    /// A saga's reservation took it (`reserva`).
+    Reservation,
+    /// A released reservation gave it back (`liberacion`).
+    Release,
+}
+
+impl Motive {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Order => "pedido",
+            Self::Reservation => "reserva",
+            Self::Release => "liberacion",
+        }
+    }
+}
+
+/// Where a reservation stands (`reservas.estado`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReservationState {
+    /// Its stock is taken (`reservada`).
+    Held,
+    /// It could not be served; nothing was taken (`rechazada`).
+    Refused,
+    /// Its stock was given back, or it was released before it was made (`liberada`).
+    Released,
+}
+
+impl ReservationState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Held => "reservada",
+            Self::Refused => "rechazada",
+            Self::Released => "liberada",
+        }
+    }
+
+    /// The state a stored name stands for.
+    pub fn parse(name: &str) -> Option<Self> {
+        [Self::Held, Self::Refused, Self::Released]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+/// `inventario.reservar`: `{"pedido_id", "id_reserva", "lineas": [{"producto", "cantidad"}]}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveCommand {
+    /// The order.
+    pub order_id: String,
+    /// The reservation's id, its idempotency key.
+    pub reservation_id: String,
+    /// What to take.
+    pub lines: Vec<StockLine>,
+}
+
+/// `inventario.liberar`: `{"pedido_id", "id_reserva", "clave"}` (the key of the release,
+/// answered back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseCommand {
+    /// The order.
+    pub order_id: String,
+    /// The reservation to release.
+    pub reservation_id: String,
+    /// The release's own key (`liberacion-<pedido>`).
+    pub key: String,
+}
+
+fn text(data: &Value, field: &str) -> Result<String, StockError> {
+    match data.get(field) {
+        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 200 => Ok(s.clone()),
+        _ => Err(StockError::InvalidEvent {
+            field: field.to_owned(),
+            reason: "falta o no es un texto".into(),
+        }),
+    }
+}
+
+impl ReserveCommand {
+    /// Reads the command's `datos`.
+    pub fn from_payload(data: &Value) -> Result<Self, StockError> {
+        Ok(Self {
+            order_id: text(data, "pedido_id")?,
+            reservation_id: text(data, "id_reserva")?,
+            lines: lines_of(data)?,
+        })
+    }
+
+    /// The command's event (what the order saga sends).
+    pub fn event(&self) -> NewEvent {
+        let lines: Vec<Value> = self
+            .lines
+            .iter()
+            .map(|l| json!({"producto": l.product, "cantidad": l.quantity}))
+            .collect();
+        let payload = json!({
+            "pedido_id": self.order_id,
+            "id_reserva": self.reservation_id,
+            "clave": self.reservation_id,
+            "lineas": lines,
+        });
+        NewEvent::new(RESERVATION_AGGREGATE, &self.order_id, RESERVE, payload)
+    }
+}
+
+impl ReleaseCommand {
+    /// Reads the command's `datos`.
+    pub fn from_payload(data: &Value) -> Result<Self, StockError> {
+        Ok(Self {
+            order_id: text(data, "pedido_id")?,
+            reservation_id: text(data, "id_reserva")?,
+            key: text(data, "clave")?,
+        })
+    }
+
+    /// The command's event (what the order saga sends).
+    pub fn event(&self) -> NewEvent {
+        let payload = json!({
+            "pedido_id": self.order_id,
+            "id_reserva": self.reservation_id,
+            "clave": self.key,
+        });
+        NewEvent::new(RESERVATION_AGGREGATE, &self.order_id, RELEASE, payload)
+    }
+}
+
+/// The answer to a reservation: `reserva.confirmada`, or `reserva.rechazada` with `motivo`.
+pub fn reservation_answer(command: &ReserveCommand, refused: Option<&str>) -> NewEvent {
+    let mut payload = json!({
+        "pedido_id": command.order_id,
+        "id_reserva": command.reservation_id,
+        "clave": command.reservation_id,
+    });
+    let kind = match refused {
+        Some(reason) => {
+            payload["motivo"] = json!(reason);
+            REFUSED
+        }
+        None => RESERVED,
+    };
+    NewEvent::new(RESERVATION_AGGREGATE, &command.order_id, kind, payload)
+}
+
+/// The answer to a release: `reserva.liberada`, under the release's key.
+pub fn release_answer(command: &ReleaseCommand) -> NewEvent {
+    let payload = json!({
+        "pedido_id": command.order_id,
+        "id_reserva": command.reservation_id,
+        "clave": command.key,
+    });
+    NewEvent::new(RESERVATION_AGGREGATE, &command.order_id, RELEASED, payload)
+}
+
+/// `stock.actualizado` `{producto, antes, despues, motivo, pedido_id}` (the seed's solution 2).
+pub fn stock_updated(
+    product: &str,
+    before: i64,
+    after: i64,
+    motive: Motive,
+    order_id: &str,
+) -> NewEvent {
+    NewEvent::new(
+        STOCK_AGGREGATE,
+        product,
+        STOCK_UPDATED,
+        json!({
+            "producto": product,
+            "antes": before,
+            "despues": after,
+            "motivo": motive.as_str(),
+            "pedido_id": order_id,
+        }),
+    )
+}
+
+/// `lines` with one entry per product, quantities summed, in first-seen order.
+pub fn by_product(lines: &[StockLine]) -> Vec<StockLine> {
+    let mut out: Vec<StockLine> = Vec::with_capacity(lines.len());
+    for line in lines {
+        match out.iter_mut().find(|l| l.product == line.product) {
+            Some(l) => l.quantity = l.quantity.saturating_add(line.quantity),
+            None => out.push(line.clone()),
+        }
+    }
+    out
+}
