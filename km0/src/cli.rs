@@ -196,8 +196,10 @@ impl FaultArgs {
 pub enum Component {
     /// The orders HTTP API.
     Pedidos,
-    /// The stock consumer.
+    /// The stock consumer, the order saga's reservations, and inventario's outbox relay.
     Inventario,
+    /// The catalogue's low-stock flags, from inventario's `stock.actualizado`.
+    Catalogo,
     /// The outbox relay of pedidos.
     Relay,
     /// The delivery consumer (couriers for paid orders).
@@ -217,6 +219,7 @@ impl Component {
         match self {
             Self::Pedidos => "pedidos",
             Self::Inventario => "inventario",
+            Self::Catalogo => "catalogo",
             Self::Relay => "relay",
             Self::Reparto => "reparto",
             Self::Analitica => "analitica",
@@ -331,6 +334,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             match args.component {
                 Component::Pedidos => components.pedidos = true,
                 Component::Inventario => components.inventario = true,
+                Component::Catalogo => components.catalogo = true,
                 Component::Relay => components.relay = true,
                 Component::Reparto => components.reparto = true,
                 Component::Analitica => components.analitica = true,

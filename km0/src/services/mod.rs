@@ -2,6 +2,7 @@
 //! `db.rs` (its own database), `http.rs` (its API, if any) and `messaging.rs` (its events).
 
 pub mod analitica;
+pub mod catalogo;
 pub mod inventario;
 pub mod pagos;
 pub mod pasarela;

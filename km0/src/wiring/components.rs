@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use entrega::CancellationToken;
 
-use super::spawn::{spawn_analitica, spawn_consumer, spawn_relay, spawn_reparto};
+use super::spawn::{spawn_analitica, spawn_relay, spawn_reparto};
 use super::{System, Task};
 use crate::services::inventario::ConsumerStats;
 use crate::services::pasarela::{self, Faults, PasarelaState};
@@ -25,6 +25,8 @@ pub struct Components {
     pub inventario: bool,
     /// The reparto consumer and its periodic assignment of pending deliveries.
     pub reparto: bool,
+    /// catalogo: the low-stock flags, from inventario's `stock.actualizado`.
+    pub catalogo: bool,
     /// reparto's maps service; `None` computes routes in-process.
     pub mapas_url: Option<String>,
     /// analitica: sales per market in Kafka transactions (Kafka brokers only).
@@ -48,6 +50,7 @@ impl Components {
             relay: true,
             inventario: true,
             reparto: false,
+            catalogo: true,
             mapas_url: None,
             analitica: false,
             pasarela: None,
@@ -64,6 +67,7 @@ impl Components {
             relay: false,
             inventario: false,
             reparto: false,
+            catalogo: false,
             mapas_url: None,
             analitica: false,
             pasarela: None,
@@ -211,9 +215,17 @@ impl System {
             running.tasks.push(("relay", task));
         }
         if components.inventario {
-            let (task, stats) = spawn_consumer(self, &components.instance, stop.clone()).await?;
+            let (task, stats) =
+                super::spawn_inventario::spawn_inventario(self, &components.instance, stop.clone())
+                    .await?;
             running.consumer_stats = Some(stats);
             running.tasks.push(("inventario", task));
+        }
+        if components.catalogo {
+            let task =
+                super::spawn_inventario::spawn_catalogo(self, &components.instance, stop.clone())
+                    .await?;
+            running.tasks.push(("catalogo", task));
         }
         if components.reparto {
             let task = spawn_reparto(self, &components, stop.clone()).await?;
@@ -266,6 +278,9 @@ fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
     }
     if components.inventario {
         line.push_str(" inventario");
+    }
+    if components.catalogo {
+        line.push_str(" catalogo");
     }
     if components.reparto {
         line.push_str(" reparto");

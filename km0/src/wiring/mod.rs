@@ -7,6 +7,7 @@ pub mod config;
 mod broker;
 mod components;
 mod spawn;
+mod spawn_inventario;
 mod spawn_pagos;
 mod system;
 mod topics;
@@ -14,6 +15,7 @@ mod topics;
 pub use broker::{connect as connect_broker, Broker, BrokerError};
 pub use components::{run_until_signal, Components, Running};
 pub use spawn::ASSIGN_EVERY;
+pub use spawn_inventario::{inventario_routing, INVENTARIO_SOURCE};
 pub use spawn_pagos::DEFAULT_PASARELA_URL;
 pub use system::{Retention, System, DEFAULT_LEASE_TTL};
 pub use topics::{

@@ -1,4 +1,4 @@
-//! km0's components as tasks: the pedidos outbox relay, the inventario stock consumer, the
+//! km0's components as tasks: the pedidos outbox relay, the
 //! reparto delivery consumer, their periodic chores (purging old processed-message keys,
 //! assigning pending deliveries), and analitica's transactional transformer. The two workers
 //! take their retry policy from the process's `--retry` flags.
@@ -14,12 +14,12 @@ use entrega_kafka::{KafkaTransformer, TransformerConfig};
 use super::config::RetryMode;
 use super::{ensure_topics, Broker, Components, System, Task};
 use crate::services::analitica::{self, SalesTransform};
-use crate::services::inventario::{ConsumerStats, StockConsumer, StockStore, GROUP};
+use crate::services::inventario::StockStore;
 use crate::services::pedidos::{routing, PARTITIONS, SOURCE, TOPIC};
 use crate::services::reparto::{self, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps};
 
 /// Longest wait of an idle relay for rows committed by other processes (the seed's 0.2 s).
-const RELAY_POLL: Duration = Duration::from_millis(200);
+pub(super) const RELAY_POLL: Duration = Duration::from_millis(200);
 
 /// How often reparto looks for free couriers for its pending deliveries.
 pub const ASSIGN_EVERY: Duration = Duration::from_millis(500);
@@ -49,34 +49,6 @@ pub(super) fn consumer_worker(
     } else {
         worker
     }
-}
-
-/// The inventario stock consumer, as group member `instance`.
-pub(super) async fn spawn_consumer(
-    system: &System,
-    instance: &str,
-    stop: CancellationToken,
-) -> anyhow::Result<(Task, Arc<ConsumerStats>)> {
-    let stock = system
-        .inventario()
-        .await
-        .context("opening the inventario database")?;
-    let broker = system.broker().await.context("opening the broker")?;
-    ensure_topics(&broker).await?;
-    spawn_inbox_purge(stock.clone(), system.retention().inbox, stop.clone());
-    let db = stock.db().clone();
-    let consumer = Arc::new(StockConsumer::new(stock));
-    let stats = consumer.stats();
-    let names = (GROUP, TOPIC, instance.to_owned());
-    let worker = consumer_worker(system, &broker, consumer.router(), names, &db);
-    tracing::info!(
-        instance,
-        key_concurrency = system.key_concurrency(),
-        retry = ?system.retry().mode,
-        "inventario consumer started"
-    );
-    let task = tokio::spawn(async move { worker.run(stop).await.context("inventario consumer") });
-    Ok((task, stats))
 }
 
 /// The reparto consumer, as group member `<instance>-reparto`, and the periodic assignment of
@@ -166,7 +138,7 @@ fn spawn_assignment(store: DeliveryStore, stop: CancellationToken) {
 
 /// Deletes processed-message keys older than `retention`, now and then, until `stop`.
 /// A failed purge is logged and tried again next time: keys kept longer are harmless.
-fn spawn_inbox_purge(stock: StockStore, retention: Duration, stop: CancellationToken) {
+pub(super) fn spawn_inbox_purge(stock: StockStore, retention: Duration, stop: CancellationToken) {
     let every = (retention / 10).clamp(Duration::from_secs(1), Duration::from_secs(3600));
     tokio::spawn(async move {
         loop {

@@ -164,6 +164,15 @@ impl System {
         Ok(store)
     }
 
+    /// The catalogue's store, migrated.
+    pub async fn catalogo(&self) -> Result<crate::services::catalogo::CatalogStore, StoreError> {
+        let store = crate::services::catalogo::CatalogStore::new(
+            self.databases.connect(Service::Catalogo).await?,
+        );
+        store.migrate().await?;
+        Ok(store)
+    }
+
     /// The payment gateway simulator's ledger, migrated.
     pub async fn pasarela(&self) -> Result<crate::services::pasarela::Ledger, StoreError> {
         let ledger = crate::services::pasarela::Ledger::new(
@@ -194,7 +203,8 @@ impl System {
         self.pedidos().await?.db().close().await;
         self.inventario().await?.db().close().await;
         self.reparto().await?.db().close().await;
-        let mut done = vec!["pedidos", "inventario", "reparto"];
+        self.catalogo().await?.db().close().await;
+        let mut done = vec!["pedidos", "inventario", "reparto", "catalogo"];
         if !self.broker_kind()?.is_server() {
             self.broker().await?.close().await;
             done.push("broker");
@@ -282,6 +292,7 @@ impl System {
             Service::Reparto,
             Service::Pagos,
             Service::Pasarela,
+            Service::Catalogo,
         ] {
             let name = self.databases.name(service);
             match &self.databases.place {

@@ -6,13 +6,19 @@ use entrega_amqp::{Amqp, GroupSpec};
 
 use super::Broker;
 use crate::services::pedidos::{PARTITIONS, TOPIC};
-use crate::services::{inventario, pagos, reparto};
+use crate::services::{catalogo, inventario, pagos, reparto};
 
 /// km0's consumer groups on RabbitMQ, each with the base name of its queues: inventario's
 /// is the seed's `inventario.pedidos` (dead letters in `inventario.pedidos.dlq` through
 /// `km0.dlx`).
-pub const AMQP_GROUPS: [(&str, &str, &str); 4] = [
+pub const AMQP_GROUPS: [(&str, &str, &str); 6] = [
     (inventario::GROUP, inventario::TOPIC, "inventario.pedidos"),
+    (
+        inventario::COMMANDS_GROUP,
+        inventario::COMMANDS_TOPIC,
+        "inventario.reservas",
+    ),
+    (catalogo::GROUP, catalogo::TOPIC, "catalogo.stock"),
     (reparto::GROUP, reparto::TOPIC, "reparto.pedidos"),
     (pagos::GROUP, pagos::TOPIC, "pagos.pedidos"),
     // pedidos reads what pagos decided (the order saga); its queues keep the payment events
@@ -47,14 +53,25 @@ pub fn name_amqp_groups(amqp: &Amqp) {
     }
 }
 
-/// Creates the topics of order and payment events and their dead-letter topics if missing;
-/// on RabbitMQ, the topics and km0's groups' queues.
+/// Every topic km0 publishes to: order events, inventario's commands and events, payment
+/// events.
+pub const TOPICS: [&str; 4] = [
+    TOPIC,
+    inventario::COMMANDS_TOPIC,
+    inventario::EVENTS_TOPIC,
+    pagos::EVENTS_TOPIC,
+];
+
+/// Creates km0's topics ([`TOPICS`]) and their dead-letter and retry topics if missing; on
+/// RabbitMQ, the topics and km0's groups' queues.
 pub async fn ensure_topics(broker: &Broker) -> anyhow::Result<()> {
     let Some(amqp) = broker.as_amqp() else {
-        ensure_topic_and_dlq(broker, TOPIC).await?;
-        return ensure_topic_and_dlq(broker, pagos::EVENTS_TOPIC).await;
+        for topic in TOPICS {
+            ensure_topic_and_dlq(broker, topic).await?;
+        }
+        return Ok(());
     };
-    for topic in [TOPIC, pagos::EVENTS_TOPIC] {
+    for topic in TOPICS {
         broker
             .admin()
             .ensure_topic(topic, PARTITIONS)

@@ -30,6 +30,8 @@ pub enum Service {
     Pagos,
     /// The payment gateway simulator's ledger: `claves_idempotencia` and `cargos`.
     Pasarela,
+    /// The catalogue's low-stock flags: `catalogo`.
+    Catalogo,
 }
 
 impl Service {
@@ -41,6 +43,7 @@ impl Service {
             Self::Reparto => "reparto",
             Self::Pagos => "pagos",
             Self::Pasarela => "pasarela",
+            Self::Catalogo => "catalogo",
         }
     }
 }
