@@ -9,10 +9,11 @@ use entrega::db::{query, Db, Migration};
 use entrega_core::StoreError;
 
 /// Keys and charges.
-const MIGRATIONS: &[Migration] = &[Migration::same(
-    1,
-    "claves_idempotencia and cargos",
-    "CREATE TABLE IF NOT EXISTS claves_idempotencia (
+const MIGRATIONS: &[Migration] = &[
+    Migration::same(
+        1,
+        "claves_idempotencia and cargos",
+        "CREATE TABLE IF NOT EXISTS claves_idempotencia (
         clave TEXT PRIMARY KEY, huella TEXT NOT NULL, estado TEXT NOT NULL,
         codigo INTEGER, respuesta TEXT, bloqueada_hasta_ms BIGINT NOT NULL,
         creado_ms BIGINT NOT NULL);
@@ -21,7 +22,17 @@ const MIGRATIONS: &[Migration] = &[Migration::same(
         tarjeta TEXT NOT NULL, importe_centimos BIGINT NOT NULL, resultado TEXT NOT NULL,
         motivo TEXT, creado_ms BIGINT NOT NULL);
     CREATE INDEX IF NOT EXISTS cargos_referencia ON cargos (referencia);",
-)];
+    ),
+    Migration::same(
+        2,
+        "reembolsos: at most one per charge",
+        "CREATE TABLE IF NOT EXISTS reembolsos (
+            id TEXT PRIMARY KEY, clave TEXT NOT NULL, cargo TEXT NOT NULL UNIQUE,
+            referencia TEXT NOT NULL, importe_centimos BIGINT NOT NULL,
+            creado_ms BIGINT NOT NULL);
+        CREATE INDEX IF NOT EXISTS reembolsos_referencia ON reembolsos (referencia);",
+    ),
+];
 
 /// A key as stored: fingerprint, state, answer status and body, lease end.
 type KeyRow = (String, String, Option<i32>, Option<String>, i64);
@@ -59,6 +70,32 @@ pub struct Charge {
     pub resultado: String,
     /// Why it was declined.
     pub motivo: Option<String>,
+}
+
+/// One refund of the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Refund {
+    /// Refund id (`re_...`).
+    pub id: String,
+    /// The idempotency key it was made under.
+    pub clave: String,
+    /// The charge it gives back.
+    pub cargo: String,
+    /// The merchant's reference.
+    pub referencia: String,
+    /// Amount in cents.
+    pub importe_centimos: i64,
+}
+
+/// What was charged under a charge's idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChargeLookup {
+    /// A request with that key is still running.
+    InProgress,
+    /// Charged, by this charge.
+    Approved(Charge),
+    /// Nothing: the key was never used, the charge was declined, or it failed first.
+    Nothing,
 }
 
 /// The ledger database.
@@ -205,6 +242,142 @@ impl Ledger {
         )
         .await?;
         tx.commit().await
+    }
+
+    /// What was charged under the charge key `key`.
+    pub async fn charge_under(&self, key: &str) -> Result<ChargeLookup, StoreError> {
+        let state: Option<String> = self
+            .db
+            .scalar(query("SELECT estado FROM claves_idempotencia WHERE clave = $1").bind(key))
+            .await?;
+        if state.as_deref() == Some("en_curso") {
+            return Ok(ChargeLookup::InProgress);
+        }
+        let row: Option<(String, String, String, i64, String, Option<String>)> = self
+            .db
+            .fetch_optional(
+                query(
+                    "SELECT id, clave, referencia, importe_centimos, resultado, motivo \
+                     FROM cargos WHERE clave = $1 AND resultado = 'aprobado'",
+                )
+                .bind(key),
+            )
+            .await?;
+        Ok(match row {
+            Some((id, clave, referencia, importe_centimos, resultado, motivo)) => {
+                ChargeLookup::Approved(Charge {
+                    id,
+                    clave,
+                    referencia,
+                    importe_centimos,
+                    resultado,
+                    motivo,
+                })
+            }
+            None => ChargeLookup::Nothing,
+        })
+    }
+
+    /// Records `refund` (if any) and completes `key` with the answer, in one transaction;
+    /// returns the answer stored. A charge refunded before under another key is not
+    /// refunded again: the answer is that earlier refund's.
+    pub async fn complete_refund(
+        &self,
+        key: &str,
+        refund: Option<&Refund>,
+        status: u16,
+        body: &str,
+        now_ms: i64,
+    ) -> Result<String, StoreError> {
+        let mut tx = self.db.begin().await?;
+        let mut body = body.to_owned();
+        if let Some(r) = refund {
+            let inserted = tx
+                .execute(
+                    query(
+                        "INSERT INTO reembolsos (id, clave, cargo, referencia, importe_centimos, \
+                         creado_ms) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (cargo) DO NOTHING",
+                    )
+                    .bind(r.id.as_str())
+                    .bind(key)
+                    .bind(r.cargo.as_str())
+                    .bind(r.referencia.as_str())
+                    .bind(r.importe_centimos)
+                    .bind(now_ms),
+                )
+                .await?;
+            if inserted == 0 {
+                let earlier: Option<String> = tx
+                    .scalar(
+                        query("SELECT id FROM reembolsos WHERE cargo = $1").bind(r.cargo.as_str()),
+                    )
+                    .await?;
+                body = serde_json::json!({"id": earlier, "estado": "reembolsado", "cargo": r.cargo,
+                    "importe_centimos": r.importe_centimos, "referencia": r.referencia})
+                .to_string();
+            }
+        }
+        tx.execute(
+            query(
+                "UPDATE claves_idempotencia SET estado = 'completada', codigo = $1, \
+                 respuesta = $2 WHERE clave = $3",
+            )
+            .bind(i32::from(status))
+            .bind(body.as_str())
+            .bind(key),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(body)
+    }
+
+    /// Every refund made for `reference`, oldest first.
+    pub async fn refunds_for(&self, reference: &str) -> Result<Vec<Refund>, StoreError> {
+        let rows: Vec<(String, String, String, String, i64)> = self
+            .db
+            .fetch_all(
+                query(
+                    "SELECT id, clave, cargo, referencia, importe_centimos FROM reembolsos \
+                     WHERE referencia = $1 ORDER BY creado_ms, id",
+                )
+                .bind(reference),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, clave, cargo, referencia, importe_centimos)| Refund {
+                id,
+                clave,
+                cargo,
+                referencia,
+                importe_centimos,
+            })
+            .collect())
+    }
+
+    /// What `reference` was charged, net of refunds, in cents.
+    pub async fn net_for(&self, reference: &str) -> Result<i64, StoreError> {
+        let charged: Option<i64> = self
+            .db
+            .scalar(
+                query(
+                    "SELECT CAST(COALESCE(SUM(importe_centimos), 0) AS BIGINT) FROM cargos \
+                     WHERE referencia = $1 AND resultado = 'aprobado'",
+                )
+                .bind(reference),
+            )
+            .await?;
+        let refunded: Option<i64> = self
+            .db
+            .scalar(
+                query(
+                    "SELECT CAST(COALESCE(SUM(importe_centimos), 0) AS BIGINT) FROM reembolsos \
+                     WHERE referencia = $1",
+                )
+                .bind(reference),
+            )
+            .await?;
+        Ok(charged.unwrap_or(0) - refunded.unwrap_or(0))
     }
 
     /// Every charge made for `reference`, oldest first.

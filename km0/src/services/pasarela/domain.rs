@@ -67,6 +67,38 @@ impl ChargeRequest {
     }
 }
 
+/// A refund request, `{"clave_cargo", "referencia"}`: the charge made under the
+/// Idempotency-Key `clave_cargo`, for the merchant's `referencia`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefundRequest {
+    /// The key the charge was made under (`clave_cargo`).
+    pub charge_key: String,
+    /// The merchant's reference (`referencia`).
+    pub reference: String,
+}
+
+impl RefundRequest {
+    /// Reads a JSON body field by field.
+    pub fn from_json(body: &Value) -> Result<Self, InvalidCharge> {
+        let text = |field: &'static str| match body.get(field) {
+            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 255 => Ok(s.clone()),
+            _ => Err(InvalidCharge {
+                field,
+                message: "falta o no es un texto de 1 a 255 bytes".into(),
+            }),
+        };
+        Ok(Self {
+            charge_key: text("clave_cargo")?,
+            reference: text("referencia")?,
+        })
+    }
+
+    /// The request as canonical JSON, for its key's fingerprint.
+    pub fn fingerprint(&self) -> String {
+        json!({"clave_cargo": self.charge_key, "referencia": self.reference}).to_string()
+    }
+}
+
 /// Faults injected in this run, set by flags at start and replaced through `PUT /fallos`.
 /// Counters (`fallar_503`, `colgar_tras_cobro`) count down as requests use them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

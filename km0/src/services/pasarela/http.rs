@@ -5,7 +5,10 @@
 //!   `{"estado": "rechazado", "motivo"}` declined. The same key with the same body gets the
 //!   stored answer again (header `Idempotent-Replayed: true`), with another body 422, while
 //!   the first is still running 409; no key 400.
-//! - `GET /cargos?referencia=P-1`: the ledger's charges of a reference (for reconciling).
+//! - `POST /reembolsos`: a charge given back, with the same key semantics (see
+//!   [`refunds`](super::refunds)).
+//! - `GET /cargos?referencia=P-1`: the ledger's charges and refunds of a reference (for
+//!   reconciling).
 //! - `GET /fallos`, `PUT /fallos`: the faults of this run (see [`Faults`]).
 //! - `GET /salud`.
 
@@ -28,7 +31,7 @@ use super::domain::{ChargeRequest, Decision, Faults};
 /// How long a key stays held by a request before another may take it over.
 pub const KEY_LEASE_MS: i64 = 30_000;
 /// Largest request body.
-const MAX_BODY: usize = 16 * 1024;
+pub(super) const MAX_BODY: usize = 16 * 1024;
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
@@ -38,6 +41,17 @@ pub struct PasarelaState {
 }
 
 impl PasarelaState {
+    /// The ledger.
+    pub(super) fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// This request's latency, and whether it takes one of the pending 503s.
+    pub(super) async fn latency_and_503(&self) -> (u64, bool) {
+        let mut f = self.faults.lock().await;
+        (f.latencia_ms, f.take_503())
+    }
+
     /// The gateway over `ledger` (migrated), with `faults` at start.
     pub fn new(ledger: Ledger, faults: Faults) -> Self {
         Self {
@@ -51,13 +65,14 @@ impl PasarelaState {
 pub fn app(state: PasarelaState) -> Router {
     Router::new()
         .route("/cargos", post(charge).get(charges))
+        .route("/reembolsos", post(super::refunds::refund))
         .route("/fallos", get(get_faults).put(put_faults))
         .route("/salud", get(health))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no existe esa ruta") })
         .with_state(state)
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     let mut response = (status, Json(json!({ "error": message.into() }))).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         response
@@ -67,7 +82,16 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     response
 }
 
-fn stored(status: u16, body: &str, replayed: bool) -> Response {
+/// The request's `Idempotency-Key`, if it has a usable one.
+pub(super) fn idempotency_key(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty() && k.len() <= 255)
+}
+
+pub(super) fn stored(status: u16, body: &str, replayed: bool) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let value: Value = serde_json::from_str(body).unwrap_or(Value::Null);
     let mut response = (status, Json(value)).into_response();
@@ -80,12 +104,7 @@ fn stored(status: u16, body: &str, replayed: bool) -> Response {
 }
 
 async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(key) = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && k.len() <= 255)
-    else {
+    let Some(key) = idempotency_key(&headers) else {
         return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
     };
     if body.len() > MAX_BODY {
@@ -98,10 +117,7 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
         Ok(request) => request,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let (latency, fail) = {
-        let mut f = state.faults.lock().await;
-        (f.latencia_ms, f.take_503())
-    };
+    let (latency, fail) = state.latency_and_503().await;
     let taken = state
         .ledger
         .take(key, &request.fingerprint(), now_ms(), KEY_LEASE_MS)
@@ -197,8 +213,20 @@ struct ByReference {
 }
 
 async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference>) -> Response {
-    match state.ledger.charges_for(&q.referencia).await {
-        Ok(charges) => (StatusCode::OK, Json(json!({ "cargos": charges }))).into_response(),
+    let found = match state.ledger.charges_for(&q.referencia).await {
+        Ok(charges) => state
+            .ledger
+            .refunds_for(&q.referencia)
+            .await
+            .map(|refunds| (charges, refunds)),
+        Err(e) => Err(e),
+    };
+    match found {
+        Ok((charges, refunds)) => (
+            StatusCode::OK,
+            Json(json!({ "cargos": charges, "reembolsos": refunds })),
+        )
+            .into_response(),
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("libro de cargos: {e}"),

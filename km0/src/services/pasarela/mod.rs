@@ -2,12 +2,14 @@
 //! many times each order was charged. It keeps Idempotency-Key semantics (the same key and
 //! body get the stored answer, another body 422, a key still in use 409) and injects the
 //! faults a run asks for: latency, 503 before charging, an answer that comes too late after
-//! charging, declines by card or amount.
+//! charging, declines by card or amount. Refunds give a charge back once, under their own
+//! keys.
 
 mod db;
 mod domain;
 mod http;
+mod refunds;
 
-pub use db::{Charge, Ledger, Taken};
-pub use domain::{ChargeRequest, Decision, Faults, InvalidCharge};
+pub use db::{Charge, ChargeLookup, Ledger, Refund, Taken};
+pub use domain::{ChargeRequest, Decision, Faults, InvalidCharge, RefundRequest};
 pub use http::{app, PasarelaState, KEY_LEASE_MS};

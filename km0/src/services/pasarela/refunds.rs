@@ -1,0 +1,124 @@
+//! Refunds at the gateway: `POST /reembolsos` with `Idempotency-Key` and
+//! `{"clave_cargo", "referencia"}` refunds the charge made under the key `clave_cargo`.
+//!
+//! - 201 `{"id", "estado": "reembolsado", "cargo", "importe_centimos", "referencia"}`: the
+//!   charge is refunded now (or was, under another refund key: the same refund again).
+//! - 200 `{"estado": "sin_cargo"}`: nothing was charged under that key (never used, declined,
+//!   or failed before charging): nothing to give back.
+//! - 409 while the charge under `clave_cargo` is still running, or another request holds
+//!   this refund's key; 422 for the key used with another body; 400 for a bad body; 503 as
+//!   injected (`fallar_503`) or when the ledger fails.
+//!
+//! The same key and body get the stored answer (`Idempotent-Replayed: true`): a refund
+//! delivered twice gives the money back once.
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use entrega_core::now_ms;
+use serde_json::{json, Value};
+
+use super::db::{ChargeLookup, Refund, Taken};
+use super::domain::RefundRequest;
+use super::http::{error, idempotency_key, stored, PasarelaState, KEY_LEASE_MS, MAX_BODY};
+
+/// `POST /reembolsos`.
+pub(super) async fn refund(
+    State(state): State<PasarelaState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(key) = idempotency_key(&headers) else {
+        return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
+    };
+    if body.len() > MAX_BODY {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "cuerpo demasiado grande");
+    }
+    let request = match serde_json::from_slice::<Value>(&body)
+        .map_err(|e| e.to_string())
+        .and_then(|v| RefundRequest::from_json(&v).map_err(|e| e.to_string()))
+    {
+        Ok(request) => request,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let (latency, fail) = state.latency_and_503().await;
+    let ledger = state.ledger();
+    match ledger
+        .take(key, &request.fingerprint(), now_ms(), KEY_LEASE_MS)
+        .await
+    {
+        Err(e) => return unavailable(&e),
+        Ok(Taken::Replay { status, body }) => return stored(status, &body, true),
+        Ok(Taken::InProgress) => {
+            return error(
+                StatusCode::CONFLICT,
+                "otra petición con esta Idempotency-Key está en curso",
+            )
+        }
+        Ok(Taken::Mismatch) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "esta Idempotency-Key se usó con otra petición",
+            )
+        }
+        Ok(Taken::Fresh) => {}
+    }
+    let charge = match ledger.charge_under(&request.charge_key).await {
+        Ok(ChargeLookup::InProgress) => {
+            let _ = ledger.release(key).await;
+            return error(StatusCode::CONFLICT, "el cargo de esa clave está en curso");
+        }
+        Ok(ChargeLookup::Approved(charge)) => Some(charge),
+        Ok(ChargeLookup::Nothing) => None,
+        Err(e) => {
+            let _ = ledger.release(key).await;
+            return unavailable(&e);
+        }
+    };
+    // The refund's own processing time, after the charge was looked up.
+    if latency > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(latency)).await;
+    }
+    if fail {
+        let _ = ledger.release(key).await;
+        return error(StatusCode::SERVICE_UNAVAILABLE, "pasarela no disponible");
+    }
+    let (status, body, refund) = match charge {
+        Some(charge) => {
+            let refund = Refund {
+                id: format!("re_{}", uuid::Uuid::new_v4().simple()),
+                clave: key.to_owned(),
+                cargo: charge.id.clone(),
+                referencia: charge.referencia.clone(),
+                importe_centimos: charge.importe_centimos,
+            };
+            let body = json!({"id": refund.id, "estado": "reembolsado", "cargo": charge.id,
+                              "importe_centimos": charge.importe_centimos,
+                              "referencia": charge.referencia});
+            (201, body, Some(refund))
+        }
+        None => (
+            200,
+            json!({"estado": "sin_cargo", "referencia": request.reference}),
+            None,
+        ),
+    };
+    match ledger
+        .complete_refund(key, refund.as_ref(), status, &body.to_string(), now_ms())
+        .await
+    {
+        Ok(text) => stored(status, &text, false),
+        Err(e) => {
+            let _ = ledger.release(key).await;
+            unavailable(&e)
+        }
+    }
+}
+
+fn unavailable(e: &entrega_core::StoreError) -> Response {
+    error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("libro de cargos: {e}"),
+    )
+}
