@@ -1,5 +1,5 @@
 //! pagos as tasks: the authorisation server on `pagos.autorizaciones`, the charge consumer on
-//! the order events, and the relay of pagos' own outbox to `pagos.eventos`, all in one
+//! the order events, the order saga's commands on `pagos.comandos`, and the relay of pagos' own outbox to `pagos.eventos`, all in one
 //! process (`km0 run pagos`).
 
 use std::sync::Arc;
@@ -11,7 +11,8 @@ use entrega_core::SystemClock;
 
 use super::{ensure_topics, Components, System, Task};
 use crate::services::pagos::{
-    self, Authoriser, ChargeConsumer, Gateway, PaymentStore, AUTHORISER, GATEWAY_TIMEOUT,
+    self, Authoriser, ChargeConsumer, CommandConsumer, Gateway, PaymentStore, AUTHORISER,
+    GATEWAY_TIMEOUT,
 };
 use crate::services::pedidos::PARTITIONS;
 
@@ -38,10 +39,18 @@ pub(super) async fn spawn_pagos(
         .unwrap_or(DEFAULT_PASARELA_URL);
     let gateway = Gateway::new(url, GATEWAY_TIMEOUT).context("the payment gateway")?;
 
-    let consumer = Arc::new(ChargeConsumer::new(store.clone(), gateway));
+    let consumer = Arc::new(ChargeConsumer::new(store.clone(), gateway.clone()));
     let names = (pagos::GROUP, pagos::TOPIC, instance.clone());
     let worker =
         super::spawn::consumer_worker(system, &broker, consumer.router(), names, store.db());
+    let commands = Arc::new(CommandConsumer::new(store.clone(), gateway));
+    let names = (
+        pagos::COMMANDS_GROUP,
+        pagos::COMMANDS_TOPIC,
+        format!("{instance}-comandos"),
+    );
+    let commands =
+        super::spawn::consumer_worker(system, &broker, commands.router(), names, store.db());
 
     let handler = Arc::new(StoredAnswers::new(
         store.db().clone(),
@@ -57,9 +66,14 @@ pub(super) async fn spawn_pagos(
     let child = stop.child_token();
     Ok(tokio::spawn(async move {
         // One part stopping stops the others, so none runs on alone unnoticed.
-        let (charges, authorisations, relayed) = tokio::join!(
+        let (charges, commanded, authorisations, relayed) = tokio::join!(
             async {
                 let r = worker.run(child.clone()).await.context("pagos charges");
+                child.cancel();
+                r
+            },
+            async {
+                let r = commands.run(child.clone()).await.context("pagos commands");
                 child.cancel();
                 r
             },
@@ -77,7 +91,7 @@ pub(super) async fn spawn_pagos(
                 r
             },
         );
-        charges.and(authorisations).and(relayed)
+        charges.and(commanded).and(authorisations).and(relayed)
     }))
 }
 

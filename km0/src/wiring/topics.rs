@@ -11,7 +11,7 @@ use crate::services::{catalogo, inventario, pagos, reparto};
 /// km0's consumer groups on RabbitMQ, each with the base name of its queues: inventario's
 /// is the seed's `inventario.pedidos` (dead letters in `inventario.pedidos.dlq` through
 /// `km0.dlx`).
-pub const AMQP_GROUPS: [(&str, &str, &str); 6] = [
+pub const AMQP_GROUPS: [(&str, &str, &str); 7] = [
     (inventario::GROUP, inventario::TOPIC, "inventario.pedidos"),
     (
         inventario::COMMANDS_GROUP,
@@ -21,6 +21,7 @@ pub const AMQP_GROUPS: [(&str, &str, &str); 6] = [
     (catalogo::GROUP, catalogo::TOPIC, "catalogo.stock"),
     (reparto::GROUP, reparto::TOPIC, "reparto.pedidos"),
     (pagos::GROUP, pagos::TOPIC, "pagos.pedidos"),
+    (pagos::COMMANDS_GROUP, pagos::COMMANDS_TOPIC, "pagos.cobros"),
     // pedidos reads what pagos decided (the order saga); its queues keep the payment events
     // until it does.
     ("pedidos", pagos::EVENTS_TOPIC, "pedidos.pagos"),
@@ -53,12 +54,12 @@ pub fn name_amqp_groups(amqp: &Amqp) {
     }
 }
 
-/// Every topic km0 publishes to: order events, inventario's commands and events, payment
-/// events.
-pub const TOPICS: [&str; 4] = [
+/// Every topic km0 publishes to: order events, inventario's and pagos' commands and events.
+pub const TOPICS: [&str; 5] = [
     TOPIC,
     inventario::COMMANDS_TOPIC,
     inventario::EVENTS_TOPIC,
+    pagos::COMMANDS_TOPIC,
     pagos::EVENTS_TOPIC,
 ];
 

@@ -43,6 +43,11 @@ pub enum PaymentState {
     Confirmed,
     /// Declined by the gateway (`rechazado`).
     Declined,
+    /// Charged, then given back (`reembolsado`).
+    Refunded,
+    /// Cancelled before anything was charged: a charge asked for later is refused
+    /// (`anulado`).
+    Cancelled,
 }
 
 impl PaymentState {
@@ -52,13 +57,21 @@ impl PaymentState {
             Self::Started => "iniciado",
             Self::Confirmed => "confirmado",
             Self::Declined => "rechazado",
+            Self::Refunded => "reembolsado",
+            Self::Cancelled => "anulado",
         }
     }
 
-    fn parse(name: &str) -> Option<Self> {
-        [Self::Started, Self::Confirmed, Self::Declined]
-            .into_iter()
-            .find(|s| s.as_str() == name)
+    pub(super) fn parse(name: &str) -> Option<Self> {
+        [
+            Self::Started,
+            Self::Confirmed,
+            Self::Declined,
+            Self::Refunded,
+            Self::Cancelled,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
     }
 }
 
@@ -168,8 +181,21 @@ impl PaymentStore {
         outcome: &ChargeOutcome,
         now_ms: i64,
     ) -> Result<bool, StoreError> {
+        self.finish_charge_as(CONSUMER, event_id, order, outcome, now_ms)
+            .await
+    }
+
+    /// [`PaymentStore::finish_charge`] with the key claimed for `consumer`.
+    pub async fn finish_charge_as(
+        &self,
+        consumer: &str,
+        event_id: &str,
+        order: &OrderToCharge,
+        outcome: &ChargeOutcome,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
         let mut tx = self.db.begin().await?;
-        tx.claim(CONSUMER, event_id).await?;
+        tx.claim(consumer, event_id).await?;
         let (state, gateway_ref, reason) = match outcome {
             ChargeOutcome::Approved(r) => (PaymentState::Confirmed, Some(r.clone()), None),
             ChargeOutcome::Declined(m) => (PaymentState::Declined, None, Some(m.clone())),
@@ -301,7 +327,9 @@ pub fn authorisation_rows(
         .collect()
 }
 
-async fn enqueue_result(
+/// Enqueues the answer to `order`'s charge: `pago.confirmado` or `pago.rechazado`, with the
+/// charge's key (`clave`).
+pub(super) async fn enqueue_result(
     tx: &mut Tx,
     order: &OrderToCharge,
     outcome: &ChargeOutcome,
@@ -312,14 +340,14 @@ async fn enqueue_result(
             &order.order_id,
             PAYMENT_CONFIRMED,
             json!({"pedido_id": order.order_id, "importe_centimos": order.amount_cents,
-                   "ref_pasarela": gateway_ref}),
+                   "ref_pasarela": gateway_ref, "clave": order.charge_key()}),
         ),
         ChargeOutcome::Declined(reason) => NewEvent::new(
             AGGREGATE,
             &order.order_id,
             PAYMENT_DECLINED,
             json!({"pedido_id": order.order_id, "importe_centimos": order.amount_cents,
-                   "motivo": reason}),
+                   "motivo": reason, "clave": order.charge_key()}),
         ),
     };
     tx.enqueue(&event).await
@@ -328,6 +356,6 @@ async fn enqueue_result(
 /// Failpoint `pagos.before_commit`: after the gateway charged, before the result commits.
 pub const BEFORE_COMMIT: &str = "pagos.before_commit";
 
-fn failpoint_before_commit() -> Result<(), StoreError> {
+pub(super) fn failpoint_before_commit() -> Result<(), StoreError> {
     entrega::failpoint::hit(BEFORE_COMMIT).map_err(StoreError::unavailable)
 }

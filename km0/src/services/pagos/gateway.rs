@@ -1,5 +1,6 @@
 //! pagos' client of the payment gateway (`km0 run pasarela`, or any gateway with the same
-//! API): `POST /cargos` with the order's Idempotency-Key.
+//! API): `POST /cargos` with the order's Idempotency-Key, `POST /reembolsos` with the
+//! refund's.
 //!
 //! A decline is a business outcome, not an error. A 5xx, a 409 (the same key still running
 //! elsewhere), a 429, a timeout or a refused connection mean "unknown, ask again with the
@@ -12,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::db::ChargeOutcome;
 use super::domain::OrderToCharge;
+use super::refunds::{RefundOutcome, RefundRequest};
 
 /// Longest wait for the gateway's answer.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
@@ -53,6 +55,42 @@ impl Gateway {
             http,
             base: base.trim_end_matches('/').to_owned(),
         })
+    }
+
+    /// Gives back the charge made under `request`'s charge key, under the refund's own
+    /// Idempotency-Key: refunded (how much), or nothing had been charged.
+    pub async fn refund(&self, request: &RefundRequest) -> Result<RefundOutcome, GatewayError> {
+        let response = self
+            .http
+            .post(format!("{}/reembolsos", self.base))
+            .header("Idempotency-Key", request.key.as_str())
+            .json(&json!({
+                "clave_cargo": request.charge_key(),
+                "referencia": request.order_id,
+            }))
+            .send()
+            .await
+            .map_err(|e| GatewayError::Unavailable(e.to_string()))?;
+        let status = response.status();
+        if status.is_server_error()
+            || status == reqwest::StatusCode::CONFLICT
+            || status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        {
+            return Err(GatewayError::Unavailable(format!("HTTP {status}")));
+        }
+        let body: Value = response
+            .json()
+            .await
+            .map_err(|e| GatewayError::Unavailable(format!("unreadable answer: {e}")))?;
+        match (status.as_u16(), body.get("estado").and_then(Value::as_str)) {
+            (200 | 201, Some("reembolsado")) => Ok(RefundOutcome::Refunded(
+                body.get("importe_centimos")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0),
+            )),
+            (200 | 201, Some("sin_cargo")) => Ok(RefundOutcome::NothingCharged),
+            _ => Err(GatewayError::Refused(format!("HTTP {status}: {body}"))),
+        }
     }
 
     /// Charges `order` under its Idempotency-Key.

@@ -53,6 +53,10 @@ impl ChargeConsumer {
 #[async_trait]
 impl Handler for ChargeConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        if msg.envelope.data.get("cobro").is_some() {
+            // The order saga charges this order by command (`pagos.cobrar`): only the key.
+            return Ok(self.store.mark_processed(&msg.id()).await?);
+        }
         let order = OrderToCharge::from_envelope(&msg.envelope).map_err(HandlerError::permanent)?;
         if self.store.begin_charge(&order, now_ms()).await? == ChargeStart::Settled {
             // Charged (or declined) before, under another delivery: only the key is new.

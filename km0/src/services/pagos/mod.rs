@@ -3,12 +3,20 @@
 //! seed's exercise 1 asks it fixed: commits after processing, a deterministic
 //! Idempotency-Key (`cobro-<pedido_id>`), no transaction open across the HTTP call, and the
 //! `pagos` row written with its `pago.confirmado` / `pago.rechazado` in one transaction.
+//! For the order saga it takes the same charge as a command (`pagos.cobrar`), and gives it
+//! back (`pagos.reembolsar`) under the refund's own key.
 
+mod commands;
 mod db;
 mod domain;
 mod gateway;
 mod messaging;
+mod refunds;
 
+pub use commands::{
+    charge_command, refund_command, CommandConsumer, CHARGE, COMMANDS_CONSUMER, COMMANDS_GROUP,
+    COMMANDS_TOPIC, COMMAND_AGGREGATE, REFUND,
+};
 pub use db::{
     ChargeOutcome, ChargeStart, Payment, PaymentState, PaymentStore, AGGREGATE, BEFORE_COMMIT,
     CONSUMER, PAYMENT_CONFIRMED, PAYMENT_DECLINED,
@@ -22,6 +30,7 @@ pub use messaging::{
     server_config, Authoriser, ChargeConsumer, AUTHORISATIONS, AUTHORISER, EVENTS_TOPIC, GROUP,
     TOPIC,
 };
+pub use refunds::{RefundOutcome, RefundRequest, RefundStart, PAYMENT_REFUNDED};
 
 /// The outbox routing of pagos: payment events to `pagos.eventos`.
 pub fn routing() -> entrega::TopicRouting {

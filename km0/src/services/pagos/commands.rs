@@ -1,0 +1,220 @@
+//! The order saga's commands to pagos on `pagos.comandos`: charge an order (`pagos.cobrar`)
+//! and give its charge back (`pagos.reembolsar`). Each is answered on `pagos.eventos` under
+//! its key, again when the command is repeated: `pago.confirmado` / `pago.rechazado`
+//! (`cobro-<pedido>`) and `pago.reembolsado` (`reembolso-<pedido>`).
+//!
+//! Order matters here, and the saga keeps one order's commands on one key, so they are
+//! applied in order. When a refund still overtakes its charge (a charge being retried aside),
+//! the refund marks the order `anulado` and the charge is refused without calling the
+//! gateway; a charge already at the gateway that lands after the refund is given back at
+//! once under `reembolso-tardio-<pedido>`.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use entrega::{Handler, Message, Router};
+use entrega_core::{now_ms, HandlerError, NewEvent};
+use serde_json::{json, Value};
+
+use super::db::{enqueue_result, ChargeOutcome, ChargeStart, PaymentState, PaymentStore};
+use super::domain::{NotChargeable, OrderToCharge};
+use super::gateway::{Gateway, GatewayError};
+use super::refunds::{RefundOutcome, RefundRequest, RefundStart};
+
+/// The topic of pagos' commands.
+pub const COMMANDS_TOPIC: &str = "pagos.comandos";
+/// Charge an order (`pagos.cobrar`).
+pub const CHARGE: &str = "pagos.cobrar";
+/// Give an order's charge back (`pagos.reembolsar`).
+pub const REFUND: &str = "pagos.reembolsar";
+/// The consumer group of pagos' commands.
+pub const COMMANDS_GROUP: &str = "pagos-comandos";
+/// Who claims command events in `mensajes_procesados`.
+pub const COMMANDS_CONSUMER: &str = "pagos.comandos";
+/// The aggregate of pagos' commands in the orchestrator's outbox (keyed by order).
+pub const COMMAND_AGGREGATE: &str = "cobro";
+
+/// The `pagos.cobrar` event for `order`: `{"pedido_id", "clave", "importe_centimos", "tarjeta"}`.
+pub fn charge_command(order: &OrderToCharge) -> NewEvent {
+    NewEvent::new(
+        COMMAND_AGGREGATE,
+        &order.order_id,
+        CHARGE,
+        json!({"pedido_id": order.order_id, "clave": order.charge_key(),
+               "importe_centimos": order.amount_cents, "tarjeta": order.card}),
+    )
+}
+
+/// The `pagos.reembolsar` event: `{"pedido_id", "clave"}`.
+pub fn refund_command(request: &RefundRequest) -> NewEvent {
+    NewEvent::new(
+        COMMAND_AGGREGATE,
+        &request.order_id,
+        REFUND,
+        json!({"pedido_id": request.order_id, "clave": request.key}),
+    )
+}
+
+fn text(data: &Value, name: &str) -> Result<String, NotChargeable> {
+    data.get(name)
+        .and_then(Value::as_str)
+        .filter(|s| !s.trim().is_empty() && s.len() <= 200)
+        .map(str::to_owned)
+        .ok_or_else(|| NotChargeable(format!("falta datos.{name}")))
+}
+
+fn charge_of(data: &Value) -> Result<OrderToCharge, NotChargeable> {
+    let order = OrderToCharge {
+        order_id: text(data, "pedido_id")?,
+        amount_cents: data
+            .get("importe_centimos")
+            .and_then(Value::as_i64)
+            .filter(|c| *c > 0)
+            .ok_or_else(|| NotChargeable("importe_centimos debe ser > 0".into()))?,
+        card: text(data, "tarjeta")?,
+    };
+    if text(data, "clave")? != order.charge_key() {
+        return Err(NotChargeable(format!(
+            "clave distinta de {}",
+            order.charge_key()
+        )));
+    }
+    Ok(order)
+}
+
+fn refund_of(data: &Value) -> Result<RefundRequest, NotChargeable> {
+    Ok(RefundRequest {
+        order_id: text(data, "pedido_id")?,
+        key: text(data, "clave")?,
+    })
+}
+
+fn gateway_error(e: GatewayError) -> HandlerError {
+    if e.is_transient() {
+        HandlerError::transient(e)
+    } else {
+        HandlerError::permanent(e)
+    }
+}
+
+/// Applies pagos' commands through the gateway.
+#[derive(Debug)]
+pub struct CommandConsumer {
+    store: PaymentStore,
+    gateway: Gateway,
+}
+
+impl CommandConsumer {
+    /// Commands applied to `store` through `gateway`.
+    pub fn new(store: PaymentStore, gateway: Gateway) -> Self {
+        Self { store, gateway }
+    }
+
+    /// Both commands to this consumer; anything else on the topic is dead-lettered.
+    pub fn router(self: &Arc<Self>) -> Router {
+        let handler: Arc<dyn Handler> = self.clone();
+        Router::new()
+            .route(CHARGE, handler.clone())
+            .route(REFUND, handler)
+    }
+
+    async fn charge(&self, id: &str, order: &OrderToCharge) -> Result<(), HandlerError> {
+        if self.store.begin_charge(order, now_ms()).await? == ChargeStart::Call {
+            // No transaction is open here: the gateway may take seconds.
+            let outcome = self.gateway.charge(order).await.map_err(gateway_error)?;
+            let store = &self.store;
+            if store
+                .finish_charge_as(COMMANDS_CONSUMER, id, order, &outcome, now_ms())
+                .await?
+            {
+                return Ok(());
+            }
+            if let ChargeOutcome::Approved(gateway_ref) = &outcome {
+                self.give_back_late(order, gateway_ref).await?;
+            }
+        }
+        self.answer_settled(id, order).await
+    }
+
+    /// A charge that landed on an order cancelled meanwhile: given back at once.
+    async fn give_back_late(
+        &self,
+        order: &OrderToCharge,
+        gateway_ref: &str,
+    ) -> Result<(), HandlerError> {
+        let payment = self.store.payment(&order.order_id).await?;
+        let cancelled = payment
+            .is_some_and(|p| matches!(p.state, PaymentState::Cancelled | PaymentState::Refunded));
+        if !cancelled {
+            return Ok(());
+        }
+        let late = RefundRequest {
+            order_id: order.order_id.clone(),
+            key: format!("reembolso-tardio-{}", order.order_id),
+        };
+        if let RefundOutcome::Refunded(_) =
+            self.gateway.refund(&late).await.map_err(gateway_error)?
+        {
+            tracing::warn!(order = %order.order_id, "a charge landed after its order was cancelled: given back");
+            self.store
+                .record_late_refund(&order.order_id, gateway_ref, now_ms())
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Answers a charge of an order settled before, with what it came to.
+    async fn answer_settled(&self, id: &str, order: &OrderToCharge) -> Result<(), HandlerError> {
+        let payment = self.store.payment(&order.order_id).await?;
+        let outcome = match payment {
+            Some(p) if p.state == PaymentState::Confirmed => {
+                ChargeOutcome::Approved(p.gateway_ref.unwrap_or_default())
+            }
+            Some(p) if p.state == PaymentState::Declined => {
+                ChargeOutcome::Declined(p.reason.unwrap_or_else(|| "rechazado".into()))
+            }
+            Some(p) if p.state == PaymentState::Started => {
+                return Err(HandlerError::transient(NotChargeable(
+                    "el cobro sigue en curso".into(),
+                )))
+            }
+            _ => ChargeOutcome::Declined("pedido anulado".into()),
+        };
+        let mut tx = self.store.db().begin().await?;
+        if tx.claim(COMMANDS_CONSUMER, id).await? {
+            enqueue_result(&mut tx, order, &outcome).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn refund(&self, id: &str, request: &RefundRequest) -> Result<(), HandlerError> {
+        let store = &self.store;
+        if store
+            .begin_refund(COMMANDS_CONSUMER, id, request, now_ms())
+            .await?
+            == RefundStart::Answered
+        {
+            return Ok(());
+        }
+        let outcome = self.gateway.refund(request).await.map_err(gateway_error)?;
+        store
+            .finish_refund(COMMANDS_CONSUMER, id, request, outcome, now_ms())
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Handler for CommandConsumer {
+    async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        let data = &msg.envelope.data;
+        if msg.envelope.kind == REFUND {
+            let request = refund_of(data).map_err(HandlerError::permanent)?;
+            self.refund(&msg.id(), &request).await
+        } else {
+            let order = charge_of(data).map_err(HandlerError::permanent)?;
+            self.charge(&msg.id(), &order).await
+        }
+    }
+}
