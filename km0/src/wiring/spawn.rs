@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use entrega::{CancellationToken, Db, Relay, RelayConfig, Router, Worker, WorkerConfig};
+use entrega::{
+    CancellationToken, Db, Relay, RelayConfig, Router, TopicRouting, Worker, WorkerConfig,
+};
 use entrega_core::SystemClock;
 use entrega_kafka::{KafkaTransformer, TransformerConfig};
 
@@ -51,8 +53,9 @@ pub(super) fn consumer_worker(
     }
 }
 
-/// The reparto consumer, as group member `<instance>-reparto`, and the periodic assignment of
-/// pending deliveries.
+/// reparto as group member `<instance>-reparto`: the consumer of paid orders, the order
+/// saga's assignments on `reparto.comandos`, the relay of its answers to `reparto.eventos`,
+/// and the periodic assignment of pending deliveries.
 pub(super) async fn spawn_reparto(
     system: &System,
     components: &Components,
@@ -70,13 +73,56 @@ pub(super) async fn spawn_reparto(
     };
     spawn_assignment(store.clone(), stop.clone());
     let db = store.db().clone();
-    let consumer = Arc::new(DeliveryConsumer::new(store, maps));
+    let consumer = Arc::new(DeliveryConsumer::new(store.clone(), maps.clone()));
     let member = format!("{}-reparto", components.instance);
-    let names = (reparto::GROUP, reparto::TOPIC, member);
-    let worker = consumer_worker(system, &broker, consumer.router(), names, &db);
-    tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto consumer started");
+    let names = (reparto::GROUP, reparto::TOPIC, member.clone());
+    let paid = consumer_worker(system, &broker, consumer.router(), names, &db);
+    let commands = Arc::new(reparto::CommandConsumer::new(store.clone(), maps));
+    let names = (
+        reparto::COMMANDS_GROUP,
+        reparto::COMMANDS_TOPIC,
+        format!("{member}-comandos"),
+    );
+    let commands = consumer_worker(system, &broker, commands.router(), names, &db);
+    let mut config = RelayConfig::new(
+        "reparto",
+        TopicRouting::new().route(reparto::DELIVERY_AGGREGATE, reparto::EVENTS_TOPIC),
+    );
+    config.instance_id = member;
+    config.lease_ttl = system.lease_ttl();
+    config.poll_interval = RELAY_POLL;
+    config.retention = system.retention().outbox;
+    let relay = Relay::new(
+        db.outbox(),
+        broker.publisher(),
+        Arc::new(SystemClock),
+        config,
+    );
+    tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto started");
+    let child = stop.child_token();
     Ok(tokio::spawn(async move {
-        worker.run(stop).await.context("reparto consumer")
+        // One part stopping stops the others, so none runs on alone unnoticed.
+        let (paid, commanded, relayed) = tokio::join!(
+            async {
+                let r = paid.run(child.clone()).await.context("reparto consumer");
+                child.cancel();
+                r
+            },
+            async {
+                let r = commands
+                    .run(child.clone())
+                    .await
+                    .context("reparto commands");
+                child.cancel();
+                r
+            },
+            async {
+                let r = relay.run(child.clone()).await.context("reparto relay");
+                child.cancel();
+                r
+            },
+        );
+        paid.and(commanded).and(relayed)
     }))
 }
 

@@ -11,7 +11,7 @@ use crate::services::{catalogo, inventario, pagos, reparto};
 /// km0's consumer groups on RabbitMQ, each with the base name of its queues: inventario's
 /// is the seed's `inventario.pedidos` (dead letters in `inventario.pedidos.dlq` through
 /// `km0.dlx`).
-pub const AMQP_GROUPS: [(&str, &str, &str); 7] = [
+pub const AMQP_GROUPS: [(&str, &str, &str); 10] = [
     (inventario::GROUP, inventario::TOPIC, "inventario.pedidos"),
     (
         inventario::COMMANDS_GROUP,
@@ -22,9 +22,15 @@ pub const AMQP_GROUPS: [(&str, &str, &str); 7] = [
     (reparto::GROUP, reparto::TOPIC, "reparto.pedidos"),
     (pagos::GROUP, pagos::TOPIC, "pagos.pedidos"),
     (pagos::COMMANDS_GROUP, pagos::COMMANDS_TOPIC, "pagos.cobros"),
-    // pedidos reads what pagos decided (the order saga); its queues keep the payment events
-    // until it does.
+    // pedidos reads the answers of the order saga's steps; its queues keep them until it does.
     ("pedidos", pagos::EVENTS_TOPIC, "pedidos.pagos"),
+    ("pedidos", inventario::EVENTS_TOPIC, "pedidos.inventario"),
+    ("pedidos", reparto::EVENTS_TOPIC, "pedidos.reparto"),
+    (
+        reparto::COMMANDS_GROUP,
+        reparto::COMMANDS_TOPIC,
+        "reparto.asignaciones",
+    ),
 ];
 
 /// The dead-letter topic of the stock consumer (`<topic>.dlq`).
@@ -54,13 +60,16 @@ pub fn name_amqp_groups(amqp: &Amqp) {
     }
 }
 
-/// Every topic km0 publishes to: order events, inventario's and pagos' commands and events.
-pub const TOPICS: [&str; 5] = [
+/// Every topic km0 publishes to: order events, and the commands and events of inventario,
+/// pagos and reparto.
+pub const TOPICS: [&str; 7] = [
     TOPIC,
     inventario::COMMANDS_TOPIC,
     inventario::EVENTS_TOPIC,
     pagos::COMMANDS_TOPIC,
     pagos::EVENTS_TOPIC,
+    reparto::COMMANDS_TOPIC,
+    reparto::EVENTS_TOPIC,
 ];
 
 /// Creates km0's topics ([`TOPICS`]) and their dead-letter and retry topics if missing; on

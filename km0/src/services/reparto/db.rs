@@ -13,10 +13,11 @@ use entrega_core::{MigrationSet, Processed, StoreError};
 use super::domain::PaidOrder;
 
 /// Couriers and deliveries, with the couriers km0 starts with.
-const MIGRATIONS: &[Migration] = &[Migration::each(
-    1,
-    "repartidores and entregas with the initial couriers",
-    "CREATE TABLE IF NOT EXISTS repartidores (
+const MIGRATIONS: &[Migration] = &[
+    Migration::each(
+        1,
+        "repartidores and entregas with the initial couriers",
+        "CREATE TABLE IF NOT EXISTS repartidores (
         id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, libre INTEGER NOT NULL DEFAULT 1);
     CREATE TABLE IF NOT EXISTS entregas (
         pedido_id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, calle TEXT NOT NULL, km REAL,
@@ -25,7 +26,7 @@ const MIGRATIONS: &[Migration] = &[Migration::each(
     INSERT INTO repartidores (id, ciudad) VALUES ('R-MAD-1', 'Madrid'), ('R-MAD-2', 'Madrid'),
         ('R-BCN-1', 'Barcelona'), ('R-VLC-1', 'Valencia'), ('R-TGN-1', 'Tarragona')
         ON CONFLICT (id) DO NOTHING;",
-    "CREATE TABLE IF NOT EXISTS repartidores (
+        "CREATE TABLE IF NOT EXISTS repartidores (
         id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, libre INTEGER NOT NULL DEFAULT 1);
     CREATE TABLE IF NOT EXISTS entregas (
         pedido_id TEXT PRIMARY KEY, ciudad TEXT NOT NULL, calle TEXT NOT NULL,
@@ -35,7 +36,14 @@ const MIGRATIONS: &[Migration] = &[Migration::each(
     INSERT INTO repartidores (id, ciudad) VALUES ('R-MAD-1', 'Madrid'), ('R-MAD-2', 'Madrid'),
         ('R-BCN-1', 'Barcelona'), ('R-VLC-1', 'Valencia'), ('R-TGN-1', 'Tarragona')
         ON CONFLICT (id) DO NOTHING;",
-)];
+    ),
+    Migration::same(
+        2,
+        "entregas asked for by the order saga: their command's key and a refusal's reason",
+        "ALTER TABLE entregas ADD COLUMN clave TEXT;
+        ALTER TABLE entregas ADD COLUMN motivo TEXT;",
+    ),
+];
 
 /// Where a delivery stands, stored in `entregas.estado` by its Spanish name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -48,6 +56,9 @@ pub enum DeliveryState {
     Cancelled,
     /// Delivered (`entregada`).
     Delivered,
+    /// Refused for good when the order saga asked for it: a city without couriers
+    /// (`rechazada`, with its reason in `motivo`).
+    Refused,
 }
 
 impl DeliveryState {
@@ -58,6 +69,7 @@ impl DeliveryState {
             Self::Pending => "pendiente",
             Self::Cancelled => "cancelada",
             Self::Delivered => "entregada",
+            Self::Refused => "rechazada",
         }
     }
 }
@@ -82,6 +94,7 @@ impl FromStr for DeliveryState {
             Self::Pending,
             Self::Cancelled,
             Self::Delivered,
+            Self::Refused,
         ]
         .into_iter()
         .find(|state| state.as_str() == s)
@@ -90,7 +103,7 @@ impl FromStr for DeliveryState {
 }
 
 /// Reads a stored state; a name km0 never writes means the row is not km0's.
-fn state_of(stored: &str) -> Result<DeliveryState, StoreError> {
+pub(super) fn state_of(stored: &str) -> Result<DeliveryState, StoreError> {
     stored
         .parse()
         .map_err(|e: UnknownState| StoreError::Corrupt {
@@ -135,7 +148,7 @@ impl TryFrom<DeliveryRow> for Delivery {
 }
 
 /// Takes a free courier of `city` in the open transaction; `None` when all are busy.
-async fn take_courier(tx: &mut Tx, city: &str) -> Result<Option<String>, StoreError> {
+pub(super) async fn take_courier(tx: &mut Tx, city: &str) -> Result<Option<String>, StoreError> {
     tx.scalar(
         query(
             "UPDATE repartidores SET libre = 0
@@ -175,7 +188,9 @@ impl DeliveryStore {
 
     /// Creates entrega's consumer tables and reparto's own, with the initial couriers.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db.migrate(&[MigrationSet::Inbox]).await?;
+        self.db
+            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+            .await?;
         self.db.apply_migrations("reparto", MIGRATIONS).await
     }
 
@@ -312,11 +327,11 @@ impl DeliveryStore {
     /// Gives pending deliveries, oldest first, the couriers that are free now; returns how
     /// many were assigned. Run periodically.
     pub async fn assign_pending(&self, now_ms: i64) -> Result<u64, StoreError> {
-        let pending: Vec<(String, String)> = self
+        let pending: Vec<(String, String, Option<String>)> = self
             .db
             .fetch_all(
                 query(
-                    "SELECT pedido_id, ciudad FROM entregas WHERE estado = $1
+                    "SELECT pedido_id, ciudad, clave FROM entregas WHERE estado = $1
                      ORDER BY actualizado_ms, pedido_id LIMIT $2",
                 )
                 .bind(DeliveryState::Pending.as_str())
@@ -324,7 +339,7 @@ impl DeliveryStore {
             )
             .await?;
         let mut assigned = 0;
-        for (order_id, city) in pending {
+        for (order_id, city, key) in pending {
             let mut tx = self.db.begin().await?;
             let Some(courier) = take_courier(&mut tx, &city).await? else {
                 tx.commit().await?;
@@ -346,6 +361,10 @@ impl DeliveryStore {
                 .await?;
             if updated == 0 {
                 free_courier(&mut tx, &courier).await?;
+            } else if let Some(key) = key {
+                // The order saga waits for this answer.
+                tx.enqueue(&super::commands::assigned_event(&order_id, &key, &courier))
+                    .await?;
             }
             tx.commit().await?;
             assigned += u64::from(updated > 0);
