@@ -38,6 +38,7 @@ pub(crate) fn order(id: String, n: usize) -> NewOrder {
         market: "girona".to_owned(),
         lines: vec![line(n), line(n + 1)],
         card: None,
+        address: None,
     }
 }
 

@@ -76,6 +76,7 @@ impl DemoPlan {
                     market: MARKETS[rng.gen_range(0..MARKETS.len())].to_owned(),
                     lines,
                     card: None,
+                    address: None,
                 }
             })
             .collect();

@@ -176,9 +176,27 @@ impl System {
             let addr = listener.local_addr()?;
             tracing::info!(%addr, "pedidos listening");
             running.http_addr = Some(addr);
+            let state = match self.saga() {
+                Some(_) => {
+                    let sagas = self
+                        .sagas(&store)
+                        .await
+                        .context("opening the order sagas")?;
+                    let task = super::spawn_saga::spawn_orchestrator(
+                        self,
+                        sagas.clone(),
+                        &components.instance,
+                        stop.clone(),
+                    )
+                    .await?;
+                    running.tasks.push(("orquestador", task));
+                    PedidosState::with_sagas(store, sagas)
+                }
+                None => PedidosState::new(store),
+            };
             let stop = stop.clone();
             let task = tokio::spawn(async move {
-                axum::serve(listener, app(PedidosState::new(store)))
+                axum::serve(listener, app(state))
                     .with_graceful_shutdown(async move { stop.cancelled().await })
                     .await
                     .context("serving HTTP")

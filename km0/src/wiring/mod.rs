@@ -9,6 +9,7 @@ mod components;
 mod spawn;
 mod spawn_inventario;
 mod spawn_pagos;
+mod spawn_saga;
 mod system;
 mod topics;
 
@@ -17,6 +18,7 @@ pub use components::{run_until_signal, Components, Running};
 pub use spawn::ASSIGN_EVERY;
 pub use spawn_inventario::{inventario_routing, INVENTARIO_SOURCE};
 pub use spawn_pagos::DEFAULT_PASARELA_URL;
+pub use spawn_saga::SAGA_GROUP;
 pub use system::{Retention, System, DEFAULT_LEASE_TTL};
 pub use topics::{
     dead_letter_topic, dead_letters_of, ensure_topic_and_dlq, ensure_topics, name_amqp_groups,

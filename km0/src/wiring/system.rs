@@ -8,13 +8,15 @@ use entrega::Db;
 use entrega_core::{now_ms, OutboxStatus, ReleaseError, StoreError};
 
 use crate::services::inventario::StockStore;
-use crate::services::pedidos::OrderStore;
+use crate::services::pedidos::{OrderSaga, OrderStore, SagaTimings};
 use crate::services::reparto::DeliveryStore;
 use crate::wiring::config::{
     is_postgres, split_database, sqlite_path, with_database, BrokerUrl, BrokerUrlError, DataPlace,
     Databases, RetryArgs, Service,
 };
 use crate::wiring::{Broker, BrokerError};
+use entrega::saga::Sagas;
+use std::sync::Arc;
 
 /// Lease period of relay lanes and consumer-group partitions unless told otherwise.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
@@ -49,6 +51,7 @@ pub struct System {
     retention: Retention,
     key_concurrency: usize,
     retry: RetryArgs,
+    saga: Option<SagaTimings>,
 }
 
 impl System {
@@ -61,7 +64,35 @@ impl System {
             retention: Retention::default(),
             key_concurrency: 1,
             retry: RetryArgs::default(),
+            saga: None,
         }
+    }
+
+    /// Runs every new order through the order saga, with `timings` (pedidos orchestrates it).
+    pub fn with_saga(mut self, timings: SagaTimings) -> Self {
+        self.saga = Some(timings);
+        self
+    }
+
+    /// The order saga's timings, when orders run through it.
+    pub fn saga(&self) -> Option<SagaTimings> {
+        self.saga
+    }
+
+    /// The order sagas in pedidos' database (their tables migrated), on `store`'s database.
+    pub async fn sagas(&self, store: &OrderStore) -> Result<Sagas, StoreError> {
+        let timings = self.saga.unwrap_or_default();
+        let sagas = Sagas::new(
+            store.db().clone(),
+            Arc::new(OrderSaga::new(timings)),
+            Arc::new(entrega_core::SystemClock),
+        );
+        sagas.migrate().await?;
+        store
+            .db()
+            .migrate(&[entrega_core::MigrationSet::Inbox])
+            .await?;
+        Ok(sagas)
     }
 
     /// Sets how the consumers retry (strategy, attempts, backoff).
@@ -278,6 +309,7 @@ impl System {
             retention: self.retention,
             key_concurrency: self.key_concurrency,
             retry: self.retry.clone(),
+            saga: self.saga,
         })
     }
 

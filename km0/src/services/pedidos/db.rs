@@ -5,7 +5,8 @@ use entrega_core::{MigrationSet, NewEvent, StoreError};
 use uuid::Uuid;
 
 use super::domain::{NewOrder, Order, OrderLine, OrderState};
-use super::messaging::order_created;
+use super::messaging::{order_created, order_created_in_saga};
+use entrega::saga::{SagaError, Sagas};
 
 /// The tables of the seed, with the seed's columns, so the seed's own Python works against them.
 const MIGRATIONS: &[Migration] = &[Migration::each(
@@ -93,6 +94,27 @@ impl OrderStore {
         // Dropped on any `Err` below, which rolls back every write.
         let mut tx = self.db.begin().await?;
         write_order(&mut tx, order, &event).await?;
+        before_commit()?;
+        tx.commit().await?;
+        Ok(event.id)
+    }
+
+    /// Stores the order, its lines, its `pedido.creado` and the start of its saga (the
+    /// saga's row and first command) in one transaction; returns the event id.
+    pub async fn create_in_saga(
+        &self,
+        order: &NewOrder,
+        sagas: &Sagas,
+        input: serde_json::Value,
+    ) -> Result<Uuid, CreateOrderError> {
+        let event = order_created_in_saga(order);
+        let mut tx = self.db.begin().await?;
+        write_order(&mut tx, order, &event).await?;
+        match sagas.start_in(&mut tx, &order.id, input).await {
+            Ok(_) => {}
+            Err(SagaError::Store(e)) => return Err(e.into()),
+            Err(e) => return Err(StoreError::rejected(e).into()),
+        }
         before_commit()?;
         tx.commit().await?;
         Ok(event.id)

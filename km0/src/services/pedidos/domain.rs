@@ -76,6 +76,24 @@ pub struct NewOrder {
     /// on file.
     #[serde(rename = "tarjeta", default, skip_serializing_if = "Option::is_none")]
     pub card: Option<String>,
+    /// Where to deliver it (`direccion_entrega`); the order saga needs it to assign a courier.
+    #[serde(
+        rename = "direccion_entrega",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub address: Option<Address>,
+}
+
+/// A delivery address: `{"ciudad", "calle"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Address {
+    /// City (`ciudad`).
+    #[serde(rename = "ciudad")]
+    pub city: String,
+    /// Street (`calle`).
+    #[serde(rename = "calle")]
+    pub street: String,
 }
 
 /// A stored order with its lines.
@@ -158,18 +176,39 @@ impl NewOrder {
             None | Some(Value::Null) => None,
             Some(_) => Some(text(map, "tarjeta", "tarjeta")?),
         };
+        let address = match map.get("direccion_entrega") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(a)) => Some(Address {
+                city: text(a, "ciudad", "direccion_entrega.ciudad")?,
+                street: text(a, "calle", "direccion_entrega.calle")?,
+            }),
+            Some(_) => {
+                return Err(InvalidOrder::new(
+                    "direccion_entrega",
+                    "debe ser un objeto {ciudad, calle}",
+                ))
+            }
+        };
         Ok(Self {
             id,
             customer,
             market,
             lines,
             card,
+            address,
         })
     }
 
     /// The payload (`carga`) of `pedido.creado`: the order as the client sent it.
     pub fn to_payload(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// What the order costs: Σ cantidad × precio_centimos (saturating).
+    pub fn amount_cents(&self) -> i64 {
+        self.lines.iter().fold(0i64, |sum, l| {
+            sum.saturating_add(i64::from(l.quantity).saturating_mul(i64::from(l.price_cents)))
+        })
     }
 
     /// Total units of all lines.

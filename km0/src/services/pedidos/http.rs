@@ -14,6 +14,8 @@ use serde_json::{json, Value};
 
 use super::db::{CreateOrderError, OrderStore};
 use super::domain::NewOrder;
+use super::saga::OrderSaga;
+use entrega::saga::{CancelOutcome, SagaError, Sagas};
 
 /// Largest accepted request body, in bytes. An order of the maximum number of lines fits.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -22,20 +24,32 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 #[derive(Debug, Clone)]
 pub struct PedidosState {
     store: OrderStore,
+    sagas: Option<Sagas>,
 }
 
 impl PedidosState {
     /// State over an orders store (already migrated).
     pub fn new(store: OrderStore) -> Self {
-        Self { store }
+        Self { store, sagas: None }
+    }
+
+    /// The same, with every new order run by the order saga of `sagas` (migrated, in the
+    /// orders database).
+    pub fn with_sagas(store: OrderStore, sagas: Sagas) -> Self {
+        Self {
+            store,
+            sagas: Some(sagas),
+        }
     }
 }
 
-/// The routes of `pedidos`: `POST /pedidos`, `GET /pedidos/{id}`, `GET /salud`.
+/// The routes of `pedidos`: `POST /pedidos`, `GET /pedidos/{id}`,
+/// `POST /pedidos/{id}/cancelacion` (with the order saga), `GET /salud`.
 pub fn app(state: PedidosState) -> Router {
     Router::new()
         .route("/pedidos", post(create_order))
         .route("/pedidos/{id}", get(get_order))
+        .route("/pedidos/{id}/cancelacion", post(cancel_order))
         .route("/salud", get(health))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -155,7 +169,18 @@ async fn create_order(
     State(state): State<PedidosState>,
     OrderBody(order): OrderBody,
 ) -> Result<Response, ApiError> {
-    match state.store.create(&order).await {
+    let created = match &state.sagas {
+        Some(sagas) => {
+            let input = OrderSaga::input(&order).map_err(|e| ApiError {
+                status: StatusCode::BAD_REQUEST,
+                error: e.message.clone(),
+                field: Some(e.field.clone()),
+            })?;
+            state.store.create_in_saga(&order, sagas, input).await
+        }
+        None => state.store.create(&order).await,
+    };
+    match created {
         Ok(event_id) => {
             let location = format!("/pedidos/{}", order.id);
             let mut response = (
@@ -174,6 +199,44 @@ async fn create_order(
             field: Some("id".to_owned()),
         }),
         Err(CreateOrderError::Store(e)) => Err(store_error(&e)),
+    }
+}
+
+/// `POST /pedidos/{id}/cancelacion`: 202 while the saga undoes what it did, 409 once the
+/// order is paid (too late), 404 for an unknown order, 501 without the order saga.
+async fn cancel_order(
+    State(state): State<PedidosState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let Some(sagas) = &state.sagas else {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "las cancelaciones necesitan la saga de pedidos",
+        ));
+    };
+    match sagas.cancel(&id, "cancelado por el cliente").await {
+        Ok(CancelOutcome::Cancelling | CancelOutcome::AlreadyCancelled) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "id": id, "estado": "cancelando" })),
+        )
+            .into_response()),
+        Ok(CancelOutcome::Completed) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("el pedido {id} ya está pagado"),
+        )),
+        Err(SagaError::NotFound { .. }) => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            format!("no existe el pedido {id}"),
+        )),
+        Err(SagaError::Store(e)) => Err(store_error(&e)),
+        Err(e) if e.is_transient() => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "inténtalo de nuevo",
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.to_string(),
+        )),
     }
 }
 

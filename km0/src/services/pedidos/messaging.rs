@@ -20,12 +20,32 @@ pub const ORDER_PAID: &str = "pedido.pagado";
 /// An order was cancelled (`pedido.cancelado`).
 pub const ORDER_CANCELLED: &str = "pedido.cancelado";
 
-/// Where the relay of pedidos publishes: orders to [`TOPIC`]; events of any other aggregate
-/// `x` that shares the outbox to `xs.eventos` (the seed's naming).
+/// Where the relay of pedidos publishes: orders to [`TOPIC`]; the order saga's commands to
+/// their services' command topics; events of any other aggregate `x` that shares the outbox
+/// to `xs.eventos` (the seed's naming).
 pub fn routing() -> TopicRouting {
+    use crate::services::{inventario, pagos, reparto};
     TopicRouting::new()
         .route(AGGREGATE, TOPIC)
+        .route(
+            inventario::RESERVATION_AGGREGATE,
+            inventario::COMMANDS_TOPIC,
+        )
+        .route(pagos::COMMAND_AGGREGATE, pagos::COMMANDS_TOPIC)
+        .route(reparto::DELIVERY_AGGREGATE, reparto::COMMANDS_TOPIC)
         .otherwise("{aggregate}s.eventos")
+}
+
+/// The `pedido.creado` of an order the saga runs: the order as received, plus the keys under
+/// which the saga asks for its stock (`reserva`) and its charge (`cobro`), so inventario and
+/// pagos leave those to the saga's commands instead of acting on the event.
+pub fn order_created_in_saga(order: &NewOrder) -> NewEvent {
+    let mut event = order_created(order);
+    if let serde_json::Value::Object(map) = &mut event.payload {
+        map.insert("reserva".into(), format!("reserva-{}", order.id).into());
+        map.insert("cobro".into(), format!("cobro-{}", order.id).into());
+    }
+    event
 }
 
 /// The `pedido.creado` event of a new order: aggregate `pedido`, aggregate id the order id,

@@ -1,0 +1,107 @@
+//! The order saga's orchestrator as tasks, next to pedidos (it owns the sagas' tables): one
+//! worker per topic of answers (`inventario.eventos`, `pagos.eventos`, `reparto.eventos`, as
+//! group `pedidos`) applying each answer to its saga, and the saga timers (resends,
+//! deadlines, compensations unanswered).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use entrega::saga::Sagas;
+use entrega::{CancellationToken, Handler, Router};
+use futures::future::BoxFuture;
+use futures::FutureExt as _;
+
+use super::spawn::consumer_worker;
+use super::{ensure_topics, System, Task};
+use crate::services::{inventario, pagos, reparto};
+
+/// The orchestrator's consumer group on the topics of answers.
+pub const SAGA_GROUP: &str = "pedidos";
+/// Longest wait of the saga timers for a timer set by another process.
+const TIMERS_EVERY: Duration = Duration::from_millis(200);
+
+/// The answers each topic carries to the saga; the topic's other events pass.
+fn routers(sagas: &Sagas) -> [(&'static str, Router); 3] {
+    let handler: std::sync::Arc<dyn Handler> = std::sync::Arc::new(sagas.clone());
+    let route = |kinds: &[&str]| {
+        kinds
+            .iter()
+            .fold(Router::new(), |r, kind| r.route(*kind, handler.clone()))
+    };
+    [
+        (
+            inventario::EVENTS_TOPIC,
+            route(&[
+                inventario::RESERVED,
+                inventario::REFUSED,
+                inventario::RELEASED,
+            ])
+            .ignore(inventario::STOCK_UPDATED),
+        ),
+        (
+            pagos::EVENTS_TOPIC,
+            route(&[
+                pagos::PAYMENT_CONFIRMED,
+                pagos::PAYMENT_DECLINED,
+                pagos::PAYMENT_REFUNDED,
+            ]),
+        ),
+        (
+            reparto::EVENTS_TOPIC,
+            route(&[reparto::ASSIGNED, reparto::REFUSED]),
+        ),
+    ]
+}
+
+/// Starts the orchestrator as member `<instance>-saga`; the returned task ends when one part
+/// does (its error), or after `stop`.
+pub(super) async fn spawn_orchestrator(
+    system: &System,
+    sagas: Sagas,
+    instance: &str,
+    stop: CancellationToken,
+) -> anyhow::Result<Task> {
+    let broker = system.broker().await.context("opening the broker")?;
+    ensure_topics(&broker).await?;
+    let child = stop.child_token();
+    let member = format!("{instance}-saga");
+    let mut parts: Vec<BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    for (topic, router) in routers(&sagas) {
+        let names = (SAGA_GROUP, topic, member.clone());
+        let worker = consumer_worker(system, &broker, router, names, sagas.db());
+        let child = child.clone();
+        parts.push(
+            async move {
+                let r = worker
+                    .run(child.clone())
+                    .await
+                    .with_context(|| format!("saga answers on {topic}"));
+                child.cancel();
+                r
+            }
+            .boxed(),
+        );
+    }
+    {
+        let (sagas, child) = (sagas.clone(), child.clone());
+        parts.push(
+            async move {
+                let r = sagas
+                    .run_timers(TIMERS_EVERY, child.clone())
+                    .await
+                    .context("saga timers");
+                child.cancel();
+                r
+            }
+            .boxed(),
+        );
+    }
+    tracing::info!(instance, "order saga orchestrator started");
+    Ok(tokio::spawn(async move {
+        futures::future::join_all(parts)
+            .await
+            .into_iter()
+            .collect::<anyhow::Result<Vec<()>>>()
+            .map(drop)
+    }))
+}
