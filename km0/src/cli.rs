@@ -83,6 +83,11 @@ pub struct Cli {
     )]
     pub key_concurrency: u16,
 
+    /// Runs every new order through the order saga that pedidos orchestrates (reserve,
+    /// charge, assign a courier; compensations on a refusal, a deadline or a cancel).
+    #[arg(long, global = true, env = "KM0_SAGA")]
+    pub saga: bool,
+
     /// How consumers retry.
     #[command(flatten)]
     pub retry: crate::wiring::config::RetryArgs,
@@ -126,6 +131,12 @@ pub enum Command {
         /// What to do.
         #[command(subcommand)]
         command: crate::ops::dlq::DlqCommand,
+    },
+    /// The order sagas: list, show one's timeline, retry one waiting for an operator.
+    Saga {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::ops::saga::SagaCommand,
     },
 }
 
@@ -297,7 +308,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let databases = cli.databases()?;
     // A bad `--broker` is reported before anything is opened.
     BrokerUrl::parse(&cli.broker)?;
-    let system = System::new(databases, cli.broker.clone())
+    let mut system = System::new(databases, cli.broker.clone())
         .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
         .with_key_concurrency(usize::from(cli.key_concurrency))
         .with_retry(cli.retry.clone())
@@ -305,6 +316,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
+    if cli.saga {
+        system = system.with_saga(crate::services::pedidos::SagaTimings::default());
+    }
     // A crash test whose failpoint is misspelt, or that runs a build without failpoints,
     // must fail, not pass without crashing.
     if let Ok(spec) = std::env::var(entrega::failpoint::ENV) {
@@ -376,6 +390,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Lag(args) => crate::ops::lag::run(&system, args).await?,
         Command::Dlq { command } => return crate::ops::dlq::run(&system, command).await,
+        Command::Saga { command } => crate::ops::saga::run(&system, command).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -167,6 +167,10 @@ async fn every_order_reaches_one_final_state(system: System) {
     let refused = deliveries.delivery("P-ciudad").await.unwrap().unwrap();
     assert_eq!(refused.state, DeliveryState::Refused);
 
+    if let km0::wiring::config::DataPlace::SqliteDir(dir) = &system.databases().place {
+        operator_sees_the_sagas(&format!("sqlite://{}", dir.display()), system.broker_url());
+    }
+
     gateway.stop().await.unwrap();
     for db in [
         pedidos.db(),
@@ -178,6 +182,53 @@ async fn every_order_reaches_one_final_state(system: System) {
         db.close().await;
     }
     system.destroy().await.unwrap();
+}
+
+/// `km0 saga list|show|retry` on the finished run's databases, as an operator would.
+fn operator_sees_the_sagas(database: &str, broker: &str) {
+    let km0 = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_km0"))
+            .args(["--database", database, "--broker", broker, "saga"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (ok, listed) = km0(&["list", "--estado", "compensada", "--json"]);
+    assert!(ok, "{listed}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["sagas"].as_array().unwrap().len(), 3, "{listed}");
+    assert_eq!(listed["recuento"]["completada"], 1);
+    let (ok, shown) = km0(&["show", "P-ciudad", "--json"]);
+    assert!(ok, "{shown}");
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let keys: Vec<&str> = shown["historial"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["que"] == "enviado")
+        .filter_map(|e| e["clave"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "reserva-P-ciudad",
+            "cobro-P-ciudad",
+            "reparto-P-ciudad",
+            "reembolso-P-ciudad",
+            "liberacion-P-ciudad"
+        ]
+    );
+    assert_eq!(shown["motivo"], "ciudad_no_cubierta: Lleida");
+    let (ok, text) = km0(&["show", "P-ok"]);
+    assert!(ok && text.contains("completada"), "{text}");
+    let (ok, _) = km0(&["retry", "P-ok", "--operador", "ana"]);
+    assert!(!ok, "a completed saga waits for no operator");
+    let (ok, _) = km0(&["show", "P-nada"]);
+    assert!(!ok, "an unknown saga is an error");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,7 +1,9 @@
 //! The operator's commands: the outbox's backlog and parked rows (`km0 outbox`), consumer
-//! lag (`km0 lag`, queue depths on RabbitMQ) and dead letters (`km0 dlq`).
+//! lag (`km0 lag`, queue depths on RabbitMQ), dead letters (`km0 dlq`) and the order sagas
+//! (`km0 saga`).
 
 pub mod dlq;
 pub mod lag;
 pub mod outbox;
 pub mod queue_lag;
+pub mod saga;

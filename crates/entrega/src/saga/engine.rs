@@ -91,6 +91,11 @@ impl Sagas {
             .await
     }
 
+    /// The name of step `index` of the flow, if it has one.
+    pub fn step_name(&self, index: usize) -> Option<&'static str> {
+        self.flow.steps().get(index).map(|s| s.name)
+    }
+
     /// The saga type.
     pub fn kind(&self) -> &str {
         self.flow.kind()
