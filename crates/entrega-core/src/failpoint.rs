@@ -39,6 +39,10 @@ pub const WORKER_AFTER_HANDLER: &str = "worker.after_handler";
 /// Worker: outcomes are final, right before committing offsets.
 pub const WORKER_BEFORE_COMMIT: &str = "worker.before_commit";
 
+/// After a saga's reply moved it and its transaction committed, before the worker
+/// acknowledges the reply (the reply comes again and is recognised by its inbox key).
+pub const SAGA_AFTER_COMMIT: &str = "saga.after_commit";
+
 /// Kafka transformer: the batch's records are acknowledged inside the open transaction,
 /// before the offsets are added and the transaction committed.
 pub const KAFKA_TRANSFORM_BEFORE_COMMIT: &str = "kafka.transform.before_commit";

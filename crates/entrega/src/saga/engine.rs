@@ -158,6 +158,10 @@ impl Sagas {
         if let ReplyOutcome::Ignored(_) = outcome {
             self.stats.ignored();
         }
+        if outcome == ReplyOutcome::Applied {
+            crate::failpoint::hit(crate::failpoint::SAGA_AFTER_COMMIT)
+                .map_err(StoreError::unavailable)?;
+        }
         Ok(outcome)
     }
 
