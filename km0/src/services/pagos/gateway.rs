@@ -60,28 +60,11 @@ impl Gateway {
     /// Gives back the charge made under `request`'s charge key, under the refund's own
     /// Idempotency-Key: refunded (how much), or nothing had been charged.
     pub async fn refund(&self, request: &RefundRequest) -> Result<RefundOutcome, GatewayError> {
-        let response = self
-            .http
-            .post(format!("{}/reembolsos", self.base))
-            .header("Idempotency-Key", request.key.as_str())
-            .json(&json!({
-                "clave_cargo": request.charge_key(),
-                "referencia": request.order_id,
-            }))
-            .send()
-            .await
-            .map_err(|e| GatewayError::Unavailable(e.to_string()))?;
-        let status = response.status();
-        if status.is_server_error()
-            || status == reqwest::StatusCode::CONFLICT
-            || status == reqwest::StatusCode::TOO_MANY_REQUESTS
-        {
-            return Err(GatewayError::Unavailable(format!("HTTP {status}")));
-        }
-        let body: Value = response
-            .json()
-            .await
-            .map_err(|e| GatewayError::Unavailable(format!("unreadable answer: {e}")))?;
+        let body = json!({
+            "clave_cargo": request.charge_key(),
+            "referencia": request.order_id,
+        });
+        let (status, body) = self.post("reembolsos", &request.key, &body).await?;
         match (status.as_u16(), body.get("estado").and_then(Value::as_str)) {
             (200 | 201, Some("reembolsado")) => Ok(RefundOutcome::Refunded(
                 body.get("importe_centimos")
@@ -93,17 +76,20 @@ impl Gateway {
         }
     }
 
-    /// Charges `order` under its Idempotency-Key.
-    pub async fn charge(&self, order: &OrderToCharge) -> Result<ChargeOutcome, GatewayError> {
+    /// `POST /<path>` of `body` under `key`: the status and the JSON answer of one the
+    /// gateway settled. Unreachable, 5xx, 409 (the key in use), 429 or an unreadable answer
+    /// is [`GatewayError::Unavailable`].
+    async fn post(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> Result<(reqwest::StatusCode, Value), GatewayError> {
         let response = self
             .http
-            .post(format!("{}/cargos", self.base))
-            .header("Idempotency-Key", order.charge_key())
-            .json(&json!({
-                "tarjeta": order.card,
-                "importe_centimos": order.amount_cents,
-                "referencia": order.order_id,
-            }))
+            .post(format!("{}/{path}", self.base))
+            .header("Idempotency-Key", key)
+            .json(body)
             .send()
             .await
             .map_err(|e| GatewayError::Unavailable(e.to_string()))?;
@@ -118,6 +104,17 @@ impl Gateway {
             .json()
             .await
             .map_err(|e| GatewayError::Unavailable(format!("unreadable answer: {e}")))?;
+        Ok((status, body))
+    }
+
+    /// Charges `order` under its Idempotency-Key.
+    pub async fn charge(&self, order: &OrderToCharge) -> Result<ChargeOutcome, GatewayError> {
+        let body = json!({
+            "tarjeta": order.card,
+            "importe_centimos": order.amount_cents,
+            "referencia": order.order_id,
+        });
+        let (status, body) = self.post("cargos", &order.charge_key(), &body).await?;
         let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
         match status.as_u16() {
             200 | 201 => text("id")
