@@ -11,6 +11,7 @@ mod spawn_inventario;
 mod spawn_pagos;
 mod spawn_saga;
 mod system;
+mod together;
 mod topics;
 
 pub use broker::{connect as connect_broker, Broker, BrokerError};

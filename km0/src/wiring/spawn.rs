@@ -12,8 +12,10 @@ use entrega::{
 };
 use entrega_core::SystemClock;
 use entrega_kafka::{KafkaTransformer, TransformerConfig};
+use futures::FutureExt as _;
 
 use super::config::RetryMode;
+use super::together::run_together;
 use super::{ensure_topics, Broker, Components, System, Task};
 use crate::services::analitica::{self, SalesTransform};
 use crate::services::inventario::StockStore;
@@ -100,30 +102,24 @@ pub(super) async fn spawn_reparto(
     );
     tracing::info!(instance = %components.instance, retry = ?system.retry().mode, "reparto started");
     let child = stop.child_token();
-    Ok(tokio::spawn(async move {
-        // One part stopping stops the others, so none runs on alone unnoticed.
-        let (paid, commanded, relayed) = tokio::join!(
-            async {
-                let r = paid.run(child.clone()).await.context("reparto consumer");
-                child.cancel();
-                r
-            },
-            async {
-                let r = commands
-                    .run(child.clone())
-                    .await
-                    .context("reparto commands");
-                child.cancel();
-                r
-            },
-            async {
-                let r = relay.run(child.clone()).await.context("reparto relay");
-                child.cancel();
-                r
-            },
-        );
-        paid.and(commanded).and(relayed)
-    }))
+    let (c1, c2, c3) = (child.clone(), child.clone(), child.clone());
+    Ok(run_together(
+        vec![
+            (
+                "reparto consumer",
+                async move { Ok(paid.run(c1).await?) }.boxed(),
+            ),
+            (
+                "reparto commands",
+                async move { Ok(commands.run(c2).await?) }.boxed(),
+            ),
+            (
+                "reparto relay",
+                async move { Ok(relay.run(c3).await?) }.boxed(),
+            ),
+        ],
+        child,
+    ))
 }
 
 /// analitica on Kafka, as group member and transactional id `<instance>-analitica`: sales per

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting};
 use entrega_core::SystemClock;
+use futures::FutureExt as _;
 
 use super::spawn::{consumer_worker, spawn_inbox_purge, RELAY_POLL};
+use super::together::run_together;
 use super::{ensure_topics, System, Task};
 use crate::services::catalogo::{self, CatalogConsumer};
 use crate::services::inventario::{
@@ -62,33 +64,24 @@ pub(super) async fn spawn_inventario(
         "inventario started"
     );
     let child = stop.child_token();
-    let task = tokio::spawn(async move {
-        // One part stopping stops the others, so none runs on alone unnoticed.
-        let (orders, commands, relayed) = tokio::join!(
-            async {
-                let r = orders
-                    .run(child.clone())
-                    .await
-                    .context("inventario consumer");
-                child.cancel();
-                r
-            },
-            async {
-                let r = commands
-                    .run(child.clone())
-                    .await
-                    .context("inventario commands");
-                child.cancel();
-                r
-            },
-            async {
-                let r = relay.run(child.clone()).await.context("inventario relay");
-                child.cancel();
-                r
-            },
-        );
-        orders.and(commands).and(relayed)
-    });
+    let (c1, c2, c3) = (child.clone(), child.clone(), child.clone());
+    let task = run_together(
+        vec![
+            (
+                "inventario consumer",
+                async move { Ok(orders.run(c1).await?) }.boxed(),
+            ),
+            (
+                "inventario commands",
+                async move { Ok(commands.run(c2).await?) }.boxed(),
+            ),
+            (
+                "inventario relay",
+                async move { Ok(relay.run(c3).await?) }.boxed(),
+            ),
+        ],
+        child,
+    );
     Ok((task, stats))
 }
 

@@ -8,7 +8,9 @@ use anyhow::Context as _;
 use entrega::rpc::{RpcServer, StoredAnswers};
 use entrega::{CancellationToken, Relay, RelayConfig};
 use entrega_core::SystemClock;
+use futures::FutureExt as _;
 
+use super::together::run_together;
 use super::{ensure_topics, Components, System, Task};
 use crate::services::pagos::{
     self, Authoriser, ChargeConsumer, CommandConsumer, Gateway, PaymentStore, AUTHORISER,
@@ -64,35 +66,28 @@ pub(super) async fn spawn_pagos(
     let relay = relay_of(system, &store, &broker, &instance);
     tracing::info!(%instance, gateway = url, "pagos started");
     let child = stop.child_token();
-    Ok(tokio::spawn(async move {
-        // One part stopping stops the others, so none runs on alone unnoticed.
-        let (charges, commanded, authorisations, relayed) = tokio::join!(
-            async {
-                let r = worker.run(child.clone()).await.context("pagos charges");
-                child.cancel();
-                r
-            },
-            async {
-                let r = commands.run(child.clone()).await.context("pagos commands");
-                child.cancel();
-                r
-            },
-            async {
-                let r = server
-                    .run(child.clone())
-                    .await
-                    .context("pagos authorisations");
-                child.cancel();
-                r
-            },
-            async {
-                let r = relay.run(child.clone()).await.context("pagos relay");
-                child.cancel();
-                r
-            },
-        );
-        charges.and(commanded).and(authorisations).and(relayed)
-    }))
+    let (c1, c2, c3, c4) = (child.clone(), child.clone(), child.clone(), child.clone());
+    Ok(run_together(
+        vec![
+            (
+                "pagos charges",
+                async move { Ok(worker.run(c1).await?) }.boxed(),
+            ),
+            (
+                "pagos commands",
+                async move { Ok(commands.run(c2).await?) }.boxed(),
+            ),
+            (
+                "pagos authorisations",
+                async move { Ok(server.run(c3).await?) }.boxed(),
+            ),
+            (
+                "pagos relay",
+                async move { Ok(relay.run(c4).await?) }.boxed(),
+            ),
+        ],
+        child,
+    ))
 }
 
 fn relay_of(

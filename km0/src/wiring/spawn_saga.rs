@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use entrega::saga::Sagas;
 use entrega::{CancellationToken, Handler, Router};
-use futures::future::BoxFuture;
 use futures::FutureExt as _;
 
 use super::spawn::consumer_worker;
+use super::together::{run_together, Part};
 use super::{ensure_topics, System, Task};
 use crate::services::{inventario, pagos, reparto};
 
@@ -65,43 +65,19 @@ pub(super) async fn spawn_orchestrator(
     ensure_topics(&broker).await?;
     let child = stop.child_token();
     let member = format!("{instance}-saga");
-    let mut parts: Vec<BoxFuture<'static, anyhow::Result<()>>> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
     for (topic, router) in routers(&sagas) {
         let names = (SAGA_GROUP, topic, member.clone());
         let worker = consumer_worker(system, &broker, router, names, sagas.db());
         let child = child.clone();
-        parts.push(
-            async move {
-                let r = worker
-                    .run(child.clone())
-                    .await
-                    .with_context(|| format!("saga answers on {topic}"));
-                child.cancel();
-                r
-            }
-            .boxed(),
-        );
+        // Named by the topic whose answers it applies.
+        parts.push((topic, async move { Ok(worker.run(child).await?) }.boxed()));
     }
-    {
-        let (sagas, child) = (sagas.clone(), child.clone());
-        parts.push(
-            async move {
-                let r = sagas
-                    .run_timers(TIMERS_EVERY, child.clone())
-                    .await
-                    .context("saga timers");
-                child.cancel();
-                r
-            }
-            .boxed(),
-        );
-    }
+    let (timers, every) = (child.clone(), TIMERS_EVERY);
+    parts.push((
+        "saga timers",
+        async move { Ok(sagas.run_timers(every, timers).await?) }.boxed(),
+    ));
     tracing::info!(instance, "order saga orchestrator started");
-    Ok(tokio::spawn(async move {
-        futures::future::join_all(parts)
-            .await
-            .into_iter()
-            .collect::<anyhow::Result<Vec<()>>>()
-            .map(drop)
-    }))
+    Ok(run_together(parts, child))
 }
