@@ -90,10 +90,7 @@ impl StockStore {
         &self,
         id: &str,
     ) -> Result<Option<stock_moves::StoredReservation>, ApplyError> {
-        let mut tx = self.db().begin().await?;
-        let found = stock_moves::find(&mut tx, id).await?;
-        tx.rollback().await?;
-        Ok(found)
+        Ok(stock_moves::read(self.db(), id).await?)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Stock changes inside the caller's transaction, each with its `stock.actualizado` in the
 //! outbox, and the reservations rows that make a saga's reservation and release idempotent.
 
-use entrega::db::{query, Tx};
+use entrega::db::{query, Db, Tx};
 use entrega_core::StoreError;
 use serde_json::{json, Value};
 
@@ -105,16 +105,27 @@ pub async fn give_back(tx: &mut Tx, order_id: &str, lines: &[StockLine]) -> Resu
     Ok(())
 }
 
-/// The reservation `id`, if any.
+const FIND: &str = "SELECT estado, lineas, motivo FROM reservas WHERE id_reserva = $1";
+
+/// A `reservas` row: state, lines (JSON), reason.
+type ReservationRow = (String, String, Option<String>);
+
+/// The reservation `id`, if any, in the caller's transaction.
 pub async fn find(tx: &mut Tx, id: &str) -> Result<Option<StoredReservation>, StoreError> {
-    let row: Option<(String, String, Option<String>)> = tx
-        .fetch_optional(
-            query("SELECT estado, lineas, motivo FROM reservas WHERE id_reserva = $1").bind(id),
-        )
-        .await?;
-    let Some((state, lines, reason)) = row else {
-        return Ok(None);
-    };
+    let row: Option<ReservationRow> = tx.fetch_optional(query(FIND).bind(id)).await?;
+    row.map(|row| decode(id, row)).transpose()
+}
+
+/// The reservation `id`, if any, read outside any transaction.
+pub async fn read(db: &Db, id: &str) -> Result<Option<StoredReservation>, StoreError> {
+    let row: Option<ReservationRow> = db.fetch_optional(query(FIND).bind(id)).await?;
+    row.map(|row| decode(id, row)).transpose()
+}
+
+fn decode(
+    id: &str,
+    (state, lines, reason): ReservationRow,
+) -> Result<StoredReservation, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         table: "reservas",
         reason,
@@ -125,11 +136,11 @@ pub async fn find(tx: &mut Tx, id: &str) -> Result<Option<StoredReservation>, St
         serde_json::from_str(&lines).map_err(|e| corrupt(format!("lineas of `{id}`: {e}")))?;
     let lines = super::domain::lines_of(&json!({ "lineas": value }))
         .map_err(|e| corrupt(format!("lineas of `{id}`: {e}")))?;
-    Ok(Some(StoredReservation {
+    Ok(StoredReservation {
         state,
         lines,
         reason,
-    }))
+    })
 }
 
 async fn insert(

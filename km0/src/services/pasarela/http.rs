@@ -103,6 +103,32 @@ pub(super) fn stored(status: u16, body: &str, replayed: bool) -> Response {
     response
 }
 
+/// Takes `key` for a request with `fingerprint`: `Ok` when this request is to go on; the
+/// answer to give otherwise (the stored answer, 409 while another holds it, 422 for another
+/// body, 503 when the ledger fails).
+pub(super) async fn take_key(
+    ledger: &Ledger,
+    key: &str,
+    fingerprint: &str,
+) -> Result<(), Response> {
+    match ledger.take(key, fingerprint, now_ms(), KEY_LEASE_MS).await {
+        Err(e) => Err(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("libro de cargos: {e}"),
+        )),
+        Ok(Taken::Replay { status, body }) => Err(stored(status, &body, true)),
+        Ok(Taken::InProgress) => Err(error(
+            StatusCode::CONFLICT,
+            "otra petición con esta Idempotency-Key está en curso",
+        )),
+        Ok(Taken::Mismatch) => Err(error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "esta Idempotency-Key se usó con otra petición",
+        )),
+        Ok(Taken::Fresh) => Ok(()),
+    }
+}
+
 async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(key) = idempotency_key(&headers) else {
         return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
@@ -118,31 +144,8 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     let (latency, fail) = state.latency_and_503().await;
-    let taken = state
-        .ledger
-        .take(key, &request.fingerprint(), now_ms(), KEY_LEASE_MS)
-        .await;
-    match taken {
-        Err(e) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("libro de cargos: {e}"),
-            )
-        }
-        Ok(Taken::Replay { status, body }) => return stored(status, &body, true),
-        Ok(Taken::InProgress) => {
-            return error(
-                StatusCode::CONFLICT,
-                "otra petición con esta Idempotency-Key está en curso",
-            )
-        }
-        Ok(Taken::Mismatch) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "esta Idempotency-Key se usó con otra petición",
-            )
-        }
-        Ok(Taken::Fresh) => {}
+    if let Err(answer) = take_key(&state.ledger, key, &request.fingerprint()).await {
+        return answer;
     }
     // The time the gateway takes to charge, with the key held: a second request with the
     // same key meanwhile is told 409.

@@ -19,9 +19,9 @@ use axum::response::Response;
 use entrega_core::now_ms;
 use serde_json::{json, Value};
 
-use super::db::{ChargeLookup, Refund, Taken};
+use super::db::{ChargeLookup, Refund};
 use super::domain::RefundRequest;
-use super::http::{error, idempotency_key, stored, PasarelaState, KEY_LEASE_MS, MAX_BODY};
+use super::http::{error, idempotency_key, stored, take_key, PasarelaState, MAX_BODY};
 
 /// `POST /reembolsos`.
 pub(super) async fn refund(
@@ -44,25 +44,8 @@ pub(super) async fn refund(
     };
     let (latency, fail) = state.latency_and_503().await;
     let ledger = state.ledger();
-    match ledger
-        .take(key, &request.fingerprint(), now_ms(), KEY_LEASE_MS)
-        .await
-    {
-        Err(e) => return unavailable(&e),
-        Ok(Taken::Replay { status, body }) => return stored(status, &body, true),
-        Ok(Taken::InProgress) => {
-            return error(
-                StatusCode::CONFLICT,
-                "otra petición con esta Idempotency-Key está en curso",
-            )
-        }
-        Ok(Taken::Mismatch) => {
-            return error(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "esta Idempotency-Key se usó con otra petición",
-            )
-        }
-        Ok(Taken::Fresh) => {}
+    if let Err(answer) = take_key(ledger, key, &request.fingerprint()).await {
+        return answer;
     }
     let charge = match ledger.charge_under(&request.charge_key).await {
         Ok(ChargeLookup::InProgress) => {
