@@ -287,9 +287,14 @@ pub struct DemoArgs {
     /// No progress bars (logs, CI).
     #[arg(long)]
     pub no_progress: bool,
-    /// Print the report as JSON too.
+    /// Print the report as JSON (invariants included) instead of text; the header and
+    /// the plan go to stderr.
     #[arg(long)]
     pub json: bool,
+    /// The seed's first flow only (pedidos → inventario, no payment or delivery) instead of
+    /// the order saga.
+    #[arg(long)]
+    pub sin_saga: bool,
 }
 
 impl Cli {
@@ -375,11 +380,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 seed: args.seed,
                 progress: !args.no_progress,
                 redeliver: args.redeliver.unwrap_or(args.orders / 50),
+                saga: !args.sin_saga,
+                json: args.json,
             };
             let report = demo::run(&system, &options).await?;
-            print!("{}", report.render());
             if args.json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+            } else {
+                print!("{}", report.render());
             }
             if !report.passed() {
                 return Ok(ExitCode::FAILURE);

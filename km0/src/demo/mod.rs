@@ -1,17 +1,22 @@
 //! `km0 demo`: the whole system in one process, orders placed through the real HTTP API with
-//! concurrency, then a report whose invariants decide the exit code.
+//! concurrency, then a report whose invariants decide the exit code. By default the orders
+//! go through the order saga ([`saga_run`]); `--sin-saga` runs the seed's first flow only.
 
+mod backlog;
 mod client;
+mod facts;
 mod plan;
 mod redeliver;
 mod report;
+mod saga_run;
 
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-pub use plan::{DemoPlan, ProductPlan};
+pub use facts::{FateCount, SagaSummary};
+pub use plan::{DemoPlan, Fate, ProductPlan, SagaPlan};
 pub use report::{DemoReport, Invariant, StockCheck};
 
 use entrega::OutboxPorts;
@@ -41,6 +46,23 @@ pub struct DemoOptions {
     /// Events to publish a second time once everything is consumed, as a relay that died
     /// between publish and mark would; each must be absorbed as a duplicate.
     pub redeliver: usize,
+    /// Through the order saga (reserve, charge, courier) with declines, gateway faults,
+    /// uncovered cities and customer cancels; otherwise the seed's first flow only
+    /// (pedidos → inventario).
+    pub saga: bool,
+    /// The report goes to stdout as JSON: the header and the plan go to stderr.
+    pub json: bool,
+}
+
+impl DemoOptions {
+    /// Prints `text` where the run's narration goes (stderr when stdout carries JSON).
+    fn say(&self, text: &str) {
+        if self.json {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+    }
 }
 
 /// Figures that may already be non-zero in reused databases; the run reports differences.
@@ -114,12 +136,19 @@ impl Watch {
 /// Runs the demo and returns its report (whether the invariants hold is the report's to say).
 pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoReport> {
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
+    let system = match (options.saga, system.saga()) {
+        (true, None) => system.clone().with_saga(saga_run::timings(options.timeout)),
+        _ => system.clone(),
+    };
     let system = if options.fresh {
         system.fresh(&run_id)?
     } else {
-        system.clone()
+        system
     };
-    println!("km0 demo {run_id}: {}", system.describe());
+    options.say(&format!("km0 demo {run_id}: {}\n", system.describe()));
+    if options.saga {
+        return run_saga(&system, options, &run_id).await;
+    }
 
     let watch = Watch::open(&system).await?;
     let stock = &watch.stock;
@@ -128,11 +157,11 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         let units = i32::try_from(product.start).context("stock beyond i32")?;
         stock.set_units(&product.product, units).await?;
     }
-    print!("{}", plan.render());
+    options.say(&plan.render());
     let before = Counters::read(&watch).await?;
     // On a shared broker (Kafka) the topic may hold earlier runs' events: this run's start
     // where it ends now.
-    let replayable = redeliver::Replayable::open(&watch.broker, &run_id).await?;
+    let replayable = redeliver::Replayable::open(&watch.broker, &run_id, TOPIC).await?;
 
     let started = Instant::now();
     let running = system
@@ -164,7 +193,7 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
             }
         })
     };
-    let placed = client::place_all(addr, &plan.orders, options.concurrency, &placing).await;
+    let placed = client::place_all(addr, &plan.orders, &[], options.concurrency, &placing).await;
     placing.finish();
     let placing_ms = elapsed_ms(started);
 
@@ -222,16 +251,58 @@ pub async fn run(system: &System, options: &DemoOptions) -> anyhow::Result<DemoR
         stock: checks,
         placing_ms,
         total_ms,
+        saga: None,
     };
     watch.close().await;
+    finish(&system, options, report).await
+}
+
+/// The run through the order saga.
+async fn run_saga(
+    system: &System,
+    options: &DemoOptions,
+    run_id: &str,
+) -> anyhow::Result<DemoReport> {
+    let plan = DemoPlan::generate_saga(options.orders, run_id, options.seed);
+    options.say(&plan.render());
+    let bars = if options.progress {
+        MultiProgress::new()
+    } else {
+        MultiProgress::with_draw_target(ProgressDrawTarget::hidden())
+    };
+    let placing = bars.add(bar(plan.orders.len() as u64, "placed  "));
+    let run = saga_run::run(system, &plan, run_id, options, &placing).await?;
+    let report = DemoReport {
+        orders_planned: plan.orders.len() as u64,
+        orders_accepted: run.placed.accepted,
+        orders_failed: run.placed.failed,
+        redelivered: run.summary.redelivered,
+        dead_letters: run.dead_letters,
+        outbox_pending: run.outbox_pending,
+        drained: run.drained,
+        stock: run.stock,
+        placing_ms: run.placing_ms,
+        total_ms: run.total_ms,
+        saga: Some(run.summary),
+        ..DemoReport::default()
+    };
+    finish(system, options, report).await
+}
+
+/// Removes a fresh run's databases once it passed (a failed run keeps them: they are the
+/// evidence) and hands the report back.
+async fn finish(
+    system: &System,
+    options: &DemoOptions,
+    report: DemoReport,
+) -> anyhow::Result<DemoReport> {
     if options.fresh && !options.keep && report.passed() {
-        // A failed run keeps its databases: they are the evidence.
         system
             .destroy()
             .await
             .context("removing the demo databases")?;
     } else if options.fresh {
-        println!("databases kept: {}", system.describe());
+        options.say(&format!("databases kept: {}\n", system.describe()));
     }
     Ok(report)
 }
@@ -265,6 +336,6 @@ fn bar(len: u64, label: &'static str) -> ProgressBar {
     bar
 }
 
-fn elapsed_ms(since: Instant) -> u64 {
+pub(crate) fn elapsed_ms(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

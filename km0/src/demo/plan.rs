@@ -7,8 +7,11 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
+use serde::Serialize;
+
 use crate::services::inventario::INITIAL_STOCK;
-use crate::services::pedidos::{NewOrder, OrderLine};
+use crate::services::pasarela::Faults;
+use crate::services::pedidos::{Address, NewOrder, OrderLine};
 
 /// Unit prices in cents of the seed's products.
 const PRICES: &[(&str, i32)] = &[
@@ -20,6 +23,55 @@ const PRICES: &[(&str, i32)] = &[
 ];
 const CUSTOMERS: &[&str] = &["ana", "marc", "laia", "jordi", "nuria", "pau"];
 const MARKETS: &[&str] = &["girona", "barcelona", "tarragona", "lleida", "valencia"];
+/// Cities reparto serves (the demo gives each a fleet of couriers), with a street.
+pub const COVERED_CITIES: &[(&str, &str)] = &[
+    ("Madrid", "Calle de Atocha 12"),
+    ("Barcelona", "Carrer de Sants 45"),
+    ("Valencia", "Carrer de Colón 7"),
+    ("Tarragona", "Rambla Nova 1"),
+];
+/// Cities without couriers: reparto answers `ciudad_no_cubierta`.
+const UNCOVERED_CITIES: &[(&str, &str)] =
+    &[("Lleida", "Carrer Major 3"), ("Girona", "Carrer Nou 9")];
+/// The card the demo's gateway declines.
+pub const DECLINED_CARD: &str = "tok_rechazada";
+/// The card every other order pays with.
+const GOOD_CARD: &str = "tok_visa";
+/// Shares of the saga's orders, in percent: declined card, uncovered city, cancelled by
+/// the customer right after placing it.
+const DECLINED_PCT: u32 = 6;
+const UNCOVERED_PCT: u32 = 6;
+const CUSTOMER_CANCEL_PCT: u32 = 3;
+
+/// What the plan expects of one order of the saga.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Fate {
+    /// Reserved, charged, given a courier: paid (`pagado`).
+    #[serde(rename = "pagado")]
+    Paid,
+    /// The gateway declines the card: cancelled, its stock back.
+    #[serde(rename = "tarjeta_rechazada")]
+    Declined,
+    /// A city without couriers: refunded, its stock back, cancelled.
+    #[serde(rename = "ciudad_no_cubierta")]
+    Uncovered,
+    /// The customer cancels right after placing it: paid or cancelled (the race decides),
+    /// never both.
+    #[serde(rename = "cancelado_por_cliente")]
+    CustomerCancel,
+}
+
+impl Fate {
+    /// Its name in the plan and the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Paid => "pagado",
+            Self::Declined => "tarjeta_rechazada",
+            Self::Uncovered => "ciudad_no_cubierta",
+            Self::CustomerCancel => "cancelado_por_cliente",
+        }
+    }
+}
 
 /// Stock of one product before and after the run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,6 +99,25 @@ pub struct DemoPlan {
     pub orders: Vec<NewOrder>,
     /// Per product, sorted by product.
     pub stock: Vec<ProductPlan>,
+    /// The order saga's part, when the run goes through it.
+    pub saga: Option<SagaPlan>,
+}
+
+/// What a run through the order saga adds: each order's fate and the gateway's faults.
+#[derive(Debug, Clone)]
+pub struct SagaPlan {
+    /// One per order, in order.
+    pub fates: Vec<Fate>,
+    /// The gateway's faults: the declined card, some 503s, some charges whose answer is
+    /// lost after charging.
+    pub faults: Faults,
+}
+
+impl SagaPlan {
+    /// How many orders have `fate`.
+    pub fn count(&self, fate: Fate) -> usize {
+        self.fates.iter().filter(|f| **f == fate).count()
+    }
 }
 
 impl DemoPlan {
@@ -94,7 +165,60 @@ impl DemoPlan {
                 }
             })
             .collect();
-        Self { orders, stock }
+        Self {
+            orders,
+            stock,
+            saga: None,
+        }
+    }
+
+    /// Like [`DemoPlan::generate`], through the order saga: every order gets a card and a
+    /// delivery address, and a fate drawn from `seed` (declined cards, uncovered cities,
+    /// customers who cancel at once), with gateway faults sized to the run.
+    pub fn generate_saga(count: usize, run: &str, seed: u64) -> Self {
+        let mut plan = Self::generate(count, run, seed);
+        // A stream of its own, so the orders themselves are those of the seed flow.
+        let mut rng = StdRng::seed_from_u64(seed ^ 0x5a6a);
+        let mut fates = Vec::with_capacity(count);
+        for order in &mut plan.orders {
+            let roll = rng.gen_range(0..100);
+            let fate = if roll < DECLINED_PCT {
+                Fate::Declined
+            } else if roll < DECLINED_PCT + UNCOVERED_PCT {
+                Fate::Uncovered
+            } else if roll < DECLINED_PCT + UNCOVERED_PCT + CUSTOMER_CANCEL_PCT {
+                Fate::CustomerCancel
+            } else {
+                Fate::Paid
+            };
+            let cities = match fate {
+                Fate::Uncovered => UNCOVERED_CITIES,
+                _ => COVERED_CITIES,
+            };
+            let (city, street) = cities[rng.gen_range(0..cities.len())];
+            order.address = Some(Address {
+                city: city.to_owned(),
+                street: street.to_owned(),
+            });
+            order.card = Some(
+                match fate {
+                    Fate::Declined => DECLINED_CARD,
+                    _ => GOOD_CARD,
+                }
+                .to_owned(),
+            );
+            fates.push(fate);
+        }
+        let faults = Faults {
+            fallar_503: u32::try_from(count / 50).unwrap_or(u32::MAX),
+            colgar_tras_cobro: u32::from(count >= 100) * 2,
+            // Longer than pagos' gateway timeout: pagos gives up and asks again.
+            colgar_ms: 6_000,
+            tarjetas_rechazadas: vec![DECLINED_CARD.to_owned()],
+            ..Faults::default()
+        };
+        plan.saga = Some(SagaPlan { fates, faults });
+        plan
     }
 
     /// Total units over all orders.
@@ -124,6 +248,28 @@ impl DemoPlan {
                 p.expected()
             );
         }
+        if let Some(saga) = &self.saga {
+            let _ = writeln!(
+                out,
+                "through the order saga (reserve, charge, courier); expected final states:"
+            );
+            for fate in [
+                Fate::Paid,
+                Fate::Declined,
+                Fate::Uncovered,
+                Fate::CustomerCancel,
+            ] {
+                let _ = writeln!(out, "  {:<22} {:>6}", fate.name(), saga.count(fate));
+            }
+            let f = &saga.faults;
+            let _ = writeln!(
+                out,
+                "gateway faults: {} answers 503, {} charges whose answer is lost after \
+                 charging, card {} declined",
+                f.fallar_503, f.colgar_tras_cobro, DECLINED_CARD
+            );
+            out.push_str("expected stock: start minus the units of the orders that end paid\n");
+        }
         out
     }
 }
@@ -132,6 +278,35 @@ impl DemoPlan {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_saga_plan_mixes_every_fate_reproducibly() {
+        let a = DemoPlan::generate_saga(1000, "r", 7);
+        let b = DemoPlan::generate_saga(1000, "r", 7);
+        assert_eq!(a.orders, b.orders);
+        let saga = a.saga.as_ref().unwrap();
+        assert_eq!(saga.fates, b.saga.as_ref().unwrap().fates);
+        assert_eq!(saga.fates.len(), 1000);
+        for fate in [
+            Fate::Paid,
+            Fate::Declined,
+            Fate::Uncovered,
+            Fate::CustomerCancel,
+        ] {
+            assert!(saga.count(fate) > 0, "{fate:?}");
+        }
+        for (order, fate) in a.orders.iter().zip(&saga.fates) {
+            let city = &order.address.as_ref().unwrap().city;
+            let covered = COVERED_CITIES.iter().any(|(c, _)| c == city);
+            assert_eq!(covered, *fate != Fate::Uncovered, "{order:?}");
+            let declined = order.card.as_deref() == Some(DECLINED_CARD);
+            assert_eq!(declined, *fate == Fate::Declined, "{order:?}");
+        }
+        assert!(saga.faults.fallar_503 > 0 && saga.faults.colgar_tras_cobro > 0);
+        // The same orders as the seed flow's plan, with the saga's fields added.
+        let plain = DemoPlan::generate(1000, "r", 7);
+        assert_eq!(plain.orders[0].lines, a.orders[0].lines);
+    }
 
     #[test]
     fn the_plan_is_reproducible_and_always_servable() {

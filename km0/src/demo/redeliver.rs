@@ -10,14 +10,18 @@ use std::time::{Duration, Instant};
 
 use entrega_core::{OutgoingMessage, Subscription};
 
-use crate::services::pedidos::TOPIC;
 use crate::wiring::Broker;
 
 /// Longest wait for the tap's copies.
 const TAP_WAIT: Duration = Duration::from_secs(10);
 
-/// Where the demo takes the events it publishes again.
-pub enum Replayable {
+/// Where the demo takes the events of one topic it publishes again.
+pub struct Replayable {
+    topic: String,
+    source: Source,
+}
+
+enum Source {
     /// A log, read back from these per-partition offsets (its ends before the run).
     Log(Vec<(u32, i64)>),
     /// RabbitMQ: the demo's tap group on the topic.
@@ -30,23 +34,29 @@ pub enum Replayable {
 }
 
 impl Replayable {
-    /// Marks where this run starts on `broker`: the topic's ends on a log, a new tap group
-    /// (named after `run`) on RabbitMQ.
-    pub async fn open(broker: &Broker, run: &str) -> anyhow::Result<Self> {
-        if broker.is_amqp() {
-            let group = format!("km0-demo-tap-{run}");
-            let sub = broker.subscriber().subscribe(&group, TOPIC, &group).await?;
-            return Ok(Self::Tap { group, sub });
-        }
-        Ok(Self::Log(broker.end_offsets(TOPIC).await?))
+    /// Marks where this run starts on `topic` of `broker`: the topic's ends on a log, a
+    /// new tap group (named after `run` and the topic) on RabbitMQ.
+    pub async fn open(broker: &Broker, run: &str, topic: &str) -> anyhow::Result<Self> {
+        let source = if broker.is_amqp() {
+            let group = format!("km0-demo-tap-{run}-{topic}");
+            let sub = broker.subscriber().subscribe(&group, topic, &group).await?;
+            Source::Tap { group, sub }
+        } else {
+            Source::Log(broker.end_offsets(topic).await?)
+        };
+        Ok(Self {
+            topic: topic.to_owned(),
+            source,
+        })
     }
 
     /// Publishes again up to `count` events of this run (see [`redeliver`]); a tap is then
     /// removed. Returns how many.
     pub async fn redeliver(self, broker: &Broker, count: usize) -> anyhow::Result<usize> {
-        match self {
-            Self::Log(from) => redeliver(broker, TOPIC, &from, count).await,
-            Self::Tap { group, mut sub } => {
+        let topic = self.topic;
+        match self.source {
+            Source::Log(from) => redeliver(broker, &topic, &from, count).await,
+            Source::Tap { group, mut sub } => {
                 let mut picked: Vec<OutgoingMessage> = Vec::with_capacity(count);
                 let until = Instant::now() + TAP_WAIT;
                 while picked.len() < count && Instant::now() < until {
@@ -62,7 +72,7 @@ impl Replayable {
                 }
                 sub.close().await?;
                 broker.publisher().publish(&picked).await?;
-                Self::remove_tap(broker, &group).await?;
+                remove_tap(broker, &group, &topic).await?;
                 Ok(picked.len())
             }
         }
@@ -70,19 +80,19 @@ impl Replayable {
 
     /// Removes the tap, when there is one, without publishing anything.
     pub async fn discard(self, broker: &Broker) -> anyhow::Result<()> {
-        if let Self::Tap { group, mut sub } = self {
+        if let Source::Tap { group, mut sub } = self.source {
             sub.close().await?;
-            Self::remove_tap(broker, &group).await?;
+            remove_tap(broker, &group, &self.topic).await?;
         }
         Ok(())
     }
+}
 
-    async fn remove_tap(broker: &Broker, group: &str) -> anyhow::Result<()> {
-        if let Some(amqp) = broker.as_amqp() {
-            amqp.delete_group(group, TOPIC).await?;
-        }
-        Ok(())
+async fn remove_tap(broker: &Broker, group: &str, topic: &str) -> anyhow::Result<()> {
+    if let Some(amqp) = broker.as_amqp() {
+        amqp.delete_group(group, topic).await?;
     }
+    Ok(())
 }
 
 /// Publishes again up to `count` records of `topic` written during this run (from the

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::facts::SagaSummary;
 use super::plan::ProductPlan;
 
 /// Final units of one product against the plan.
@@ -83,11 +84,16 @@ pub struct DemoReport {
     pub placing_ms: u64,
     /// Time from start until the last order was consumed, in ms.
     pub total_ms: u64,
+    /// A run through the order saga: how its orders ended and the saga's invariants.
+    pub saga: Option<SagaSummary>,
 }
 
 impl DemoReport {
     /// Every invariant of the run, in report order.
     pub fn invariants(&self) -> Vec<Invariant> {
+        if let Some(saga) = &self.saga {
+            return self.saga_invariants(saga);
+        }
         let stock_ok = !self.stock.is_empty() && self.stock.iter().all(StockCheck::holds);
         let wrong: Vec<String> = self
             .stock
@@ -139,21 +145,68 @@ impl DemoReport {
         ]
     }
 
+    fn saga_invariants(&self, saga: &SagaSummary) -> Vec<Invariant> {
+        let mut all = vec![Invariant {
+            name: "every order accepted",
+            holds: self.orders_accepted == self.orders_planned,
+            detail: format!("{} of {}", self.orders_accepted, self.orders_planned),
+        }];
+        all.extend(saga.invariants.iter().cloned());
+        all.extend([
+            Invariant {
+                name: "redelivered commands and replies changed nothing",
+                holds: saga.unchanged_by_redelivery && self.drained,
+                detail: format!(
+                    "{} published again, every row the same: {}",
+                    saga.redelivered, saga.unchanged_by_redelivery
+                ),
+            },
+            Invariant {
+                name: "every outbox drained",
+                holds: self.outbox_pending == 0,
+                detail: format!("{} pending", self.outbox_pending),
+            },
+            Invariant {
+                name: "no dead letters",
+                holds: self.dead_letters == 0,
+                detail: format!("{} dead letters over every group", self.dead_letters),
+            },
+        ]);
+        all
+    }
+
     /// Whether every invariant held.
     pub fn passed(&self) -> bool {
         self.invariants().iter().all(|i| i.holds)
+    }
+
+    /// The report as JSON: its figures, every invariant with its verdict, and `passed`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "invariants".to_owned(),
+                serde_json::to_value(self.invariants()).unwrap_or_default(),
+            );
+            map.insert("passed".to_owned(), self.passed().into());
+        }
+        value
     }
 
     /// The report for the terminal.
     pub fn render(&self) -> String {
         let mut out = String::from("\nkm0 demo report\n");
         let secs = |ms: u64| Duration::from_millis(ms).as_secs_f64();
+        let done = match self.saga {
+            Some(_) => self.orders_accepted,
+            None => self.consumed,
+        };
         let rate = if self.total_ms > 0 {
-            self.consumed as f64 / secs(self.total_ms)
+            done as f64 / secs(self.total_ms)
         } else {
             0.0
         };
-        let rows: [(&str, String); 10] = [
+        let mut rows: Vec<(&str, String)> = vec![
             (
                 "orders accepted",
                 format!("{} of {}", self.orders_accepted, self.orders_planned),
@@ -177,13 +230,35 @@ impl DemoReport {
                 format!("{:.2}s ({rate:.0} orders/s)", secs(self.total_ms)),
             ),
         ];
+        if let Some(saga) = &self.saga {
+            rows = saga_rows(self, saga, rate);
+        }
         for (name, value) in rows {
             let _ = writeln!(out, "  {name:<22} {value}");
         }
+        if let Some(saga) = &self.saga {
+            let _ = writeln!(
+                out,
+                "\n  {:<22} {:>8} {:>8} {:>9}",
+                "planned fate", "orders", "paid", "cancelled"
+            );
+            for (fate, n) in &saga.by_fate {
+                let _ = writeln!(
+                    out,
+                    "  {fate:<22} {:>8} {:>8} {:>9}",
+                    n.planned, n.paid, n.cancelled
+                );
+            }
+        }
+        // Through the saga only the orders that end paid keep their units.
+        let taken = match self.saga {
+            Some(_) => "paid",
+            None => "ordered",
+        };
         let _ = writeln!(
             out,
             "\n  {:<14} {:>8} {:>8} {:>9} {:>8}",
-            "product", "start", "ordered", "expected", "final"
+            "product", "start", taken, "expected", "final"
         );
         for c in &self.stock {
             let actual = c.actual.map_or_else(|| "-".to_owned(), |a| a.to_string());
@@ -197,7 +272,7 @@ impl DemoReport {
         out.push_str("\ninvariants\n");
         for i in self.invariants() {
             let verdict = if i.holds { "ok  " } else { "FAIL" };
-            let _ = writeln!(out, "  [{verdict}] {:<34} {}", i.name, i.detail);
+            let _ = writeln!(out, "  [{verdict}] {:<48} {}", i.name, i.detail);
         }
         let _ = writeln!(
             out,
@@ -210,6 +285,50 @@ impl DemoReport {
         );
         out
     }
+}
+
+/// The figures of a run through the saga (the stock consumer's own counts mean little
+/// there: its orders come as commands).
+fn saga_rows(report: &DemoReport, saga: &SagaSummary, rate: f64) -> Vec<(&'static str, String)> {
+    let secs = |ms: u64| Duration::from_millis(ms).as_secs_f64();
+    let paid: u64 = saga.by_fate.values().map(|n| n.paid).sum();
+    let cancelled: u64 = saga.by_fate.values().map(|n| n.cancelled).sum();
+    vec![
+        (
+            "orders accepted",
+            format!("{} of {}", report.orders_accepted, report.orders_planned),
+        ),
+        ("orders failed", report.orders_failed.to_string()),
+        ("paid", paid.to_string()),
+        ("cancelled", cancelled.to_string()),
+        (
+            "customer cancels",
+            format!(
+                "{} taken, {} too late (already paid)",
+                saga.cancels_taken, saga.cancels_too_late
+            ),
+        ),
+        (
+            "gateway ledger",
+            format!(
+                "{} charges, {} refunds, net {:.2} EUR",
+                saga.charges,
+                saga.refunds,
+                saga.net_cents as f64 / 100.0
+            ),
+        ),
+        (
+            "sagas for an operator",
+            saga.waiting_for_operator.to_string(),
+        ),
+        ("redelivered (test)", saga.redelivered.to_string()),
+        ("dead letters", report.dead_letters.to_string()),
+        ("placing time", format!("{:.2}s", secs(report.placing_ms))),
+        (
+            "end to end",
+            format!("{:.2}s ({rate:.0} orders/s)", secs(report.total_ms)),
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub use spawn_saga::SAGA_GROUP;
 pub use system::{Retention, System, DEFAULT_LEASE_TTL};
 pub use topics::{
     dead_letter_topic, dead_letters_of, ensure_topic_and_dlq, ensure_topics, name_amqp_groups,
-    AMQP_GROUPS,
+    AMQP_GROUPS, TOPICS,
 };
 
 /// A component running as a task until stopped.

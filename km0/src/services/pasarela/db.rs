@@ -87,6 +87,26 @@ pub struct Refund {
     pub importe_centimos: i64,
 }
 
+/// What one reference was charged and given back, summed over the ledger.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ReferenceTotals {
+    /// Approved charges.
+    pub charges: u64,
+    /// Their amount in cents.
+    pub charged_cents: i64,
+    /// Refunds.
+    pub refunds: u64,
+    /// Their amount in cents.
+    pub refunded_cents: i64,
+}
+
+impl ReferenceTotals {
+    /// Charged net of refunds, in cents.
+    pub fn net_cents(&self) -> i64 {
+        self.charged_cents - self.refunded_cents
+    }
+}
+
 /// What was charged under a charge's idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChargeLookup {
@@ -378,6 +398,41 @@ impl Ledger {
             )
             .await?;
         Ok(charged.unwrap_or(0) - refunded.unwrap_or(0))
+    }
+
+    /// Approved charges and refunds of every reference that has any, by reference: two
+    /// grouped reads of the whole ledger.
+    pub async fn totals(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, ReferenceTotals>, StoreError> {
+        let charged: Vec<(String, i64, i64)> = self
+            .db
+            .fetch_all(query(
+                "SELECT referencia, CAST(COUNT(*) AS BIGINT), \
+                        CAST(SUM(importe_centimos) AS BIGINT) \
+                 FROM cargos WHERE resultado = 'aprobado' GROUP BY referencia",
+            ))
+            .await?;
+        let refunded: Vec<(String, i64, i64)> = self
+            .db
+            .fetch_all(query(
+                "SELECT referencia, CAST(COUNT(*) AS BIGINT), \
+                        CAST(SUM(importe_centimos) AS BIGINT) \
+                 FROM reembolsos GROUP BY referencia",
+            ))
+            .await?;
+        let mut totals = std::collections::BTreeMap::<String, ReferenceTotals>::new();
+        for (reference, count, cents) in charged {
+            let t = totals.entry(reference).or_default();
+            t.charges = u64::try_from(count).unwrap_or(0);
+            t.charged_cents = cents;
+        }
+        for (reference, count, cents) in refunded {
+            let t = totals.entry(reference).or_default();
+            t.refunds = u64::try_from(count).unwrap_or(0);
+            t.refunded_cents = cents;
+        }
+        Ok(totals)
     }
 
     /// Every charge made for `reference`, oldest first.

@@ -10,6 +10,6 @@ mod domain;
 mod http;
 mod refunds;
 
-pub use db::{Charge, ChargeLookup, Ledger, Refund, Taken};
+pub use db::{Charge, ChargeLookup, Ledger, ReferenceTotals, Refund, Taken};
 pub use domain::{ChargeRequest, Decision, Faults, InvalidCharge, RefundRequest};
 pub use http::{app, PasarelaState, KEY_LEASE_MS};

@@ -173,6 +173,36 @@ impl OrderStore {
         }))
     }
 
+    /// The state of every order whose id starts with `prefix`, by id (a state km0 does not
+    /// know is an error).
+    pub async fn states(
+        &self,
+        prefix: &str,
+    ) -> Result<std::collections::BTreeMap<String, OrderState>, StoreError> {
+        let pattern = format!(
+            "{}%",
+            prefix
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_")
+        );
+        let rows: Vec<(String, String)> = self
+            .db
+            .fetch_all(
+                query("SELECT id, estado FROM pedidos WHERE id LIKE $1 ESCAPE '\\'").bind(pattern),
+            )
+            .await?;
+        rows.into_iter()
+            .map(|(id, state)| match OrderState::parse(&state) {
+                Some(state) => Ok((id, state)),
+                None => Err(StoreError::Corrupt {
+                    table: "pedidos",
+                    reason: format!("order `{id}` has unknown state `{state}`"),
+                }),
+            })
+            .collect()
+    }
+
     /// Number of orders stored.
     pub async fn count(&self) -> Result<u64, StoreError> {
         let n: Option<i64> = self

@@ -372,6 +372,22 @@ impl DeliveryStore {
         Ok(assigned)
     }
 
+    /// Adds courier `id` in `city`, free; `false` if that id exists already.
+    pub async fn add_courier(&self, id: &str, city: &str) -> Result<bool, StoreError> {
+        let added = self
+            .db
+            .execute(
+                query(
+                    "INSERT INTO repartidores (id, ciudad) VALUES ($1, $2) \
+                     ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(id)
+                .bind(city),
+            )
+            .await?;
+        Ok(added > 0)
+    }
+
     /// Marks an assigned delivery as made and frees its courier; `false` if the order has
     /// no assigned delivery.
     pub async fn complete(&self, order_id: &str, now_ms: i64) -> Result<bool, StoreError> {
