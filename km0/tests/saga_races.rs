@@ -1,5 +1,6 @@
-//! The order saga against the races the second seed warns about, on SQLite and PostgreSQL with
-//! every service in one process and the gateway simulator slowed down: a customer's cancel
+//! The order saga against the races the second seed warns about, on the embedded default,
+//! PostgreSQL, PostgreSQL + RabbitMQ and PostgreSQL + Kafka, with every service in one
+//! process and the gateway simulator slowed down: a customer's cancel
 //! while the charge is at the gateway, and a charge that answers after its step's deadline.
 //! Either way the order ends cancelled once, with its stock back and a net charge of zero:
 //! never both paid and cancelled, and the late answer changes nothing.
@@ -17,7 +18,33 @@ use km0::services::pedidos::{OrderState, SagaTimings};
 use km0::wiring::{Components, Running, System};
 use serde_json::json;
 
+/// Where a scenario runs; holds the test's own broker (vhost or Kafka node) while it does.
+enum Setup {
+    Sqlite,
+    Postgres,
+    PostgresRabbitmq(common::amqp::Vhost),
+    PostgresKafka(common::kafka::KafkaBroker),
+}
+
+impl Setup {
+    fn system(&self) -> System {
+        let on_postgres = |broker: String| {
+            let databases = common::test_system("postgres").databases().clone();
+            System::new(databases, broker).with_lease_ttl(Duration::from_secs(2))
+        };
+        match self {
+            Self::Sqlite => common::test_system("sqlite"),
+            Self::Postgres => common::test_system("postgres"),
+            Self::PostgresRabbitmq(vhost) => on_postgres(format!("{}?shards=4", vhost.url())),
+            Self::PostgresKafka(kafka) => {
+                on_postgres(format!("{}?session_timeout_ms=6000", kafka.url()))
+            }
+        }
+    }
+}
+
 struct Run {
+    _setup: Setup,
     system: System,
     gateway: Running,
     services: Running,
@@ -25,14 +52,14 @@ struct Run {
     base: String,
 }
 
-async fn start(backend: &str, latency_ms: u64, step_deadline: Duration) -> Run {
+async fn start(setup: Setup, latency_ms: u64, step_deadline: Duration) -> Run {
     let timings = SagaTimings {
         step_deadline,
         delivery_deadline: Duration::from_secs(20),
         resend: Backoff::new(Duration::from_millis(500), Duration::from_secs(2)),
         compensation_attempts: 20,
     };
-    let system = common::test_system(backend).with_saga(timings);
+    let system = setup.system().with_saga(timings);
     let mut gateway = Components::none("pasarela-races");
     gateway.pasarela = Some(Faults {
         latencia_ms: latency_ms,
@@ -52,6 +79,7 @@ async fn start(backend: &str, latency_ms: u64, step_deadline: Duration) -> Run {
         .unwrap();
     let base = format!("http://{}", services.http_addr().unwrap());
     Run {
+        _setup: setup,
         system,
         gateway,
         services,
@@ -124,8 +152,8 @@ impl Run {
     }
 }
 
-async fn a_cancel_while_the_charge_is_at_the_gateway(backend: &str) {
-    let run = start(backend, 1_500, Duration::from_secs(20)).await;
+async fn a_cancel_while_the_charge_is_at_the_gateway(setup: Setup) {
+    let run = start(setup, 1_500, Duration::from_secs(20)).await;
     run.place("R-1").await;
     // Cancel once the charge has been asked for: it is at the gateway for 1.5 s.
     let pedidos = run.system.pedidos().await.unwrap();
@@ -146,31 +174,45 @@ async fn a_cancel_while_the_charge_is_at_the_gateway(backend: &str) {
     run.assert_cancelled_with_nothing_kept("R-1").await;
 }
 
-async fn a_charge_answering_after_its_deadline(backend: &str) {
+async fn a_charge_answering_after_its_deadline(setup: Setup) {
     // The gateway takes 3 s; the step may take 1 s.
-    let run = start(backend, 3_000, Duration::from_secs(1)).await;
+    let run = start(setup, 3_000, Duration::from_secs(1)).await;
     run.place("R-2").await;
     run.assert_cancelled_with_nothing_kept("R-2").await;
 }
 
-macro_rules! on_both_backends {
+macro_rules! on_every_setup {
     ($($scenario:ident),* $(,)?) => {
         mod sqlite {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() {
-                super::$scenario("sqlite").await;
+                super::$scenario(super::Setup::Sqlite).await;
             })*
         }
         mod postgres {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() {
-                super::$scenario("postgres").await;
+                super::$scenario(super::Setup::Postgres).await;
+            })*
+        }
+        mod postgres_rabbitmq {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let vhost = super::common::amqp::Vhost::create();
+                super::$scenario(super::Setup::PostgresRabbitmq(vhost)).await;
+            })*
+        }
+        mod postgres_kafka {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $scenario() {
+                let kafka = super::common::kafka::KafkaBroker::start();
+                super::$scenario(super::Setup::PostgresKafka(kafka)).await;
             })*
         }
     };
 }
 
-on_both_backends!(
+on_every_setup!(
     a_cancel_while_the_charge_is_at_the_gateway,
     a_charge_answering_after_its_deadline,
 );
