@@ -134,6 +134,8 @@ async fn the_demo_holds_its_invariants(backend: &str) {
         seed: 7,
         progress: false,
         redeliver: 10,
+        saga: false,
+        json: false,
     };
     let report = km0::demo::run(&system, &options).await.unwrap();
     assert!(report.passed(), "{}", report.render());

@@ -154,6 +154,8 @@ async fn the_demo_holds_its_invariants_on_kafka(backend: &str, key_concurrency: 
         seed: 11,
         progress: false,
         redeliver: 10,
+        saga: false,
+        json: false,
     };
     let report = km0::demo::run(&system, &options).await.unwrap();
     assert!(report.passed(), "{}", report.render());

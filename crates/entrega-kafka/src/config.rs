@@ -252,7 +252,11 @@ impl KafkaConfig {
 
     /// A client that reads offsets or records of `group` without ever joining it.
     pub(crate) fn reader(&self, group: &str) -> ClientConfig {
-        let c = self.consumer(group, &self.client_id);
+        let mut c = self.consumer(group, &self.client_id);
+        // A scan reads up to a partition's end, where a fetch finds nothing and the broker
+        // holds it for `fetch.wait.max.ms` (500 ms by default) before answering: once per
+        // partition read. The inspector wants the answer, not the wait.
+        c.set("fetch.wait.max.ms", "10");
         self.finish(c, Role::Consumer)
     }
 

@@ -123,6 +123,8 @@ pub struct SagaSummary {
     pub redelivered: u64,
     /// Whether every row read the same after those were consumed.
     pub unchanged_by_redelivery: bool,
+    /// The dead-letter topics (or queues) this run added to, with how many each.
+    pub dead_letters_in: Vec<(String, u64)>,
     /// The saga's own invariants, with their verdicts.
     pub invariants: Vec<Invariant>,
 }
@@ -377,7 +379,8 @@ mod tests {
         let fates = plan.saga.as_ref().unwrap().fates.clone();
         let paid = fates.iter().position(|f| *f == Fate::Paid).unwrap();
         let uncovered = fates.iter().position(|f| *f == Fate::Uncovered).unwrap();
-        let cases: Vec<(&str, Box<dyn Fn(&mut Snapshot)>)> = vec![
+        type Breaks = Box<dyn Fn(&mut Snapshot)>;
+        let cases: Vec<(&str, Breaks)> = vec![
             (
                 "every order reached a final state",
                 Box::new(move |s| s.orders[paid].saga = Some(SagaStatus::Running)),

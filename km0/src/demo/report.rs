@@ -169,7 +169,17 @@ impl DemoReport {
             Invariant {
                 name: "no dead letters",
                 holds: self.dead_letters == 0,
-                detail: format!("{} dead letters over every group", self.dead_letters),
+                detail: match saga.dead_letters_in.is_empty() {
+                    true => format!("{} dead letters over every group", self.dead_letters),
+                    false => {
+                        let places: Vec<String> = saga
+                            .dead_letters_in
+                            .iter()
+                            .map(|(place, n)| format!("{n} in {place}"))
+                            .collect();
+                        places.join(", ")
+                    }
+                },
             },
         ]);
         all

@@ -229,6 +229,7 @@ pub async fn run(
     summary.redelivered = redelivered;
     summary.cancels_taken = placed.cancels_taken;
     summary.cancels_too_late = placed.cancels_too_late;
+    summary.dead_letters_in = after.new_dead_letters(&before);
     let outbox_pending = watch.outbox_pending().await?;
     watch.close().await;
     Ok(SagaRun {
@@ -243,35 +244,41 @@ pub async fn run(
     })
 }
 
-/// Waits until every saga of the plan is over, every outbox is drained, and the rows and
-/// the backlog have read the same for [`SETTLED_FOR`] (with nothing left to consume, or the
-/// same records unconsumed for three times as long: a group that never committed on an old
-/// topic of a shared broker). `false` if `deadline` came first.
+/// Waits until every saga of the plan is over, every outbox is drained and the rows have
+/// read the same for [`SETTLED_FOR`], and then until no group has anything left to consume
+/// (or the same records stay unconsumed over two reads [`SETTLED_FOR`] apart: a group that
+/// never committed on an old topic of a shared broker). `false` if `deadline` came first.
+/// The backlog is read only once the rows are quiet: on Kafka it asks each group's
+/// coordinator.
 async fn settle(
     watch: &SagaWatch,
     plan: &DemoPlan,
     prefix: &str,
     deadline: Instant,
 ) -> anyhow::Result<bool> {
-    let mut stable: Option<(Instant, Snapshot, Backlog)> = None;
+    let mut stable: Option<(Instant, Snapshot)> = None;
+    let mut last_backlog: Option<Backlog> = None;
     loop {
         let snapshot = Snapshot::read(&watch.sources(), plan, prefix).await?;
-        let backlog = Backlog::read(&watch.broker).await?;
-        let quiet = snapshot.all_final() && watch.outbox_pending().await? == 0;
+        let pending = watch.outbox_pending().await?;
+        let quiet = snapshot.all_final() && pending == 0;
+        tracing::debug!(all_final = snapshot.all_final(), pending, "demo: settling");
         stable = match stable {
-            Some((since, s, b)) if quiet && s == snapshot && b == backlog => {
-                let needed = match backlog.unconsumed {
-                    0 => SETTLED_FOR,
-                    _ => SETTLED_FOR * 3,
-                };
-                if since.elapsed() >= needed {
-                    return Ok(true);
-                }
-                Some((since, s, b))
-            }
-            _ if quiet => Some((Instant::now(), snapshot, backlog)),
+            Some((since, s)) if quiet && s == snapshot => Some((since, s)),
+            _ if quiet => Some((Instant::now(), snapshot)),
             _ => None,
         };
+        if let Some((since, _)) = &stable {
+            if since.elapsed() >= SETTLED_FOR {
+                let backlog = Backlog::read(&watch.broker).await?;
+                tracing::debug!(unconsumed = backlog.unconsumed, "demo: backlog");
+                if backlog.unconsumed == 0 || last_backlog.as_ref() == Some(&backlog) {
+                    return Ok(true);
+                }
+                last_backlog = Some(backlog);
+                stable = None;
+            }
+        }
         if Instant::now() >= deadline {
             tracing::warn!("the demo's deadline came first");
             return Ok(false);
