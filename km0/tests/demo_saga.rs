@@ -48,9 +48,13 @@ async fn the_saga_demo_holds_its_invariants(system: System) {
         saga.by_fate["ciudad_no_cubierta"].planned
     );
     assert!(saga.refunds > 0, "uncovered cities are refunded");
-    assert_eq!(
-        saga.redelivered, 21,
-        "three records of each of the 7 topics"
+    // Three records of each of the 7 topics, and every refund and release command besides
+    // (a refund may be among pagos.comandos' first three).
+    assert!(
+        saga.redelivered + 3 >= 21 + saga.refunds,
+        "{} redelivered, {} refunds",
+        saga.redelivered,
+        saga.refunds
     );
     let json = report.to_json();
     assert_eq!(json["passed"], true);

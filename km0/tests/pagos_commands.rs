@@ -13,7 +13,9 @@ use std::time::Duration;
 use entrega::db::query_each;
 use entrega::{Handler, Message};
 use entrega_core::{Envelope, Headers};
-use km0::services::pagos::{CommandConsumer, Gateway, PaymentState, PaymentStore, CHARGE, REFUND};
+use km0::services::pagos::{
+    CommandConsumer, Gateway, PaymentState, PaymentStore, CHARGE, GATEWAY_QUICK_TRIES, REFUND,
+};
 use km0::services::pasarela::Faults;
 use km0::wiring::{Components, Running, System};
 use serde_json::{json, Value};
@@ -183,8 +185,9 @@ async fn a_refund_of_a_declined_charge_gives_nothing_back(backend: &str) {
 }
 
 async fn a_refund_while_the_charge_runs_waits_for_it(backend: &str) {
+    // Longer than pagos' own quick tries of the refund (100 + 200 + 400 ms).
     let faults = Faults {
-        latencia_ms: 800,
+        latencia_ms: 2_000,
         ..Faults::default()
     };
     let f = std::sync::Arc::new(Fixture::new(backend, faults).await);
@@ -205,12 +208,13 @@ async fn a_refund_while_the_charge_runs_waits_for_it(backend: &str) {
 }
 
 async fn a_gateway_503_on_a_refund_is_retried(backend: &str) {
+    // pagos asks again at once a few times itself: enough 503s to outlast those.
     let faults = Faults {
-        fallar_503: 1,
+        fallar_503: GATEWAY_QUICK_TRIES,
         ..Faults::default()
     };
     let f = Fixture::new(backend, faults).await;
-    // The one 503 goes to the charge, which is then retried.
+    // The 503s go to the charge, which is then retried.
     assert!(f
         .charge("P-6", "tok_visa")
         .await
@@ -220,7 +224,7 @@ async fn a_gateway_503_on_a_refund_is_retried(backend: &str) {
     let put = reqwest::Client::new()
         .put(format!("{}/fallos", f.url))
         .json(&Faults {
-            fallar_503: 1,
+            fallar_503: GATEWAY_QUICK_TRIES,
             ..Faults::default()
         })
         .send()

@@ -316,7 +316,9 @@ async fn redeliver_and_wait(
     count: usize,
     deadline: Instant,
 ) -> anyhow::Result<u64> {
-    let sent = replayable.redeliver(&watch.broker, count).await? as u64;
+    let sent = replayable
+        .redeliver(&watch.broker, redeliver::Pick::first(count))
+        .await? as u64;
     let Some(stats) = running.consumer_stats() else {
         return Ok(sent);
     };

@@ -210,7 +210,9 @@ impl DemoPlan {
             fates.push(fate);
         }
         let faults = Faults {
-            fallar_503: u32::try_from(count / 50).unwrap_or(u32::MAX),
+            // A run of 503s pagos outlasts even if they all fall on one charge: its own quick
+            // tries times the consumer's default attempts.
+            fallar_503: u32::try_from(count / 50).unwrap_or(u32::MAX).min(8),
             colgar_tras_cobro: u32::from(count >= 100) * 2,
             // Longer than pagos' gateway timeout: pagos gives up and asks again.
             colgar_ms: 6_000,

@@ -1,8 +1,8 @@
 //! The demo through the order saga: the gateway with the plan's faults, pedidos orchestrating,
 //! inventario, pagos, reparto (with a fleet of couriers who deliver and free up) and catalogo,
 //! all in this process; once every saga is over and every group has consumed everything,
-//! some commands and replies of the run are published a second time, and every service's
-//! rows must read the same afterwards.
+//! some commands and replies of the run, and every compensation (refunds, releases), are
+//! published a second time, and every service's rows must read the same afterwards.
 
 use std::time::{Duration, Instant};
 
@@ -14,9 +14,10 @@ use entrega_core::now_ms;
 use super::backlog::Backlog;
 use super::facts::{summarise, Snapshot, Sources};
 use super::plan::{DemoPlan, COVERED_CITIES};
-use super::redeliver::Replayable;
+use super::redeliver::{Pick, Replayable};
 use super::{client, elapsed_ms, DemoOptions};
-use crate::services::inventario::StockStore;
+use crate::services::inventario::{self, StockStore};
+use crate::services::pagos;
 use crate::services::pasarela::Ledger;
 use crate::services::pedidos::{OrderStore, SagaTimings};
 use crate::services::reparto::{DeliveryState, DeliveryStore};
@@ -207,10 +208,15 @@ pub async fn run(
     let first = Snapshot::read(&watch.sources(), plan, &prefix).await?;
 
     let mut redelivered = 0;
-    let per_topic = options.redeliver.div_ceil(TOPICS.len());
+    // Some of every topic, and every compensation: a refund or a release delivered twice
+    // must change nothing.
+    let pick = Pick {
+        first: options.redeliver.div_ceil(TOPICS.len()),
+        every: &[pagos::REFUND, inventario::RELEASE],
+    };
     for tap in replayable {
         redelivered += match drained {
-            true => tap.redeliver(&watch.broker, per_topic).await? as u64,
+            true => tap.redeliver(&watch.broker, pick).await? as u64,
             false => {
                 tap.discard(&watch.broker).await?;
                 0

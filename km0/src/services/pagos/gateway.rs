@@ -4,8 +4,9 @@
 //!
 //! A decline is a business outcome, not an error. A 5xx, a 409 (the same key still running
 //! elsewhere), a 429, a timeout or a refused connection mean "unknown, ask again with the
-//! same key": transient. Any other refusal (400, 422: a key reused with another request) is
-//! permanent.
+//! same key": transient, asked again here a few times when the answer came at once
+//! ([`QUICK_TRIES`]), then left to the consumer's retries. Any other refusal (400, 422: a key
+//! reused with another request) is permanent.
 
 use std::time::Duration;
 
@@ -17,6 +18,12 @@ use super::refunds::{RefundOutcome, RefundRequest};
 
 /// Longest wait for the gateway's answer.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
+/// Tries of one request whose "ask again" comes back at once (5xx, 409, 429, a refused
+/// connection): the first and up to three more, 100, 200 and 400 ms apart, under the same
+/// key, before the failure goes to the consumer's retries. A timeout is not tried again
+/// here: it has already taken [`TIMEOUT`].
+pub const QUICK_TRIES: u32 = 4;
+const QUICK_PAUSE: Duration = Duration::from_millis(100);
 
 /// Why the gateway gave no answer to act on.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +42,12 @@ impl GatewayError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable(_))
     }
+}
+
+/// How one request failed: at once (worth asking again in a moment) or after a wait.
+enum Failure {
+    AtOnce(GatewayError),
+    Slow(GatewayError),
 }
 
 /// The gateway over HTTP.
@@ -78,13 +91,33 @@ impl Gateway {
 
     /// `POST /<path>` of `body` under `key`: the status and the JSON answer of one the
     /// gateway settled. Unreachable, 5xx, 409 (the key in use), 429 or an unreadable answer
-    /// is [`GatewayError::Unavailable`].
+    /// is [`GatewayError::Unavailable`], after [`QUICK_TRIES`] when it came back at once.
     async fn post(
         &self,
         path: &str,
         key: &str,
         body: &Value,
     ) -> Result<(reqwest::StatusCode, Value), GatewayError> {
+        let mut tries = 1;
+        loop {
+            match self.post_once(path, key, body).await {
+                Ok(answer) => return Ok(answer),
+                Err(Failure::AtOnce(e)) if tries < QUICK_TRIES => {
+                    tracing::debug!(path, key, error = %e, tries, "gateway: asking again");
+                    tokio::time::sleep(QUICK_PAUSE * 2u32.pow(tries - 1)).await;
+                    tries += 1;
+                }
+                Err(Failure::AtOnce(e) | Failure::Slow(e)) => return Err(e),
+            }
+        }
+    }
+
+    async fn post_once(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> Result<(reqwest::StatusCode, Value), Failure> {
         let response = self
             .http
             .post(format!("{}/{path}", self.base))
@@ -92,18 +125,27 @@ impl Gateway {
             .json(body)
             .send()
             .await
-            .map_err(|e| GatewayError::Unavailable(e.to_string()))?;
+            .map_err(|e| {
+                let slow = e.is_timeout();
+                let e = GatewayError::Unavailable(e.to_string());
+                if slow {
+                    Failure::Slow(e)
+                } else {
+                    Failure::AtOnce(e)
+                }
+            })?;
         let status = response.status();
         if status.is_server_error()
             || status == reqwest::StatusCode::CONFLICT
             || status == reqwest::StatusCode::TOO_MANY_REQUESTS
         {
-            return Err(GatewayError::Unavailable(format!("HTTP {status}")));
+            return Err(Failure::AtOnce(GatewayError::Unavailable(format!(
+                "HTTP {status}"
+            ))));
         }
-        let body: Value = response
-            .json()
-            .await
-            .map_err(|e| GatewayError::Unavailable(format!("unreadable answer: {e}")))?;
+        let body: Value = response.json().await.map_err(|e| {
+            Failure::Slow(GatewayError::Unavailable(format!("unreadable answer: {e}")))
+        })?;
         Ok((status, body))
     }
 

@@ -25,7 +25,9 @@ pub use domain::{
     Authorisation, AuthorisationRequest, InvalidRequest, NotChargeable, OrderToCharge,
     AUTHORISATION_LIMIT_CENTS,
 };
-pub use gateway::{Gateway, GatewayError, TIMEOUT as GATEWAY_TIMEOUT};
+pub use gateway::{
+    Gateway, GatewayError, QUICK_TRIES as GATEWAY_QUICK_TRIES, TIMEOUT as GATEWAY_TIMEOUT,
+};
 pub use messaging::{
     server_config, Authoriser, ChargeConsumer, AUTHORISATIONS, AUTHORISER, EVENTS_TOPIC, GROUP,
     TOPIC,
