@@ -100,12 +100,16 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// pedidos HTTP + relay + inventario consumer (+ analitica on Kafka) in one process, until
-    /// SIGINT/SIGTERM.
+    /// pedidos HTTP + relay + inventario consumer + catalogo (+ analitica on Kafka) in one
+    /// process, until SIGINT/SIGTERM; with `--saga`, the whole order saga: pagos, reparto and
+    /// the payment gateway simulator too.
     Up {
         /// Address of the pedidos HTTP API.
         #[arg(long, default_value = "127.0.0.1:8080")]
         http: SocketAddr,
+        /// With `--saga`: address of the payment gateway simulator pagos charges through.
+        #[arg(long, default_value = "127.0.0.1:8095")]
+        pasarela: SocketAddr,
     },
     /// One component per process (scale out, crash tests).
     Run(RunArgs),
@@ -337,11 +341,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     match cli.command {
-        Command::Up { http } => {
+        Command::Up { http, pasarela } => {
             let instance = format!("km0-{}", std::process::id());
             let mut components = Components::all(&instance);
             components.analitica = system.broker_kind()?.is_kafka();
-            wiring::run_until_signal(&system, components, http).await?;
+            if system.saga().is_none() {
+                wiring::run_until_signal(&system, components, http).await?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            // The gateway serves HTTP of its own: it starts first, on its own address, and
+            // stops last.
+            let gateway = system
+                .start(
+                    Components {
+                        pasarela: Some(Default::default()),
+                        ..Components::none(&format!("{instance}-pasarela"))
+                    },
+                    pasarela,
+                )
+                .await?;
+            let gateway_addr = gateway
+                .http_addr()
+                .context("the gateway simulator serves HTTP")?;
+            components.pagos = true;
+            components.reparto = true;
+            components.pasarela_url = Some(format!("http://{gateway_addr}"));
+            let outcome = wiring::run_until_signal(&system, components, http).await;
+            let stopped = gateway.stop().await;
+            outcome?;
+            stopped?;
         }
         Command::Run(args) => {
             let instance = args

@@ -309,5 +309,8 @@ fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
     if components.pagos {
         line.push_str(" pagos");
     }
+    if let Some(url) = &components.pasarela_url {
+        line.push_str(&format!(" pasarela_url={url}"));
+    }
     line
 }

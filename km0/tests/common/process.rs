@@ -109,6 +109,23 @@ impl Deployment {
         failpoints: &str,
         extra: &[String],
     ) -> Km0 {
+        let mut args: Vec<String> = [
+            "run",
+            component,
+            "--instance",
+            instance,
+            "--http",
+            "127.0.0.1:0",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        args.extend_from_slice(extra);
+        self.spawn_args(instance, failpoints, &args)
+    }
+
+    /// Starts `km0 <deployment's arguments> <args>` (e.g. `--saga up --http ...`), its log
+    /// named after `instance`, without waiting for it to be ready.
+    pub fn spawn_args(&self, instance: &str, failpoints: &str, args: &[String]) -> Km0 {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -117,15 +134,7 @@ impl Deployment {
         let mut command = Command::new(env!("CARGO_BIN_EXE_km0"));
         command
             .args(&self.args)
-            .args([
-                "run",
-                component,
-                "--instance",
-                instance,
-                "--http",
-                "127.0.0.1:0",
-            ])
-            .args(extra)
+            .args(args)
             .env_remove("KM0_DATABASE")
             .env_remove("KM0_BROKER")
             .env_remove("KM0_DB_PREFIX")
