@@ -102,11 +102,7 @@ impl DemoReport {
             .map(|c| format!("{}: {:?} != {}", c.product, c.actual, c.expected))
             .collect();
         vec![
-            Invariant {
-                name: "every order accepted",
-                holds: self.orders_accepted == self.orders_planned,
-                detail: format!("{} of {}", self.orders_accepted, self.orders_planned),
-            },
+            self.accepted(),
             Invariant {
                 name: "every order applied exactly once",
                 holds: self.consumed == self.orders_accepted,
@@ -145,12 +141,16 @@ impl DemoReport {
         ]
     }
 
-    fn saga_invariants(&self, saga: &SagaSummary) -> Vec<Invariant> {
-        let mut all = vec![Invariant {
+    fn accepted(&self) -> Invariant {
+        Invariant {
             name: "every order accepted",
             holds: self.orders_accepted == self.orders_planned,
             detail: format!("{} of {}", self.orders_accepted, self.orders_planned),
-        }];
+        }
+    }
+
+    fn saga_invariants(&self, saga: &SagaSummary) -> Vec<Invariant> {
+        let mut all = vec![self.accepted()];
         all.extend(saga.invariants.iter().cloned());
         all.extend([
             Invariant {
