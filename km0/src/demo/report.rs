@@ -383,4 +383,60 @@ mod tests {
             assert!(!report.passed(), "{report:?}");
         }
     }
+
+    fn saga_run() -> DemoReport {
+        DemoReport {
+            saga: Some(SagaSummary {
+                unchanged_by_redelivery: true,
+                redelivered: 4,
+                invariants: vec![Invariant {
+                    name: "a paid order was charged once",
+                    holds: true,
+                    detail: "2 orders".into(),
+                }],
+                ..SagaSummary::default()
+            }),
+            ..good()
+        }
+    }
+
+    #[test]
+    fn a_saga_run_is_judged_by_the_saga_invariants_and_says_so_in_json() {
+        let report = saga_run();
+        assert!(report.passed(), "{}", report.render());
+        let json = report.to_json();
+        assert_eq!(json["passed"], true);
+        let names: Vec<&str> = json["invariants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"a paid order was charged once"),
+            "{names:?}"
+        );
+        assert!(names.contains(&"no dead letters"), "{names:?}");
+        // The stock consumer's own count does not judge a saga run.
+        assert!(!names.contains(&"every order applied exactly once"));
+
+        let mut charged_twice = saga_run();
+        if let Some(saga) = charged_twice.saga.as_mut() {
+            saga.invariants[0].holds = false;
+        }
+        let mut changed = saga_run();
+        if let Some(saga) = changed.saga.as_mut() {
+            saga.unchanged_by_redelivery = false;
+        }
+        let mut dead = saga_run();
+        dead.dead_letters = 1;
+        if let Some(saga) = dead.saga.as_mut() {
+            saga.dead_letters_in = vec![("pagos.cobros.dlq".into(), 1)];
+        }
+        assert!(dead.render().contains("1 in pagos.cobros.dlq"));
+        for report in [charged_twice, changed, dead] {
+            assert!(!report.passed(), "{}", report.render());
+            assert_eq!(report.to_json()["passed"], false);
+        }
+    }
 }
