@@ -92,6 +92,14 @@ impl Snapshot {
         Ok(Self { orders, stock })
     }
 
+    /// How many planned orders' sagas are over.
+    pub fn finished(&self) -> usize {
+        self.orders
+            .iter()
+            .filter(|o| o.saga.is_some_and(SagaStatus::is_final))
+            .count()
+    }
+
     /// Whether every planned order's saga is over.
     pub fn all_final(&self) -> bool {
         self.orders

@@ -23,10 +23,11 @@ use crate::services::pedidos::{OrderStore, SagaTimings};
 use crate::services::reparto::{DeliveryState, DeliveryStore};
 use crate::wiring::{Broker, Components, System, TOPICS};
 
-/// Couriers the demo adds in each city reparto serves.
-const COURIERS_PER_CITY: usize = 12;
+/// Couriers the demo adds in each city reparto serves: enough that a run waits for a free
+/// one now and then, not for minutes.
+const COURIERS_PER_CITY: usize = 40;
 /// How often the demo's couriers finish the deliveries they hold.
-const DELIVER_EVERY: Duration = Duration::from_millis(150);
+const DELIVER_EVERY: Duration = Duration::from_millis(100);
 /// How long the rows and the backlog must stay the same to count as settled.
 const SETTLED_FOR: Duration = Duration::from_millis(1_500);
 
@@ -268,7 +269,7 @@ async fn settle(
         let snapshot = Snapshot::read(&watch.sources(), plan, prefix).await?;
         let pending = watch.outbox_pending().await?;
         let quiet = snapshot.all_final() && pending == 0;
-        tracing::debug!(all_final = snapshot.all_final(), pending, "demo: settling");
+        tracing::debug!(finished = snapshot.finished(), pending, "demo: settling");
         stable = match stable {
             Some((since, s)) if quiet && s == snapshot => Some((since, s)),
             _ if quiet => Some((Instant::now(), snapshot)),
