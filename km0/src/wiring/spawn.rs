@@ -35,10 +35,23 @@ pub(super) fn consumer_worker(
     system: &System,
     broker: &Broker,
     router: Router,
-    (group, topic, member): (&str, &str, String),
+    names: (&str, &str, String),
     db: &Db,
 ) -> Worker {
-    let mut config = WorkerConfig::new(group, topic).with_key_concurrency(system.key_concurrency());
+    consumer_worker_keyed(system, broker, router, names, db, system.key_concurrency())
+}
+
+/// [`consumer_worker`] running up to `key_concurrency` keys of a poll at once (one key
+/// never runs twice at once, and always in order).
+pub(super) fn consumer_worker_keyed(
+    system: &System,
+    broker: &Broker,
+    router: Router,
+    (group, topic, member): (&str, &str, String),
+    db: &Db,
+    key_concurrency: usize,
+) -> Worker {
+    let mut config = WorkerConfig::new(group, topic).with_key_concurrency(key_concurrency);
     config.member = member;
     system.retry().apply(&mut config);
     config.retry_partitions = PARTITIONS;

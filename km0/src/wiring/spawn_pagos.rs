@@ -21,6 +21,9 @@ use crate::services::pedidos::PARTITIONS;
 /// Where pagos finds the gateway when `--pasarela-url` is not given.
 pub const DEFAULT_PASARELA_URL: &str = "http://127.0.0.1:8095";
 
+/// Orders whose commands pagos has at the gateway at once, at least.
+const GATEWAY_CONCURRENCY: usize = 8;
+
 /// Longest wait of an idle pagos relay.
 const RELAY_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -51,8 +54,15 @@ pub(super) async fn spawn_pagos(
         pagos::COMMANDS_TOPIC,
         format!("{instance}-comandos"),
     );
-    let commands =
-        super::spawn::consumer_worker(system, &broker, commands.router(), names, store.db());
+    // Each command waits on the gateway: one slow answer must not hold the other orders.
+    let commands = super::spawn::consumer_worker_keyed(
+        system,
+        &broker,
+        commands.router(),
+        names,
+        store.db(),
+        system.key_concurrency().max(GATEWAY_CONCURRENCY),
+    );
 
     let handler = Arc::new(StoredAnswers::new(
         store.db().clone(),
