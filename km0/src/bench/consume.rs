@@ -191,8 +191,10 @@ pub(crate) async fn drain(
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     // The log stamps its commits; Kafka does not say when, so the end there is when the
     // commits are first seen (looked at every few ms).
+    let progress = super::progress::Progress::new(&format!("consume x{workers}"), want);
     let drained = loop {
         let processed = stats.snapshot().processed;
+        progress.set(processed);
         // The offsets follow each batch's commit at once; the drain ends with the last of them.
         if processed >= want && committed(&broker, run).await? >= want {
             break Ok(now_ms());
@@ -208,6 +210,7 @@ pub(crate) async fn drain(
         let pause = if processed >= want { 1 } else { 5 };
         tokio::time::sleep(Duration::from_millis(pause)).await;
     };
+    drop(progress);
     // From the group's first hand-out of partitions: forming a Kafka group takes seconds
     // (nothing on the log transport), which is not the consumer's throughput.
     let joined = time.joined.get().copied().unwrap_or(started);

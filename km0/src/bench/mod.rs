@@ -11,6 +11,7 @@ mod consume;
 mod e2e;
 mod pgbench;
 mod poison;
+mod progress;
 mod relay;
 mod report;
 mod rpc;

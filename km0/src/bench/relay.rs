@@ -208,8 +208,10 @@ pub(crate) async fn drain_prefilled(
     }
     let want = u64::try_from(args.events)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let progress = super::progress::Progress::new(&format!("relay x{instances}"), want);
     let drained = loop {
         let published: u64 = relays.iter().map(|r| r.stats().published()).sum();
+        progress.set(published);
         if published >= want {
             break Ok(());
         }
@@ -225,6 +227,7 @@ pub(crate) async fn drain_prefilled(
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
     let drain_us = started.elapsed().as_micros() as f64;
+    drop(progress);
     stop.cancel();
     for task in tasks {
         task.await.context("relay task")?.context("relay")?;
