@@ -183,10 +183,12 @@ pub async fn run(
         .await
         .context("starting pedidos, relay, inventario, catalogo, pagos and reparto")?;
     let addr = running.http_addr().context("the demo needs the HTTP API")?;
+    // Every order id of the run starts so (see `DemoPlan::generate`).
+    let prefix = format!("P-{run_id}-");
     let couriers = CancellationToken::new();
     let courier_task = tokio::spawn(deliver_until(
         watch.deliveries.clone(),
-        format!("P-{run_id}-"),
+        prefix.clone(),
         couriers.clone(),
     ));
 
@@ -200,7 +202,6 @@ pub async fn run(
     progress.finish();
     let placing_ms = elapsed_ms(started);
 
-    let prefix = format!("P-{run_id}-");
     let deadline = Instant::now() + options.timeout;
     let mut drained = settle(&watch, plan, &prefix, deadline).await?;
     couriers.cancel();
