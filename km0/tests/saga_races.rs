@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use entrega::saga::{EventKind, Phase, SagaStatus};
+use entrega::saga::{EventKind, Phase, SagaRecord, SagaStatus};
 use entrega::Backoff;
 use km0::services::pasarela::Faults;
 use km0::services::pedidos::{OrderState, SagaTimings};
@@ -104,6 +104,18 @@ impl Run {
         assert_eq!(status.as_u16(), 201);
     }
 
+    /// Waits (at most 60 s, else fails with `what`) until the saga of `id` satisfies `done`.
+    async fn wait_for(&self, id: &str, what: &str, done: impl Fn(&SagaRecord) -> bool) {
+        let pedidos = self.system.pedidos().await.unwrap();
+        let sagas = self.system.sagas(&pedidos).await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !done(&sagas.show(id).await.unwrap().unwrap().0) {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        pedidos.db().close().await;
+    }
+
     /// Waits until the saga of `id` is final, then for the gateway to be idle, and checks
     /// that the order ended cancelled once with nothing kept.
     async fn assert_cancelled_with_nothing_kept(self, id: &str) {
@@ -156,13 +168,10 @@ async fn a_cancel_while_the_charge_is_at_the_gateway(setup: Setup) {
     let run = start(setup, 1_500, Duration::from_secs(20)).await;
     run.place("R-1").await;
     // Cancel once the charge has been asked for: it is at the gateway for 1.5 s.
-    let pedidos = run.system.pedidos().await.unwrap();
-    let sagas = run.system.sagas(&pedidos).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sagas.show("R-1").await.unwrap().unwrap().0.step < 1 {
-        assert!(Instant::now() < deadline, "the charge was never asked for");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    run.wait_for("R-1", "the charge was never asked for", |saga| {
+        saga.step >= 1
+    })
+    .await;
     let cancel = run
         .http
         .post(format!("{}/pedidos/R-1/cancelacion", run.base))
@@ -170,7 +179,6 @@ async fn a_cancel_while_the_charge_is_at_the_gateway(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(cancel.status().as_u16(), 202);
-    pedidos.db().close().await;
     run.assert_cancelled_with_nothing_kept("R-1").await;
 }
 
@@ -181,18 +189,10 @@ async fn a_charge_answering_after_its_deadline(setup: Setup) {
     // consumer group still forming (Kafka, a loaded machine) would not. Once the warm-up has
     // moved past its reservation, or given up on it, the groups are up.
     run.place("R-0").await;
-    let pedidos = run.system.pedidos().await.unwrap();
-    let sagas = run.system.sagas(&pedidos).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (warm, _) = sagas.show("R-0").await.unwrap().unwrap();
-        if warm.step >= 1 || warm.status != SagaStatus::Running {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the warm-up never moved");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    pedidos.db().close().await;
+    run.wait_for("R-0", "the warm-up never moved", |warm| {
+        warm.step >= 1 || warm.status != SagaStatus::Running
+    })
+    .await;
     run.place("R-2").await;
     run.assert_cancelled_with_nothing_kept("R-2").await;
 }
