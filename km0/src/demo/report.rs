@@ -128,17 +128,21 @@ impl DemoReport {
                     self.duplicates, self.redelivered
                 ),
             },
-            Invariant {
-                name: "outbox drained",
-                holds: self.outbox_pending == 0,
-                detail: format!("{} pending", self.outbox_pending),
-            },
+            self.drained_outbox("outbox drained"),
             Invariant {
                 name: "no dead letters",
                 holds: self.dead_letters == 0,
                 detail: format!("{} dead letters", self.dead_letters),
             },
         ]
+    }
+
+    fn drained_outbox(&self, name: &'static str) -> Invariant {
+        Invariant {
+            name,
+            holds: self.outbox_pending == 0,
+            detail: format!("{} pending", self.outbox_pending),
+        }
     }
 
     fn accepted(&self) -> Invariant {
@@ -161,11 +165,7 @@ impl DemoReport {
                     saga.redelivered, saga.unchanged_by_redelivery
                 ),
             },
-            Invariant {
-                name: "every outbox drained",
-                holds: self.outbox_pending == 0,
-                detail: format!("{} pending", self.outbox_pending),
-            },
+            self.drained_outbox("every outbox drained"),
             Invariant {
                 name: "no dead letters",
                 holds: self.dead_letters == 0,
