@@ -88,6 +88,17 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_SAGA")]
     pub saga: bool,
 
+    /// With `--saga`: seconds the reservation and the charge may each take before the saga
+    /// compensates (a reply after it is ignored, and undone if it did something).
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_SAGA_STEP_DEADLINE_S",
+        default_value_t = 30,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub saga_step_deadline_s: u64,
+
     /// How consumers retry.
     #[command(flatten)]
     pub retry: crate::wiring::config::RetryArgs,
@@ -326,7 +337,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
     if cli.saga {
-        system = system.with_saga(crate::services::pedidos::SagaTimings::default());
+        system = system.with_saga(crate::services::pedidos::SagaTimings {
+            step_deadline: Duration::from_secs(cli.saga_step_deadline_s),
+            ..Default::default()
+        });
     }
     // A crash test whose failpoint is misspelt, or that runs a build without failpoints,
     // must fail, not pass without crashing.

@@ -24,6 +24,8 @@ use common::state::place;
 
 /// Relay lane lease (and group lease) of the processes.
 const LEASE_TTL_MS: u64 = 1_000;
+/// Deadline of the reservation and the charge, far above what a step may take here.
+const STEP_DEADLINE_S: u64 = 600;
 /// Longest wait for a saga step after a restart.
 const STEP_WITHIN: Duration = Duration::from_secs(30);
 
@@ -43,7 +45,14 @@ async fn killed_after_every_step(deployment: Deployment) {
         deployment.spawn_with("reparto", "reparto-1", "", &[]),
         deployment.spawn_with("relay", "relay-1", "", &[]),
     ];
-    let saga = ["--saga".to_owned()];
+    // Each life of a killed consumer waits for its group to form again (on Kafka, for the
+    // dead member's session to time out), and a step may span several lives: a deadline
+    // here would test the machine's speed, not the kills.
+    let saga = [
+        "--saga".to_owned(),
+        "--saga-step-deadline-s".to_owned(),
+        STEP_DEADLINE_S.to_string(),
+    ];
     let failpoint = format!("{SAGA_AFTER_COMMIT}=exit");
     let pedidos_store = deployment.system().pedidos().await.unwrap();
     let sagas = deployment
