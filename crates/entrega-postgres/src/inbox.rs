@@ -45,6 +45,55 @@ impl PgInbox {
         Ok(inserted.is_some())
     }
 
+    /// Records every key of `message_ids` for `consumer` in one statement of the caller's
+    /// transaction, and returns those that were new: the set-based form of [`claim`](Self::claim)
+    /// for a whole batch. A key repeated in `message_ids` is claimed once. Keys are inserted
+    /// in sorted order, so two transactions claiming overlapping batches wait on each other
+    /// instead of deadlocking.
+    pub async fn claim_all(
+        conn: &mut PgConnection,
+        consumer: &str,
+        message_ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        if message_ids.is_empty() {
+            return Ok(std::collections::HashSet::new());
+        }
+        let claimed: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO mensajes_procesados (id_mensaje, consumidor)
+             SELECT DISTINCT k.id, $2 FROM UNNEST($1::text[]) AS k(id) ORDER BY k.id
+             ON CONFLICT DO NOTHING
+             RETURNING id_mensaje",
+        )
+        .bind(message_ids)
+        .bind(consumer)
+        .fetch_all(conn)
+        .await
+        .map_err(classify)?;
+        Ok(claimed.into_iter().collect())
+    }
+
+    /// Removes the keys `message_ids` of `consumer` in the caller's transaction; returns how
+    /// many: gives back the keys [`claim_all`](Self::claim_all) took for messages the batch
+    /// then refused, so they commit unrecorded as if never claimed.
+    pub async fn unclaim_all(
+        conn: &mut PgConnection,
+        consumer: &str,
+        message_ids: &[&str],
+    ) -> Result<u64, StoreError> {
+        if message_ids.is_empty() {
+            return Ok(0);
+        }
+        let done = sqlx::query(
+            "DELETE FROM mensajes_procesados WHERE consumidor = $2 AND id_mensaje = ANY($1::text[])",
+        )
+        .bind(message_ids)
+        .bind(consumer)
+        .execute(conn)
+        .await
+        .map_err(classify)?;
+        Ok(done.rows_affected())
+    }
+
     /// Deletes keys recorded more than `age` ago (by `procesado_en`, on the database's
     /// clock); returns how many. Redeliveries older than `age` are then no longer detected.
     pub async fn purge_older_than(pool: &PgPool, age: Duration) -> Result<u64, StoreError> {

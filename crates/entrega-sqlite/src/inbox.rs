@@ -45,6 +45,64 @@ impl SqliteInbox {
         Ok(inserted.is_some())
     }
 
+    /// Records every key of `message_ids` for `consumer` in one statement of the caller's
+    /// transaction, and returns those that were new: the set-based form of [`claim`](Self::claim)
+    /// for a whole batch. A key repeated in `message_ids` is claimed once.
+    pub async fn claim_all(
+        conn: &mut SqliteConnection,
+        consumer: &str,
+        message_ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        if message_ids.is_empty() {
+            return Ok(std::collections::HashSet::new());
+        }
+        // One JSON array parameter, whatever the batch size (no limit on parameters).
+        let keys = serde_json::to_string(message_ids).map_err(|e| StoreError::Corrupt {
+            table: "mensajes_procesados",
+            reason: format!("keys not encodable: {e}"),
+        })?;
+        // `WHERE true` tells SQLite's parser the `ON CONFLICT` belongs to the insert.
+        let claimed: Vec<String> = sqlx::query_scalar(
+            "INSERT INTO mensajes_procesados (id_mensaje, consumidor)
+             SELECT DISTINCT k.value, ? FROM json_each(?) AS k WHERE true
+             ON CONFLICT DO NOTHING
+             RETURNING id_mensaje",
+        )
+        .bind(consumer)
+        .bind(keys)
+        .fetch_all(conn)
+        .await
+        .map_err(classify)?;
+        Ok(claimed.into_iter().collect())
+    }
+
+    /// Removes the keys `message_ids` of `consumer` in the caller's transaction; returns how
+    /// many: gives back the keys [`claim_all`](Self::claim_all) took for messages the batch
+    /// then refused, so they commit unrecorded as if never claimed.
+    pub async fn unclaim_all(
+        conn: &mut SqliteConnection,
+        consumer: &str,
+        message_ids: &[&str],
+    ) -> Result<u64, StoreError> {
+        if message_ids.is_empty() {
+            return Ok(0);
+        }
+        let keys = serde_json::to_string(message_ids).map_err(|e| StoreError::Corrupt {
+            table: "mensajes_procesados",
+            reason: format!("keys not encodable: {e}"),
+        })?;
+        let done = sqlx::query(
+            "DELETE FROM mensajes_procesados
+             WHERE consumidor = ? AND id_mensaje IN (SELECT value FROM json_each(?))",
+        )
+        .bind(consumer)
+        .bind(keys)
+        .execute(conn)
+        .await
+        .map_err(classify)?;
+        Ok(done.rows_affected())
+    }
+
     /// Deletes keys recorded more than `age` ago (by `procesado_en`); returns how many.
     /// A message redelivered after its key was purged would be applied again, so `age` must
     /// exceed the longest redelivery window of the transport.

@@ -105,6 +105,34 @@ impl Tx {
         }
     }
 
+    /// Records every key of `message_ids` for `consumer` in one statement, and returns the
+    /// new ones: a batch's keys claimed at once, the first step of a set-based batch apply
+    /// (then read what the batch needs, decide each message in order in memory, write the
+    /// effects set-based, and [`unclaim_all`](Tx::unclaim_all) the keys of refused messages).
+    pub async fn claim_all(
+        &mut self,
+        consumer: &str,
+        message_ids: &[&str],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => SqliteInbox::claim_all(tx, consumer, message_ids).await,
+            Inner::Postgres(tx) => PgInbox::claim_all(tx, consumer, message_ids).await,
+        }
+    }
+
+    /// Removes keys of `consumer` claimed earlier in this transaction (messages a batch
+    /// refused after [`claim_all`](Tx::claim_all)), so they commit unrecorded; returns how many.
+    pub async fn unclaim_all(
+        &mut self,
+        consumer: &str,
+        message_ids: &[&str],
+    ) -> Result<u64, StoreError> {
+        match &mut self.inner {
+            Inner::Sqlite(tx) => SqliteInbox::unclaim_all(tx, consumer, message_ids).await,
+            Inner::Postgres(tx) => PgInbox::unclaim_all(tx, consumer, message_ids).await,
+        }
+    }
+
     /// The answer stored for request `key` of `consumer` by an earlier transaction
     /// ([`Tx::store_answer`]), if there is one: a repeated request gets it back unchanged.
     pub async fn stored_answer(

@@ -73,16 +73,44 @@ pub struct BatchItem {
     pub order: Result<PlacedOrder, StockError>,
 }
 
+/// How [`StockStore::apply_batch`] applies a batch. Both give every event the outcome it
+/// would get applied alone, in order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BatchMode {
+    /// A constant number of statements per batch ([`set_batch`](super::set_batch)): keys
+    /// claimed at once, stock locked and decided in memory, each product written once.
+    #[default]
+    SetBased,
+    /// Statements per event: on PostgreSQL one each ([`pg_batch`](super::pg_batch)), on
+    /// SQLite a savepoint each.
+    PerEvent,
+}
+
 /// The stock database of the `inventario` service.
 #[derive(Debug, Clone)]
 pub struct StockStore {
     db: Db,
+    mode: BatchMode,
 }
 
 impl StockStore {
-    /// Wraps a connected database.
+    /// Wraps a connected database; batches are applied set-based.
     pub fn new(db: Db) -> Self {
-        Self { db }
+        Self {
+            db,
+            mode: BatchMode::default(),
+        }
+    }
+
+    /// The same store applying batches in `mode`.
+    pub fn with_batch_mode(mut self, mode: BatchMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How batches are applied.
+    pub fn batch_mode(&self) -> BatchMode {
+        self.mode
     }
 
     /// The underlying database.
@@ -116,20 +144,28 @@ impl StockStore {
         Ok(done)
     }
 
-    /// Applies many events in one transaction, each deduplicated by its own key, each under
-    /// its own savepoint. Returns one result per item attempted, in order: a permanent failure
-    /// undoes only its own item; a transient one undoes its item and ends the list there (the
-    /// items after it are not attempted, to be delivered again). Nothing is visible until the
-    /// returned `Ok`; an `Err` means the transaction did not commit and no item took effect.
+    /// Applies many events in one transaction, each deduplicated by its own key. Returns one
+    /// result per item attempted, in order: a permanent failure (out of stock, unknown
+    /// product, unreadable) undoes only its own item, and the items after it still apply
+    /// over the stock the earlier ones left. Nothing is visible until the returned `Ok`; an
+    /// `Err` means the transaction did not commit and no item took effect.
     ///
-    /// On PostgreSQL each event is one statement instead ([`pg_batch`](super::pg_batch)):
-    /// the same contract in a fifth of the round trips.
+    /// [`BatchMode::SetBased`] (the default) does it in a constant number of statements.
+    /// [`BatchMode::PerEvent`] runs each item under its own savepoint (on PostgreSQL one
+    /// statement per item instead, [`pg_batch`](super::pg_batch)); there a transient
+    /// failure ends the list at its item, the items after it not attempted.
     pub async fn apply_batch(
         &self,
         consumer: &str,
         items: &[BatchItem],
     ) -> Result<Vec<Result<Processed<()>, ApplyError>>, StoreError> {
         let mut tx = self.db.begin().await?;
+        if self.mode == BatchMode::SetBased {
+            let results = super::set_batch::apply_items(&mut tx, consumer, items).await?;
+            before_commit()?;
+            tx.commit().await?;
+            return Ok(results);
+        }
         let results = match tx.postgres() {
             Some(conn) => {
                 let mut results = super::pg_batch::apply_items(conn, consumer, items).await;

@@ -6,16 +6,18 @@
 //! Failpoint (crash tests, `ENTREGA_FAILPOINTS`): [`BEFORE_COMMIT`] (`inventario.before_commit`),
 //! stock updated and key claimed, transaction not yet committed.
 
+mod batch_plan;
 mod commands;
 mod db;
 mod domain;
 mod messaging;
 mod pg_batch;
 mod reservations;
+mod set_batch;
 mod stock_moves;
 
 pub use commands::{CommandConsumer, COMMANDS_CONSUMER, COMMANDS_GROUP};
-pub use db::{reservation_id, ApplyError, BatchItem, StockStore, BEFORE_COMMIT};
+pub use db::{reservation_id, ApplyError, BatchItem, BatchMode, StockStore, BEFORE_COMMIT};
 pub use domain::{PlacedOrder, StockError, StockLine, INITIAL_STOCK};
 pub use messaging::{ConsumerStats, StatsSnapshot, StockConsumer, CONSUMER, GROUP, TOPIC};
 pub use reservations::{
