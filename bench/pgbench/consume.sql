@@ -2,9 +2,11 @@
 -- engine and km0 issue them, one turn per transaction of the script:
 --   1. PgSubscription::poll: the FETCH of up to :batch records of the held partitions
 --      (crates/entrega-postgres/src/log/subscription.rs);
---   2. StockStore::apply_batch on PostgreSQL: one transaction, and per message one
---      statement that checks its idempotency key and every line, then claims the key and
---      takes the units only if all can be served (km0/src/services/inventario/pg_batch.rs);
+--   2. StockStore::apply_batch on PostgreSQL, per event (BatchMode::PerEvent): one
+--      transaction, and per message one statement that checks its idempotency key, its
+--      order's reservation and every line, then claims the key, takes the units, records the
+--      reservation and writes one stock.actualizado per product, only if all can be served
+--      (km0/src/services/inventario/pg_batch.rs);
 --   3. the offset commit, fenced by the partition leases (log/leases.rs).
 -- Per message that is one round trip; per batch four more (poll, begin, commit, and the
 -- offset commit).
@@ -69,10 +71,12 @@ WITH lines AS (
 ), dup AS (
     SELECT 1 FROM mensajes_procesados
     WHERE id_mensaje = '00000000-0000-4000-8000-' || lpad(:id, 12, '0') AND consumidor = :consumer
+), held AS (
+    SELECT 1 FROM reservas WHERE id_reserva = 'reserva-P-bench-' || lpad(:id, 6, '0')
 ), short AS (
     SELECT l.producto, s.producto IS NULL AS unknown
     FROM lines l LEFT JOIN stock s ON s.producto = l.producto
-    WHERE s.producto IS NULL OR s.unidades < l.cantidad
+    WHERE (s.producto IS NULL OR s.unidades < l.cantidad) AND NOT EXISTS (SELECT 1 FROM held)
     ORDER BY l.ord
     LIMIT 1
 ), claim AS (
@@ -85,13 +89,31 @@ WITH lines AS (
     UPDATE stock s SET unidades = s.unidades - l.cantidad
     FROM lines l
     WHERE s.producto = l.producto AND EXISTS (SELECT 1 FROM claim)
+      AND NOT EXISTS (SELECT 1 FROM held)
+    RETURNING s.producto, s.unidades, l.cantidad, l.ord
+), reserved AS (
+    INSERT INTO reservas (id_reserva, pedido_id, estado, lineas, motivo, actualizado_ms)
+    SELECT 'reserva-P-bench-' || lpad(:id, 6, '0'), 'P-bench-' || lpad(:id, 6, '0'), 'reservada',
+           jsonb_build_array(jsonb_build_object('producto', :p@A@::text, 'cantidad', :q::int4),
+                             jsonb_build_object('producto', :p@B@::text, 'cantidad', :q::int4))::text,
+           NULL, (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+    WHERE EXISTS (SELECT 1 FROM taken)
+    RETURNING 1
+), updated AS (
+    INSERT INTO outbox (id, agregado, agregado_id, tipo, carga)
+    SELECT gen_random_uuid(), 'producto', t.producto, 'stock.actualizado',
+           jsonb_build_object('producto', t.producto, 'antes', t.unidades + t.cantidad,
+                              'despues', t.unidades, 'motivo', 'pedido',
+                              'pedido_id', 'P-bench-' || lpad(:id, 6, '0'))
+    FROM taken t ORDER BY t.ord
     RETURNING 1
 )
 SELECT EXISTS (SELECT 1 FROM dup) AS duplicate,
        (SELECT producto FROM short) AS short_product,
        COALESCE((SELECT unknown FROM short), false) AS unknown,
        (SELECT count(*) FROM claim) AS claimed,
-       (SELECT count(*) FROM taken) AS taken;
+       (SELECT count(*) FROM taken) AS taken,
+       EXISTS (SELECT 1 FROM held) AS held;
 \endif
 -- @end-each-message
 \if :n > 0

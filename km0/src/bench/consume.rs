@@ -17,7 +17,7 @@ use super::report::{BenchReport, Measurement, Target};
 use super::timed_subscriber::{BrokerTime, TimedSubscriber};
 use super::workload::{fill_stock, prefill_topic, settle, topic_messages};
 use super::{progress, BenchRun, Common};
-use crate::services::inventario::{StockConsumer, CONSUMER};
+use crate::services::inventario::{BatchMode, StockConsumer, CONSUMER};
 use crate::wiring::{ensure_topic_and_dlq, Broker};
 use entrega::db::{query, Db};
 
@@ -30,18 +30,34 @@ pub struct ConsumeArgs {
     /// Messages prefilled on the topic.
     #[arg(long, default_value_t = 50_000)]
     pub messages: usize,
-    /// Orders the messages belong to (the partition keys).
-    #[arg(long, default_value_t = 10_000)]
+    /// Orders the messages belong to (the partition keys), round robin. An order's first
+    /// event takes its stock; a later one finds its reservation and only records its key.
+    #[arg(long, default_value_t = 50_000)]
     pub aggregates: usize,
     /// Records per poll, which is also the consumer's transaction size.
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
+    /// Apply each batch event by event (one statement per event) instead of set-based (a
+    /// constant number of statements per batch); the ceiling runs the same statements.
+    #[arg(long)]
+    pub per_event: bool,
     /// Workers (members of the consumer group) in this process.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
     /// Seconds one drain may take before the run fails.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+}
+
+impl ConsumeArgs {
+    /// How the consumer applies its batches.
+    pub fn mode(&self) -> BatchMode {
+        if self.per_event {
+            BatchMode::PerEvent
+        } else {
+            BatchMode::SetBased
+        }
+    }
 }
 
 /// Runs the drain `runs` times, alternating with the ceiling.
@@ -54,6 +70,7 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
     let mut ceiling = Vec::with_capacity(common.runs);
     let mut pipelined = Vec::with_capacity(common.runs);
     let sizes = (args.messages, args.aggregates, args.batch);
+    let mode = args.mode();
     for run in 1..=common.runs {
         progress(format!("consume x{workers}, run {run}/{}", common.runs));
         let drained = measure(common, args, workers).await?;
@@ -62,8 +79,8 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
         in_commit.push(drained.commit_percent);
         // The ceiling is one client: the stock rows every order touches serialise consumers.
         if let Some(binary) = common.pgbench.as_deref().filter(|_| workers == 1) {
-            ceiling.push(consume_ceiling(common, binary, sizes, false, timeout).await?);
-            pipelined.push(consume_ceiling(common, binary, sizes, true, timeout).await?);
+            ceiling.push(consume_ceiling(common, binary, sizes, false, mode, timeout).await?);
+            pipelined.push(consume_ceiling(common, binary, sizes, true, mode, timeout).await?);
         }
     }
     let ratios: Vec<f64> = engine
@@ -71,9 +88,17 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
         .zip(&ceiling)
         .map(|(e, c)| 100.0 * e / c)
         .collect();
+    let how = match mode {
+        BatchMode::SetBased => "set-based",
+        BatchMode::PerEvent => "per event",
+    };
     let mut rows = vec![
-        Measurement::new(format!("consume x{workers} (entrega)"), "msgs/s", engine)
-            .with_target(|m| Target::at_least(TARGET_RATE, m)),
+        Measurement::new(
+            format!("consume x{workers} (entrega, {how})"),
+            "msgs/s",
+            engine,
+        )
+        .with_target(|m| Target::at_least(TARGET_RATE, m)),
         Measurement::new("time in poll", "%", in_poll),
         Measurement::new("time in offset commit", "%", in_commit),
     ];
@@ -106,7 +131,7 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
         bench: "consume".to_owned(),
         backend: common.place.backend().to_owned(),
         setup: format!(
-            "drain {} pedido.creado (2 lines each) over {} aggregates, polls of {}",
+            "drain {} pedido.creado (2 lines each) over {} aggregates, polls of {}, {how}",
             args.messages, args.aggregates, args.batch
         ),
         settings: json!({
@@ -114,6 +139,7 @@ pub(crate) async fn run(common: &Common, args: &ConsumeArgs) -> anyhow::Result<B
             "aggregates": args.aggregates,
             "batch": args.batch,
             "workers": workers,
+            "per_event": args.per_event,
         }),
         rows,
     })
@@ -164,6 +190,7 @@ pub(crate) async fn drain(
         settle(&db, &["entrega_log"]).await?;
     }
 
+    let stock = stock.with_batch_mode(args.mode());
     let consumer = Arc::new(StockConsumer::new(stock.clone()));
     let stats = consumer.stats();
     let time = Arc::new(BrokerTime::default());

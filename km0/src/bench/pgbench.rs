@@ -17,7 +17,7 @@ use tokio::process::Command;
 
 use super::workload::{self, BENCH_UNITS};
 use super::{progress, Common};
-use crate::services::inventario::{StockStore, CONSUMER, GROUP};
+use crate::services::inventario::{BatchMode, StockStore, CONSUMER, GROUP};
 use crate::services::pedidos::{PARTITIONS, TOPIC};
 use crate::wiring::config::with_database;
 use entrega::Db;
@@ -29,6 +29,8 @@ const RELAY_KAFKA_SCRIPT: &str = include_str!("relay_kafka.sql");
 /// The consumer's statements, one poll and its batch per transaction; the section between the
 /// `@each-message` markers is repeated once per message of a full batch.
 const CONSUME_SCRIPT: &str = include_str!("../../../bench/pgbench/consume.sql");
+/// The consume ceiling's script for the set-based batch apply.
+const CONSUME_SET_SCRIPT: &str = include_str!("../../../bench/pgbench/consume_set.sql");
 
 /// How often the harness asks the database whether the work is done.
 const CHECK_EVERY: Duration = Duration::from_millis(20);
@@ -228,6 +230,7 @@ pub(crate) async fn consume_ceiling(
     binary: &str,
     sizes: (usize, usize, usize),
     pipelined: bool,
+    mode: BatchMode,
     timeout: Duration,
 ) -> anyhow::Result<f64> {
     let (messages, aggregates, batch) = sizes;
@@ -251,7 +254,7 @@ pub(crate) async fn consume_ceiling(
         .bind(TOPIC)
         .execute(&pool)
         .await?;
-        let script = consume_script(batch, pipelined);
+        let script = consume_script(batch, pipelined, mode);
         let mut vars = vec![
             ("batch", batch.to_string()),
             ("id", "0".to_owned()),
@@ -316,26 +319,34 @@ fn relay_script(kafka: bool) -> &'static str {
     }
 }
 
-/// The consume script for batches of `batch`: the per-message section repeated, numbered,
-/// and the pipeline markers turned into pgbench's pipeline commands if `pipelined`.
-fn consume_script(batch: usize, pipelined: bool) -> String {
+/// The consume script for batches of `batch` in `mode`: per event, the per-message section
+/// repeated, numbered; and the pipeline markers turned into pgbench's pipeline commands if
+/// `pipelined`.
+fn consume_script(batch: usize, pipelined: bool, mode: BatchMode) -> String {
     const BEGIN: &str = "-- @each-message\n";
     const END: &str = "-- @end-each-message\n";
-    let (Some(start), Some(end)) = (CONSUME_SCRIPT.find(BEGIN), CONSUME_SCRIPT.find(END)) else {
-        return CONSUME_SCRIPT.to_owned();
+    let mut script = match mode {
+        BatchMode::SetBased => CONSUME_SET_SCRIPT.to_owned(),
+        BatchMode::PerEvent => {
+            let (Some(start), Some(end)) = (CONSUME_SCRIPT.find(BEGIN), CONSUME_SCRIPT.find(END))
+            else {
+                return CONSUME_SCRIPT.to_owned();
+            };
+            let section = &CONSUME_SCRIPT[start + BEGIN.len()..end];
+            let mut script = CONSUME_SCRIPT[..start].to_owned();
+            for k in 1..=batch {
+                // Products of message k, like order k of the bench: lines k and k + 1.
+                script.push_str(
+                    &section
+                        .replace("@K@", &k.to_string())
+                        .replace("@A@", &(k % 5).to_string())
+                        .replace("@B@", &((k + 1) % 5).to_string()),
+                );
+            }
+            script.push_str(&CONSUME_SCRIPT[end + END.len()..]);
+            script
+        }
     };
-    let section = &CONSUME_SCRIPT[start + BEGIN.len()..end];
-    let mut script = CONSUME_SCRIPT[..start].to_owned();
-    for k in 1..=batch {
-        // Products of message k, like order k of the bench: lines k and k + 1.
-        script.push_str(
-            &section
-                .replace("@K@", &k.to_string())
-                .replace("@A@", &(k % 5).to_string())
-                .replace("@B@", &((k + 1) % 5).to_string()),
-        );
-    }
-    script.push_str(&CONSUME_SCRIPT[end + END.len()..]);
     if pipelined {
         script = script
             .replace("-- @pipeline-start\n", "\\startpipeline\n")
@@ -356,14 +367,27 @@ mod tests {
 
     #[test]
     fn the_consume_script_repeats_one_section_per_message() {
-        let script = consume_script(3, false);
+        let script = consume_script(3, false, BatchMode::PerEvent);
         assert!(!script.contains("@K@"));
         assert!(!script.contains("\n\\startpipeline\n"));
-        let piped = consume_script(3, true);
+        let piped = consume_script(3, true, BatchMode::PerEvent);
         assert!(piped.contains("\n\\startpipeline\n") && piped.contains("\n\\endpipeline\n"));
         assert!(script.contains(":n >= 3"));
         assert!(!script.contains(":n >= 4"));
         assert_eq!(script.matches("\nWITH lines AS (").count(), 3);
+    }
+
+    #[test]
+    fn the_set_based_consume_script_is_the_same_whatever_the_batch() {
+        let script = consume_script(3, false, BatchMode::SetBased);
+        assert_eq!(script, consume_script(500, false, BatchMode::SetBased));
+        assert!(!script.contains("@K@") && !script.contains("WITH lines AS ("));
+        assert_eq!(
+            script.matches("\nINSERT INTO mensajes_procesados").count(),
+            1
+        );
+        let piped = consume_script(3, true, BatchMode::SetBased);
+        assert!(piped.contains("\n\\startpipeline\n") && piped.contains("\n\\endpipeline\n"));
     }
 
     #[test]

@@ -194,6 +194,7 @@ async fn compare_consumers(
         aggregates: args.aggregates,
         batch: 100,
         workers: 1,
+        per_event: false,
         timeout: args.timeout,
     };
     consume::drain(run, &consume_args, 1).await?;
