@@ -1,4 +1,5 @@
-//! `km0 bench relay|consume|e2e|poison|seed`: throughput and latency of km0 on entrega.
+//! `km0 bench relay|consume|e2e|poison|seed|rpc|curve`: throughput and latency of km0 on
+//! entrega, and how they grow with load.
 //!
 //! Every measurement runs on databases of its own (`km0bench<id>_*` on PostgreSQL, a
 //! `km0bench<id>` directory on SQLite), created for it and removed afterwards. On PostgreSQL
@@ -8,8 +9,11 @@
 
 mod arrivals;
 mod consume;
+mod cpu;
+mod curves;
 mod e2e;
 mod pgbench;
+mod plot;
 mod poison;
 mod progress;
 mod relay;
@@ -24,6 +28,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 pub use consume::ConsumeArgs;
+pub use curves::{Curve, CurveArgs};
 pub use e2e::E2eArgs;
 pub use poison::PoisonArgs;
 pub use relay::RelayArgs;
@@ -80,6 +85,8 @@ pub enum BenchCommand {
     /// Request/reply on RabbitMQ: round trips and calls/s of pagos' authorisations against
     /// the seed's client and a trivial responder.
     Rpc(rpc::RpcArgs),
+    /// A scaling curve: one bench over a range of one setting, written as CSV and SVG.
+    Curve(CurveArgs),
 }
 
 /// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
@@ -215,7 +222,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
             BrokerUrl::Kafka(url, _) => Some(url),
             BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_) => None,
             BrokerUrl::Amqp(..) => anyhow::bail!(
-                "the relay, consume, e2e, poison and seed benchmarks measure logs (a database \
+                "the relay, consume, e2e, poison, seed and curve benchmarks measure logs (a database \
                  or Kafka), not RabbitMQ; km0 bench rpc measures it"
             ),
         };
@@ -233,6 +240,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
             BenchCommand::E2e(a) => e2e::run(&common, a).await?,
             BenchCommand::Poison(a) => poison::run(&common, a).await?,
             BenchCommand::Seed(a) => seed::run(&common, a).await?,
+            BenchCommand::Curve(a) => curves::run(&common, a).await?,
             BenchCommand::Rpc(_) => anyhow::bail!("the rpc bench runs on RabbitMQ only"),
         }
     };

@@ -1,0 +1,158 @@
+//! Who used the CPUs during a measurement: the machine's busy time and each program's (by
+//! process name: `postgres`, `java` for Kafka, `beam.smp` for RabbitMQ, `km0`), read from
+//! `/proc` before and after, to tell what saturates first. Empty where `/proc` is missing.
+
+use std::collections::BTreeMap;
+
+/// CPU time so far, in clock ticks.
+#[derive(Debug, Clone, Default)]
+pub struct CpuTimes {
+    /// Every CPU's busy ticks (user, nice, system, irq, softirq, steal), summed.
+    busy: u64,
+    /// Every CPU's ticks, busy or idle, summed.
+    total: u64,
+    /// Ticks of user and system time per process name.
+    by_program: BTreeMap<String, u64>,
+    /// CPUs on the machine.
+    cpus: usize,
+}
+
+/// CPU use between two [`CpuTimes`], in percent of one CPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CpuUse {
+    /// The whole machine: 100 × CPUs when every CPU was busy.
+    pub machine: f64,
+    /// CPUs on the machine.
+    pub cpus: usize,
+    /// Per process name, the busiest first.
+    pub by_program: Vec<(String, f64)>,
+}
+
+impl CpuTimes {
+    /// The times now.
+    pub fn now() -> Self {
+        let mut times = Self::default();
+        if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+            times.read_stat(&stat);
+        }
+        if let Ok(entries) = std::fs::read_dir("/proc") {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+                    continue;
+                }
+                if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
+                    if let Some((program, ticks)) = process_ticks(&stat) {
+                        *times.by_program.entry(program).or_default() += ticks;
+                    }
+                }
+            }
+        }
+        times
+    }
+
+    fn read_stat(&mut self, stat: &str) {
+        for line in stat.lines() {
+            let mut fields = line.split_whitespace();
+            match fields.next() {
+                Some("cpu") => {
+                    let values: Vec<u64> = fields.filter_map(|f| f.parse().ok()).collect();
+                    // user nice system idle iowait irq softirq steal (guest is within user).
+                    let get = |i: usize| values.get(i).copied().unwrap_or(0);
+                    self.busy = get(0) + get(1) + get(2) + get(5) + get(6) + get(7);
+                    self.total = self.busy + get(3) + get(4);
+                }
+                Some(cpu) if cpu.starts_with("cpu") => self.cpus += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// What was used from `self` to `later`. Processes that started or ended in between count
+    /// for what they used while both were read (a short-lived process may be missed).
+    pub fn until(&self, later: &CpuTimes) -> CpuUse {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            return CpuUse::default();
+        }
+        let cpus = later.cpus.max(1);
+        // `total` ticks are spread over every CPU: one CPU's worth is total / cpus.
+        let per_cpu = total as f64 / cpus as f64;
+        let percent = |ticks: u64| 100.0 * ticks as f64 / per_cpu;
+        let mut by_program: Vec<(String, f64)> = later
+            .by_program
+            .iter()
+            .map(|(name, after)| {
+                let before = self.by_program.get(name).copied().unwrap_or(0);
+                (name.clone(), percent(after.saturating_sub(before)))
+            })
+            .filter(|(_, p)| *p >= 0.5)
+            .collect();
+        by_program.sort_by(|a, b| b.1.total_cmp(&a.1));
+        CpuUse {
+            machine: percent(later.busy.saturating_sub(self.busy)),
+            cpus,
+            by_program,
+        }
+    }
+}
+
+impl CpuUse {
+    /// Percent of one CPU used by the programs whose name starts with `prefix`.
+    pub fn of(&self, prefix: &str) -> f64 {
+        self.by_program
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(_, p)| p)
+            .sum()
+    }
+}
+
+/// The process name and its user + system ticks, from `/proc/<pid>/stat`.
+fn process_ticks(stat: &str) -> Option<(String, u64)> {
+    // `pid (name) state ...`: the name may hold spaces and parentheses; it ends at the last ')'.
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let name = stat.get(open + 1..close)?.to_owned();
+    let rest: Vec<&str> = stat.get(close + 1..)?.split_whitespace().collect();
+    // After the name: state(0) ppid pgrp session tty tpgid flags minflt cminflt majflt
+    // cmajflt utime(11) stime(12).
+    let utime: u64 = rest.get(11)?.parse().ok()?;
+    let stime: u64 = rest.get(12)?.parse().ok()?;
+    Some((name, utime + stime))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_process_line_whose_name_has_spaces() {
+        let line = "4242 (tokio (rt) 1) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0";
+        assert_eq!(process_ticks(line), Some(("tokio (rt) 1".into(), 300)));
+    }
+
+    #[test]
+    fn use_is_in_percent_of_one_cpu() {
+        let mut before = CpuTimes::default();
+        before.read_stat("cpu 100 0 100 800 0 0 0 0\ncpu0 1\ncpu1 1\n");
+        before.by_program.insert("postgres".into(), 50);
+        let mut after = CpuTimes::default();
+        // 1000 ticks over 2 CPUs = 500 per CPU; 600 busy = 120 % of one CPU.
+        after.read_stat("cpu 500 0 300 1200 0 0 0 0\ncpu0 1\ncpu1 1\n");
+        after.by_program.insert("postgres".into(), 300);
+        let used = before.until(&after);
+        assert_eq!(used.cpus, 2);
+        assert!((used.machine - 120.0).abs() < 1e-9, "{}", used.machine);
+        assert!((used.of("postgres") - 50.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn this_process_is_seen() {
+        let now = CpuTimes::now();
+        if std::path::Path::new("/proc/self/stat").exists() {
+            assert!(now.cpus >= 1 && now.total > 0);
+        }
+    }
+}
