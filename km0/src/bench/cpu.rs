@@ -28,29 +28,97 @@ pub struct CpuUse {
     pub by_program: Vec<(String, f64)>,
 }
 
-impl CpuTimes {
-    /// The times now.
-    pub fn now() -> Self {
-        let mut times = Self::default();
-        if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
-            times.read_stat(&stat);
-        }
-        if let Ok(entries) = std::fs::read_dir("/proc") {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
-                    continue;
+/// Samples `/proc` on a thread of its own (off the measured runtime) until stopped: a
+/// process that ends meanwhile (a database connection closed at the end of a run) still
+/// counts for what it used up to its last sample.
+#[derive(Debug)]
+pub struct CpuSampler {
+    stop: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<CpuTimes>,
+}
+
+/// How often the sampler reads `/proc`.
+const SAMPLE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl CpuSampler {
+    /// Starts sampling now.
+    pub fn start() -> Self {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let start = machine();
+            let mut last = processes();
+            let mut used: BTreeMap<String, u64> = BTreeMap::new();
+            loop {
+                let done = !matches!(
+                    stopped.recv_timeout(SAMPLE_EVERY),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                );
+                let now = processes();
+                for (pid, (name, ticks)) in &now {
+                    // A process first seen now started after the sampler: all of its time is
+                    // the run's.
+                    let before = last.get(pid).map_or(0, |(_, t)| *t);
+                    *used.entry(name.clone()).or_default() += ticks.saturating_sub(before);
                 }
-                if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
-                    if let Some((program, ticks)) = process_ticks(&stat) {
-                        *times.by_program.entry(program).or_default() += ticks;
-                    }
+                last = now;
+                if done {
+                    break;
+                }
+            }
+            let end = machine();
+            CpuTimes {
+                busy: end.busy.saturating_sub(start.busy),
+                total: end.total.saturating_sub(start.total),
+                by_program: used,
+                cpus: end.cpus,
+            }
+        });
+        Self { stop, thread }
+    }
+
+    /// Stops sampling; what was used since [`start`](Self::start).
+    pub async fn stop(self) -> CpuUse {
+        let _ = self.stop.send(());
+        let thread = self.thread;
+        match tokio::task::spawn_blocking(move || thread.join()).await {
+            Ok(Ok(spent)) => CpuTimes::default().until(&spent),
+            _ => CpuUse::default(),
+        }
+    }
+}
+
+/// The machine's totals now.
+fn machine() -> CpuTimes {
+    let mut times = CpuTimes::default();
+    if let Ok(stat) = std::fs::read_to_string("/proc/stat") {
+        times.read_stat(&stat);
+    }
+    times
+}
+
+/// Every process's name and user + system ticks now, by pid.
+fn processes() -> std::collections::HashMap<u32, (String, u64)> {
+    let mut out = std::collections::HashMap::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
+                if let Some(found) = process_ticks(&stat) {
+                    out.insert(pid, found);
                 }
             }
         }
-        times
     }
+    out
+}
 
+impl CpuTimes {
     fn read_stat(&mut self, stat: &str) {
         for line in stat.lines() {
             let mut fields = line.split_whitespace();
@@ -68,9 +136,8 @@ impl CpuTimes {
         }
     }
 
-    /// What was used from `self` to `later`. Processes that started or ended in between count
-    /// for what they used while both were read (a short-lived process may be missed).
-    pub fn until(&self, later: &CpuTimes) -> CpuUse {
+    /// What was used from `self` to `later`, per process name by the totals each read.
+    fn until(&self, later: &CpuTimes) -> CpuUse {
         let total = later.total.saturating_sub(self.total);
         if total == 0 {
             return CpuUse::default();
@@ -148,11 +215,21 @@ mod tests {
         assert!((used.of("postgres") - 50.0).abs() < 1e-9);
     }
 
-    #[test]
-    fn this_process_is_seen() {
-        let now = CpuTimes::now();
-        if std::path::Path::new("/proc/self/stat").exists() {
-            assert!(now.cpus >= 1 && now.total > 0);
+    #[tokio::test]
+    async fn the_sampler_sees_this_process_work() {
+        if !std::path::Path::new("/proc/self/stat").exists() {
+            return;
         }
+        let sampler = CpuSampler::start();
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < std::time::Duration::from_millis(400) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+        let used = sampler.stop().await;
+        assert!(used.cpus >= 1);
+        assert!(used.machine > 0.0, "{used:?}");
+        assert!(!used.by_program.is_empty(), "{used:?}");
     }
 }

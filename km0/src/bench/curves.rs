@@ -14,7 +14,7 @@ use clap::{Args, ValueEnum};
 use serde_json::json;
 
 use super::consume::{self, ConsumeArgs};
-use super::cpu::{CpuTimes, CpuUse};
+use super::cpu::{CpuSampler, CpuUse};
 use super::e2e::{self, E2eArgs};
 use super::plot::{self, Chart, Series};
 use super::relay::{self, RelayArgs};
@@ -208,7 +208,7 @@ fn cpu_cells(used: &CpuUse) -> [f64; 5] {
         used.machine,
         used.of("postgres"),
         used.of("java"),
-        used.of("km0") + used.of("tokio"),
+        used.of("km0"),
         used.cpus as f64,
     ]
 }
@@ -235,9 +235,10 @@ pub(crate) async fn run(common: &Common, args: &CurveArgs) -> anyhow::Result<Ben
     };
     for value in values {
         progress(format!("{} at {value}", args.curve.name()));
-        let before = CpuTimes::now();
-        let (cells, stop) = point(&common, args, value).await?;
-        let used = before.until(&CpuTimes::now());
+        let sampler = CpuSampler::start();
+        let measured = point(&common, args, value).await;
+        let used = sampler.stop().await;
+        let (cells, stop) = measured?;
         let mut row = vec![f64::from(value)];
         row.extend(cells);
         row.extend(cpu_cells(&used));
