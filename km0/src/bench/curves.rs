@@ -49,7 +49,9 @@ impl Curve {
             Self::ConsumeBatch => vec![10, 25, 50, 100, 200, 500, 1000],
             Self::ConsumeInstances => vec![1, 2, 3],
             Self::RelayInstances => vec![1, 2, 3, 4],
-            Self::E2eRate => vec![100, 200, 500, 1000, 2000, 3000, 4000, 6000, 8000, 12000],
+            Self::E2eRate => vec![
+                100, 200, 500, 1000, 1250, 1500, 1750, 2000, 3000, 4000, 6000,
+            ],
         }
     }
 
