@@ -83,6 +83,19 @@ pub struct Cli {
     )]
     pub key_concurrency: u16,
 
+    /// Most records a consumer takes per poll, which is also its transaction's size.
+    /// inventario applies a whole poll in a constant number of statements, so larger polls
+    /// amortise the commit under load (see docs/BENCHMARKS.md); a quiet partition's poll
+    /// returns what there is without waiting to fill.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_MAX_BATCH",
+        default_value_t = 100,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub max_batch: u16,
+
     /// Runs every new order through the order saga that pedidos orchestrates (reserve,
     /// charge, assign a courier; compensations on a refusal, a deadline or a cancel).
     #[arg(long, global = true, env = "KM0_SAGA")]
@@ -331,6 +344,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut system = System::new(databases, cli.broker.clone())
         .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
         .with_key_concurrency(usize::from(cli.key_concurrency))
+        .with_max_batch(usize::from(cli.max_batch))
         .with_retry(cli.retry.clone())
         .with_retention(Retention {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),

@@ -53,6 +53,7 @@ pub(super) fn consumer_worker_keyed(
 ) -> Worker {
     let mut config = WorkerConfig::new(group, topic).with_key_concurrency(key_concurrency);
     config.member = member;
+    config.max_batch = system.max_batch();
     system.retry().apply(&mut config);
     config.retry_partitions = PARTITIONS;
     let mut worker = Worker::new(broker.subscriber(), broker.publisher(), router, config)

@@ -50,6 +50,7 @@ pub struct System {
     lease_ttl: Duration,
     retention: Retention,
     key_concurrency: usize,
+    max_batch: usize,
     retry: RetryArgs,
     saga: Option<SagaTimings>,
 }
@@ -63,6 +64,7 @@ impl System {
             lease_ttl: DEFAULT_LEASE_TTL,
             retention: Retention::default(),
             key_concurrency: 1,
+            max_batch: 100,
             retry: RetryArgs::default(),
             saga: None,
         }
@@ -116,6 +118,18 @@ impl System {
     /// How many keys' events the inventario worker applies at once.
     pub fn key_concurrency(&self) -> usize {
         self.key_concurrency
+    }
+
+    /// Sets the most records a consumer takes per poll, which is also its transaction's
+    /// size (inventario applies a whole poll in a constant number of statements).
+    pub fn with_max_batch(mut self, max_batch: usize) -> Self {
+        self.max_batch = max_batch.max(1);
+        self
+    }
+
+    /// The most records a consumer takes per poll.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
     }
 
     /// Sets how long published outbox rows and processed-message keys are kept.
@@ -308,6 +322,7 @@ impl System {
             lease_ttl: self.lease_ttl,
             retention: self.retention,
             key_concurrency: self.key_concurrency,
+            max_batch: self.max_batch,
             retry: self.retry.clone(),
             saga: self.saga,
         })
