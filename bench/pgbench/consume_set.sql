@@ -27,31 +27,7 @@
 -- waiting for each reply.
 --
 -- Variables (-D): batch, consumer, p0..p4 (the products), o0..o5=0 (read positions), id=0.
-\set n 0
-\set q 1
-SELECT f.partition_no, f.log_offset, f.msg_key, f.headers, f.payload, f.appended_at_ms,
-       count(*) OVER () AS n,
-       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 0) OVER () + 1, :o0) AS o0,
-       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 1) OVER () + 1, :o1) AS o1,
-       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 2) OVER () + 1, :o2) AS o2,
-       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 3) OVER () + 1, :o3) AS o3,
-       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 4) OVER () + 1, :o4) AS o4,
-       coalesce(max(f.log_offset) FILTER (WHERE f.partition_no = 5) OVER () + 1, :o5) AS o5
-FROM (
-    -- PgSubscription::poll (FETCH)
-    SELECT r.partition_no, r.log_offset, r.msg_key, r.headers, r.payload, r.appended_at_ms
-    FROM UNNEST('{0,1,2,3,4,5}'::int4[], ARRAY[:o0, :o1, :o2, :o3, :o4, :o5]::int8[]) AS c(p, o)
-    CROSS JOIN LATERAL (
-        SELECT l.partition_no, l.log_offset, l.msg_key, l.headers, l.payload, l.appended_at_ms,
-               l.log_offset - c.o AS distance
-        FROM entrega_log l
-        WHERE l.topic = 'pedidos.eventos' AND l.partition_no = c.p AND l.log_offset >= c.o
-        ORDER BY l.log_offset
-        LIMIT :batch
-    ) r
-    ORDER BY r.distance, r.partition_no
-    LIMIT :batch
-) f \aset
+-- @poll: the poll of consume.sql, unchanged
 -- @pipeline-start
 \if :n > 0
 BEGIN;
@@ -106,31 +82,4 @@ COMMIT;
 \set id :id + :n
 \endif
 -- @pipeline-end
-\if :n > 0
--- commit_offsets (log/leases.rs): one statement, the lease rows read FOR SHARE
-WITH wanted AS (
-    SELECT * FROM UNNEST('{0,1,2,3,4,5}'::int4[], ARRAY[:o0, :o1, :o2, :o3, :o4, :o5]::int8[],
-                         '{1,1,1,1,1,1}'::int8[]) AS c(p, o, token)
-), held AS (
-    SELECT partition_no, token FROM entrega_partition_leases
-    WHERE group_id = 'inventario' AND topic = 'pedidos.eventos' AND owner = 'pgbench-0'
-      AND partition_no = ANY('{0,1,2,3,4,5}'::int4[])
-    FOR SHARE
-), lost AS (
-    SELECT w.p FROM wanted w
-    WHERE NOT EXISTS (SELECT 1 FROM held h WHERE h.partition_no = w.p AND h.token = w.token)
-), written AS (
-    INSERT INTO entrega_group_offsets (group_id, topic, partition_no, next_offset, committed_at_ms)
-    SELECT 'inventario', 'pedidos.eventos', w.p, w.o,
-           (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-    FROM wanted w
-    WHERE NOT EXISTS (SELECT 1 FROM lost)
-    ON CONFLICT (group_id, topic, partition_no)
-    DO UPDATE SET next_offset = EXCLUDED.next_offset, committed_at_ms = EXCLUDED.committed_at_ms
-    RETURNING 1
-)
-SELECT min(p) FROM lost;
-\else
--- The topic is drained: idle until the run is stopped.
-\sleep 20 ms
-\endif
+-- @offset-commit: the offset commit of consume.sql, unchanged

@@ -326,7 +326,7 @@ fn consume_script(batch: usize, pipelined: bool, mode: BatchMode) -> String {
     const BEGIN: &str = "-- @each-message\n";
     const END: &str = "-- @end-each-message\n";
     let mut script = match mode {
-        BatchMode::SetBased => CONSUME_SET_SCRIPT.to_owned(),
+        BatchMode::SetBased => set_script(),
         BatchMode::PerEvent => {
             let (Some(start), Some(end)) = (CONSUME_SCRIPT.find(BEGIN), CONSUME_SCRIPT.find(END))
             else {
@@ -353,6 +353,23 @@ fn consume_script(batch: usize, pipelined: bool, mode: BatchMode) -> String {
             .replace("-- @pipeline-end\n", "\\endpipeline\n");
     }
     script
+}
+
+/// `consume_set.sql` with the poll and the offset commit of `consume.sql` in their places.
+fn set_script() -> String {
+    const POLL: &str = "-- @poll: the poll of consume.sql, unchanged\n";
+    const COMMIT: &str = "-- @offset-commit: the offset commit of consume.sql, unchanged\n";
+    const END: &str = "-- @pipeline-end\n";
+    let poll = CONSUME_SCRIPT
+        .find("\\set n 0")
+        .zip(CONSUME_SCRIPT.find("-- @pipeline-start"))
+        .map_or("", |(a, b)| &CONSUME_SCRIPT[a..b]);
+    let commit = CONSUME_SCRIPT
+        .find(END)
+        .map_or("", |a| &CONSUME_SCRIPT[a + END.len()..]);
+    CONSUME_SET_SCRIPT
+        .replace(POLL, poll)
+        .replace(COMMIT, commit)
 }
 
 /// Items per second between two epoch-ms instants.
@@ -386,6 +403,10 @@ mod tests {
             script.matches("\nINSERT INTO mensajes_procesados").count(),
             1
         );
+        assert!(
+            script.contains("\\set n 0") && script.contains("INSERT INTO entrega_group_offsets")
+        );
+        assert!(!script.contains("@poll") && !script.contains("@offset-commit"));
         let piped = consume_script(3, true, BatchMode::SetBased);
         assert!(piped.contains("\n\\startpipeline\n") && piped.contains("\n\\endpipeline\n"));
     }
