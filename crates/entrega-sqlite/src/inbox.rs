@@ -57,10 +57,7 @@ impl SqliteInbox {
             return Ok(std::collections::HashSet::new());
         }
         // One JSON array parameter, whatever the batch size (no limit on parameters).
-        let keys = serde_json::to_string(message_ids).map_err(|e| StoreError::Corrupt {
-            table: "mensajes_procesados",
-            reason: format!("keys not encodable: {e}"),
-        })?;
+        let keys = keys_json(message_ids)?;
         // `WHERE true` tells SQLite's parser the `ON CONFLICT` belongs to the insert.
         let claimed: Vec<String> = sqlx::query_scalar(
             "INSERT INTO mensajes_procesados (id_mensaje, consumidor)
@@ -87,10 +84,7 @@ impl SqliteInbox {
         if message_ids.is_empty() {
             return Ok(0);
         }
-        let keys = serde_json::to_string(message_ids).map_err(|e| StoreError::Corrupt {
-            table: "mensajes_procesados",
-            reason: format!("keys not encodable: {e}"),
-        })?;
+        let keys = keys_json(message_ids)?;
         let done = sqlx::query(
             "DELETE FROM mensajes_procesados
              WHERE consumidor = ? AND id_mensaje IN (SELECT value FROM json_each(?))",
@@ -128,4 +122,12 @@ impl SqliteInbox {
                 .map_err(classify)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
+}
+
+/// Keys as one JSON array parameter, read back with `json_each` (no limit on parameters).
+fn keys_json(message_ids: &[&str]) -> Result<String, StoreError> {
+    serde_json::to_string(message_ids).map_err(|e| StoreError::Corrupt {
+        table: "mensajes_procesados",
+        reason: format!("keys not encodable: {e}"),
+    })
 }

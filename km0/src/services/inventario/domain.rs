@@ -92,6 +92,16 @@ impl PlacedOrder {
     }
 }
 
+/// `lines` as `lineas` are written (the inverse of [`lines_of`]): `[{"producto", "cantidad"}]`.
+pub(super) fn lines_value(lines: &[StockLine]) -> Value {
+    Value::Array(
+        lines
+            .iter()
+            .map(|l| serde_json::json!({"producto": l.product, "cantidad": l.quantity}))
+            .collect(),
+    )
+}
+
 /// The `lineas` of an order or a reservation: each `{"producto", "cantidad" > 0}`.
 pub(super) fn lines_of(data: &Value) -> Result<Vec<StockLine>, StockError> {
     let Some(Value::Array(items)) = data.get("lineas") else {

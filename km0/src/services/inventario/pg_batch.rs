@@ -124,10 +124,7 @@ async fn apply_event(
     }
     let products: Vec<&str> = order.lines.iter().map(|l| l.product.as_str()).collect();
     let quantities: Vec<i32> = order.lines.iter().map(|l| l.quantity).collect();
-    let lines: Vec<serde_json::Value> = by_product(&order.lines)
-        .iter()
-        .map(|l| serde_json::json!({"producto": l.product, "cantidad": l.quantity}))
-        .collect();
+    let lines = super::domain::lines_value(&by_product(&order.lines));
     let row = sqlx::query(APPLY_EVENT)
         .bind(message_id)
         .bind(consumer)
@@ -135,7 +132,7 @@ async fn apply_event(
         .bind(&quantities)
         .bind(reservation_id(&order.order_id))
         .bind(&order.order_id)
-        .bind(serde_json::Value::Array(lines).to_string())
+        .bind(lines.to_string())
         .bind(entrega_core::now_ms())
         .fetch_one(&mut *conn)
         .await

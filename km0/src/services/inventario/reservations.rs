@@ -130,11 +130,7 @@ impl ReserveCommand {
 
     /// The command's event (what the order saga sends).
     pub fn event(&self) -> NewEvent {
-        let lines: Vec<Value> = self
-            .lines
-            .iter()
-            .map(|l| json!({"producto": l.product, "cantidad": l.quantity}))
-            .collect();
+        let lines = super::domain::lines_value(&self.lines);
         let payload = json!({
             "pedido_id": self.order_id,
             "id_reserva": self.reservation_id,

@@ -64,12 +64,7 @@ pub(super) async fn apply_items(
 
 /// A reservation's lines as stored in `reservas.lineas`.
 fn lines_json(reservation: &NewReservation) -> String {
-    let lines: Vec<serde_json::Value> = reservation
-        .lines
-        .iter()
-        .map(|l| serde_json::json!({"producto": l.product, "cantidad": l.quantity}))
-        .collect();
-    serde_json::Value::Array(lines).to_string()
+    super::domain::lines_value(&reservation.lines).to_string()
 }
 
 mod pg {

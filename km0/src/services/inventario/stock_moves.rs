@@ -152,10 +152,7 @@ async fn insert(
     reason: Option<&str>,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let lines: Vec<Value> = lines
-        .iter()
-        .map(|l| json!({"producto": l.product, "cantidad": l.quantity}))
-        .collect();
+    let lines = super::domain::lines_value(lines);
     tx.execute(
         query(
             "INSERT INTO reservas (id_reserva, pedido_id, estado, lineas, motivo, actualizado_ms) \
@@ -164,7 +161,7 @@ async fn insert(
         .bind(id)
         .bind(order_id)
         .bind(state.as_str())
-        .bind(Value::Array(lines).to_string())
+        .bind(lines.to_string())
         .bind(reason)
         .bind(now_ms),
     )
