@@ -21,6 +21,7 @@ mod report;
 mod rpc;
 mod seed;
 mod timed_publisher;
+mod timed_reader;
 mod timed_subscriber;
 mod workload;
 
