@@ -48,6 +48,12 @@ ORDER BY h.ord, o.seq";
 /// Marks rows published, but only those of lanes whose lease (owner and token) still holds;
 /// returns the lanes that held. The fence and the update share one statement and snapshot,
 /// as in the single-lane `mark_published`.
+///
+/// Shaped for the generic plan PostgreSQL settles on for a prepared statement after a few
+/// runs: the ids are the condition of one scan of the primary key, and the held lanes are
+/// folded once into an array (an init plan) that each row is checked against. Checking each
+/// row against the `held` rows instead made the generic plan rescan them per row, about half
+/// of the mark's time for a round of 64 lanes × 100 rows.
 const MARK_LANES: &str = "
 WITH held AS (
     SELECT l.lane
@@ -56,7 +62,8 @@ WITH held AS (
       ON m.lane = l.lane AND m.owner = l.owner AND m.token = l.token
 ), marked AS (
     UPDATE outbox SET publicado_en = to_timestamp($1::float8 / 1000.0)
-    WHERE id = ANY($5) AND lane IN (SELECT lane FROM held)
+    WHERE id = ANY($5) AND publicado_en IS NULL
+      AND lane = ANY(ARRAY(SELECT lane::int2 FROM held))
     RETURNING 1
 )
 SELECT lane FROM held";

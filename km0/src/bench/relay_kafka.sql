@@ -47,7 +47,8 @@ WITH held AS (
       ON m.lane = l.lane AND m.owner = l.owner AND m.token = l.token
 ), marked AS (
     UPDATE outbox SET publicado_en = clock_timestamp()
-    WHERE id = ANY(:ids::uuid[]) AND lane IN (SELECT lane FROM held)
+    WHERE id = ANY(:ids::uuid[]) AND publicado_en IS NULL
+      AND lane = ANY(ARRAY(SELECT lane::int2 FROM held))
     RETURNING 1
 )
 SELECT lane FROM held;
