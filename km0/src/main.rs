@@ -4,6 +4,12 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
+/// mimalloc instead of the system allocator: a relay or consumer allocates and frees on one
+/// thread what librdkafka's and tokio's other threads made, where glibc's malloc spent about a
+/// quarter of the relay's CPU consolidating and unlinking chunks (`perf`, see BENCHMARKS.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = km0::cli::Cli::parse();
