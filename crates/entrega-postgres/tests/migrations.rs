@@ -157,3 +157,20 @@ async fn errors_are_classified() -> TestResult {
     assert!(classify(raised).is_transient());
     db.drop().await
 }
+
+#[tokio::test]
+async fn pooled_sessions_run_without_jit() -> TestResult {
+    let db = TestDb::with(&[]).await?;
+    // Every connection of the pool, not only the first: hold several at once.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(db.pool.acquire().await?);
+    }
+    for conn in &mut held {
+        let jit: String = sqlx::query_scalar("SHOW jit")
+            .fetch_one(&mut **conn)
+            .await?;
+        assert_eq!(jit, "off");
+    }
+    Ok(())
+}
