@@ -4,9 +4,9 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
-/// mimalloc instead of the system allocator: a relay or consumer allocates and frees on one
-/// thread what librdkafka's and tokio's other threads made, where glibc's malloc spent about a
-/// quarter of the relay's CPU consolidating and unlinking chunks (`perf`, see BENCHMARKS.md).
+/// mimalloc instead of the system allocator: under glibc's malloc about a quarter of the
+/// relay's CPU went to allocating, freeing and consolidating chunks, under mimalloc about 3%
+/// (`perf`, docs/BENCHMARKS.md "The Kafka relay: where its time goes").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
