@@ -134,6 +134,9 @@ pub enum Command {
         /// With `--saga`: address of the payment gateway simulator pagos charges through.
         #[arg(long, default_value = "127.0.0.1:8095")]
         pasarela: SocketAddr,
+        /// Serve `/metrics`, `/healthz` and `/readyz` on this address (docs/OPERATIONS.md).
+        #[arg(long)]
+        ops: Option<SocketAddr>,
     },
     /// One component per process (scale out, crash tests).
     Run(RunArgs),
@@ -188,6 +191,9 @@ pub struct RunArgs {
     /// http://127.0.0.1:8095.
     #[arg(long, env = "KM0_PASARELA_URL")]
     pub pasarela_url: Option<String>,
+    /// Serve `/metrics`, `/healthz` and `/readyz` on this address (docs/OPERATIONS.md).
+    #[arg(long)]
+    pub ops: Option<SocketAddr>,
     /// Faults the gateway simulator injects (pasarela only).
     #[command(flatten)]
     pub faults: FaultArgs,
@@ -369,9 +375,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     match cli.command {
-        Command::Up { http, pasarela } => {
+        Command::Up {
+            http,
+            pasarela,
+            ops,
+        } => {
             let instance = format!("km0-{}", std::process::id());
             let mut components = Components::all(&instance);
+            components.ops = ops;
             components.analitica = system.broker_kind()?.is_kafka();
             if system.saga().is_none() {
                 wiring::run_until_signal(&system, components, http).await?;
@@ -406,6 +417,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let mut components = Components::none(&instance);
             components.mapas_url = args.mapas_url.clone();
             components.pasarela_url = args.pasarela_url.clone();
+            components.ops = args.ops;
             match args.component {
                 Component::Pedidos => components.pedidos = true,
                 Component::Inventario => components.inventario = true,

@@ -176,6 +176,11 @@ impl RelayStats {
         self.publish_errors.load(Ordering::Relaxed)
     }
 
+    /// Lanes dropped so far because their lease was lost.
+    pub fn leases_lost(&self) -> u64 {
+        self.leases_lost.load(Ordering::Relaxed)
+    }
+
     /// Refusals recorded so far (one per refused attempt of a row).
     pub fn refused(&self) -> u64 {
         self.refused.load(Ordering::Relaxed)

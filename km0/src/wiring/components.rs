@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use entrega::CancellationToken;
 
+use super::ops_server::{self, OpsSources};
 use super::spawn::{spawn_analitica, spawn_relay, spawn_reparto};
 use super::{System, Task};
 use crate::services::inventario::ConsumerStats;
@@ -40,6 +41,8 @@ pub struct Components {
     pub pasarela_url: Option<String>,
     /// Relay lane owner and consumer group member name.
     pub instance: String,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
+    pub ops: Option<SocketAddr>,
 }
 
 impl Components {
@@ -57,6 +60,7 @@ impl Components {
             pagos: false,
             pasarela_url: None,
             instance: instance.to_owned(),
+            ops: None,
         }
     }
 
@@ -74,6 +78,7 @@ impl Components {
             pagos: false,
             pasarela_url: None,
             instance: instance.to_owned(),
+            ops: None,
         }
     }
 }
@@ -83,6 +88,7 @@ pub struct Running {
     stop: CancellationToken,
     tasks: Vec<(&'static str, Task)>,
     http_addr: Option<SocketAddr>,
+    ops_addr: Option<SocketAddr>,
     consumer_stats: Option<Arc<ConsumerStats>>,
 }
 
@@ -90,6 +96,11 @@ impl Running {
     /// Where the HTTP API listens, if it runs.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
+    }
+
+    /// Where the operations endpoint listens, if it is served.
+    pub fn ops_addr(&self) -> Option<SocketAddr> {
+        self.ops_addr
     }
 
     /// The consumer's counters, if it runs.
@@ -163,8 +174,10 @@ impl System {
             stop: stop.clone(),
             tasks: Vec::new(),
             http_addr: None,
+            ops_addr: None,
             consumer_stats: None,
         };
+        let mut relay_stats = None;
         if components.pedidos {
             let store = self
                 .pedidos()
@@ -229,7 +242,8 @@ impl System {
             running.tasks.push(("pasarela", task));
         }
         if components.relay {
-            let task = spawn_relay(self, &components.instance, stop.clone()).await?;
+            let (task, stats) = spawn_relay(self, &components.instance, stop.clone()).await?;
+            relay_stats = Some(stats);
             running.tasks.push(("relay", task));
         }
         if components.inventario {
@@ -257,7 +271,61 @@ impl System {
             let task = spawn_analitica(self, &components.instance, stop.clone()).await?;
             running.tasks.push(("analitica", task));
         }
+        if let Some(addr) = components.ops {
+            let mut sources = self.ops_sources(&components).await?;
+            sources.relay = relay_stats;
+            sources.inventario = running.consumer_stats.clone();
+            let (bound, task) = ops_server::serve(addr, sources, stop.clone()).await?;
+            tracing::info!(addr = %bound, "operations endpoint listening");
+            running.ops_addr = Some(bound);
+            running.tasks.push(("ops", task));
+        }
         Ok(running)
+    }
+
+    /// The databases and the broker `components` use, for the operations endpoint.
+    async fn ops_sources(&self, components: &Components) -> anyhow::Result<OpsSources> {
+        let mut sources = OpsSources::default();
+        if components.pedidos || components.relay {
+            let db = self.pedidos().await?.db().clone();
+            sources.outbox = Some(db.clone());
+            sources.databases.push(("pedidos", db));
+        }
+        if components.inventario {
+            sources
+                .databases
+                .push(("inventario", self.inventario().await?.db().clone()));
+        }
+        if components.catalogo {
+            sources
+                .databases
+                .push(("catalogo", self.catalogo().await?.db().clone()));
+        }
+        if components.reparto {
+            sources
+                .databases
+                .push(("reparto", self.reparto().await?.db().clone()));
+        }
+        if components.pagos {
+            sources
+                .databases
+                .push(("pagos", self.pagos().await?.db().clone()));
+        }
+        if components.pasarela.is_some() {
+            sources
+                .databases
+                .push(("pasarela", self.pasarela().await?.db().clone()));
+        }
+        let brokered = components.relay
+            || components.inventario
+            || components.catalogo
+            || components.reparto
+            || components.pagos
+            || components.analitica;
+        if brokered {
+            sources.broker = Some(self.broker().await.context("opening the broker")?);
+        }
+        Ok(sources)
     }
 }
 
@@ -270,7 +338,10 @@ pub async fn run_until_signal(
     let running = system.start(components.clone(), http).await?;
     // One line on stdout when everything is up: scripts and crash tests wait for it (and
     // read the HTTP port from it when `--http` asked for port 0).
-    println!("{}", ready_line(&components, running.http_addr()));
+    println!(
+        "{}",
+        ready_line(&components, running.http_addr(), running.ops_addr())
+    );
     let stop = running.stop_token();
     tokio::spawn(async move {
         entrega::signal().await;
@@ -281,7 +352,11 @@ pub async fn run_until_signal(
 }
 
 /// `km0 ready instance=NAME pedidos=ADDR relay inventario`: what runs, where.
-fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
+fn ready_line(
+    components: &Components,
+    http: Option<SocketAddr>,
+    ops: Option<SocketAddr>,
+) -> String {
     let mut line = format!("km0 ready instance={}", components.instance);
     if let Some(addr) = http {
         let name = if components.pasarela.is_some() {
@@ -311,6 +386,9 @@ fn ready_line(components: &Components, http: Option<SocketAddr>) -> String {
     }
     if let Some(url) = &components.pasarela_url {
         line.push_str(&format!(" pasarela_url={url}"));
+    }
+    if let Some(addr) = ops {
+        line.push_str(&format!(" ops={addr}"));
     }
     line
 }

@@ -6,6 +6,7 @@ pub mod config;
 
 mod broker;
 mod components;
+mod ops_server;
 mod spawn;
 mod spawn_inventario;
 mod spawn_pagos;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use entrega::{
-    CancellationToken, Db, Relay, RelayConfig, Router, TopicRouting, Worker, WorkerConfig,
+    CancellationToken, Db, Relay, RelayConfig, RelayStats, Router, TopicRouting, Worker,
+    WorkerConfig,
 };
 use entrega_core::SystemClock;
 use entrega_kafka::{KafkaTransformer, TransformerConfig};
@@ -216,7 +217,7 @@ pub(super) async fn spawn_relay(
     system: &System,
     instance: &str,
     stop: CancellationToken,
-) -> anyhow::Result<Task> {
+) -> anyhow::Result<(Task, Arc<RelayStats>)> {
     let pedidos = system
         .pedidos()
         .await
@@ -235,7 +236,7 @@ pub(super) async fn spawn_relay(
         config,
     );
     tracing::info!(instance, "relay started");
-    Ok(tokio::spawn(async move {
-        relay.run(stop).await.context("relay")
-    }))
+    let stats = relay.stats();
+    let task = tokio::spawn(async move { relay.run(stop).await.context("relay") });
+    Ok((task, stats))
 }

@@ -1,0 +1,203 @@
+//! The operations endpoint a km0 process serves with `--ops ADDR`: `/metrics` (Prometheus
+//! text format), `/healthz` (the process answers) and `/readyz` (its databases and its broker
+//! answer).
+//!
+//! Counters come from the components' own statistics (`RelayStats`, inventario's
+//! `ConsumerStats`) and gauges from the database at each scrape (the outbox's backlog), so a
+//! scrape always reports the state of the rows, not a cached copy.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use anyhow::Context as _;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use entrega::{CancellationToken, Db, RelayStats};
+use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+use super::{Broker, Task};
+use crate::services::inventario::ConsumerStats;
+use crate::services::pedidos::TOPIC;
+
+/// What one process's endpoint reports on.
+#[derive(Default, Clone)]
+pub(crate) struct OpsSources {
+    /// The databases the process's components use, by service name (readiness).
+    pub(crate) databases: Vec<(&'static str, Db)>,
+    /// The broker, when a component of the process uses one (readiness).
+    pub(crate) broker: Option<Broker>,
+    /// The pedidos database, whose outbox backlog is reported, when pedidos or the relay runs.
+    pub(crate) outbox: Option<Db>,
+    /// The relay's counters, when the relay runs.
+    pub(crate) relay: Option<Arc<RelayStats>>,
+    /// inventario's counters, when the consumer runs.
+    pub(crate) inventario: Option<Arc<ConsumerStats>>,
+}
+
+/// The process's Prometheus recorder, installed on first use.
+fn recorder() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        // Only fails if another recorder was installed first; the handle then renders what
+        // this module records through its own gauges and counters only.
+        let _ = metrics::set_global_recorder(recorder);
+        describe();
+        handle
+    })
+}
+
+fn describe() {
+    describe_gauge!("km0_outbox_pending", "Outbox rows not yet published.");
+    describe_gauge!(
+        "km0_outbox_oldest_pending_age_seconds",
+        Unit::Seconds,
+        "Age of the oldest unpublished outbox row (0 when none)."
+    );
+    describe_gauge!(
+        "km0_outbox_refused_retrying",
+        "Outbox rows the broker refused that wait for their next attempt."
+    );
+    describe_gauge!(
+        "km0_outbox_refused_held",
+        "Outbox rows the broker refused that are held for an operator (`km0 outbox release`)."
+    );
+    describe_counter!(
+        "km0_relay_published_events_total",
+        "Events the relay published and marked."
+    );
+    describe_counter!(
+        "km0_relay_publish_errors_total",
+        "Publishes that failed (their rows stay pending)."
+    );
+    describe_counter!(
+        "km0_relay_leases_lost_total",
+        "Relay lanes dropped because their lease was lost."
+    );
+    describe_counter!(
+        "km0_relay_refusals_total",
+        "Refused attempts the relay recorded on outbox rows."
+    );
+    describe_counter!(
+        "km0_inventario_applied_total",
+        "Order events inventario applied to the stock."
+    );
+    describe_counter!(
+        "km0_inventario_duplicates_total",
+        "Order events inventario recognised as already applied."
+    );
+    describe_counter!(
+        "km0_inventario_refused_total",
+        "Order events inventario refused (out of stock, unknown product, unreadable)."
+    );
+}
+
+/// Binds `addr` and serves the endpoint until `stop`; returns the bound address and the task.
+pub(crate) async fn serve(
+    addr: SocketAddr,
+    sources: OpsSources,
+    stop: CancellationToken,
+) -> anyhow::Result<(SocketAddr, Task)> {
+    recorder();
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr()?;
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .with_state(Arc::new(sources));
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .context("serving the operations endpoint")
+    });
+    Ok((bound, task))
+}
+
+async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
+    if let Some(db) = &sources.outbox {
+        match db.outbox().maintenance.status(entrega_core::now_ms()).await {
+            Ok(status) => {
+                gauge!("km0_outbox_pending").set(status.pending as f64);
+                gauge!("km0_outbox_oldest_pending_age_seconds")
+                    .set(status.oldest_pending_age_ms.max(0) as f64 / 1000.0);
+                gauge!("km0_outbox_refused_retrying").set(status.retrying as f64);
+                gauge!("km0_outbox_refused_held").set(status.held as f64);
+            }
+            Err(e) => {
+                // A scrape that cannot read the backlog fails whole, rather than report the
+                // last values as if they were current.
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("reading the outbox failed: {e}\n"),
+                )
+                    .into_response();
+            }
+        }
+    }
+    if let Some(relay) = &sources.relay {
+        counter!("km0_relay_published_events_total").absolute(relay.published());
+        counter!("km0_relay_publish_errors_total").absolute(relay.publish_errors());
+        counter!("km0_relay_leases_lost_total").absolute(relay.leases_lost());
+        counter!("km0_relay_refusals_total").absolute(relay.refused());
+    }
+    if let Some(inventario) = &sources.inventario {
+        let now = inventario.snapshot();
+        counter!("km0_inventario_applied_total").absolute(now.processed);
+        counter!("km0_inventario_duplicates_total").absolute(now.duplicates);
+        counter!("km0_inventario_refused_total").absolute(now.refused);
+    }
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        recorder().render(),
+    )
+        .into_response()
+}
+
+/// 200 with one line per dependency when every database and the broker answer, 503 naming
+/// the first that does not.
+async fn ready(State(sources): State<Arc<OpsSources>>) -> Response {
+    let mut lines = String::new();
+    for (name, db) in &sources.databases {
+        if let Err(e) = db.ping().await {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("database {name}: {e}\n"),
+            )
+                .into_response();
+        }
+        lines.push_str(&format!("database {name}: ok\n"));
+    }
+    if let Some(broker) = &sources.broker {
+        if let Err(e) = broker_answers(broker).await {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("broker: {e}\n")).into_response();
+        }
+        lines.push_str(&format!("broker {}: ok\n", broker.kind()));
+    }
+    (StatusCode::OK, lines).into_response()
+}
+
+/// Asks the broker something that needs it to answer: the end offsets of the orders' topic
+/// (on RabbitMQ, which has no offsets, a passive declare of the queue of that name).
+async fn broker_answers(broker: &Broker) -> anyhow::Result<()> {
+    match broker.as_amqp() {
+        Some(amqp) => amqp
+            .queue_depths(&[TOPIC.to_owned()])
+            .await
+            .map(drop)
+            .map_err(anyhow::Error::from),
+        None => broker
+            .end_offsets(TOPIC)
+            .await
+            .map(drop)
+            .map_err(anyhow::Error::from),
+    }
+}

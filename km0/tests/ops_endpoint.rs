@@ -1,0 +1,128 @@
+//! The operations endpoint (`--ops ADDR`) of real `km0 run` processes: `/healthz`, `/readyz`
+//! naming the databases and the broker it checked, and `/metrics` whose outbox backlog and
+//! relay counters move with the rows, on SQLite and on PostgreSQL.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::process::{Deployment, Km0};
+use common::state::{eventually, order, place};
+
+/// Longest wait for the system to reach an expected state.
+const SETTLE: Duration = Duration::from_secs(30);
+const ORDERS: usize = 3;
+
+/// The `ops=` address of a ready process.
+fn ops_addr(line: &str) -> SocketAddr {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("ops="))
+        .expect("ops= in the ready line")
+        .parse()
+        .expect("an address")
+}
+
+async fn start_with_ops(deployment: &Deployment, component: &str) -> (Km0, SocketAddr) {
+    let extra = ["--ops".to_owned(), "127.0.0.1:0".to_owned()];
+    let mut process = deployment.spawn_with(component, &format!("{component}-1"), "", &extra);
+    let line = process.wait_ready().await;
+    (process, ops_addr(&line))
+}
+
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .get(format!("http://{addr}{path}"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .expect("the endpoint answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.expect("a body"))
+}
+
+/// The value of the sample `name` (no labels) in a Prometheus text exposition.
+fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (metric, value) = l.split_once(' ')?;
+        (metric == name).then(|| value.trim().parse().ok())?
+    })
+}
+
+async fn metrics(addr: SocketAddr) -> String {
+    let (status, text) = get(addr, "/metrics").await;
+    assert_eq!(status, 200, "/metrics: {text}");
+    text
+}
+
+async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
+    let deployment = Deployment::new(backend, 1_000);
+    let state = deployment.state().await;
+    let (pedidos, pedidos_ops) = start_with_ops(&deployment, "pedidos").await;
+
+    assert_eq!(get(pedidos_ops, "/healthz").await, (200, "ok\n".to_owned()));
+    let (status, ready) = get(pedidos_ops, "/readyz").await;
+    assert_eq!(status, 200, "/readyz: {ready}");
+    assert!(ready.contains("database pedidos: ok"), "/readyz: {ready}");
+
+    for n in 0..ORDERS {
+        place(
+            pedidos.http_addr(),
+            &order(&format!("P-OPS-{n}"), &[("tomate-rosa", 1)]),
+        )
+        .await;
+    }
+    let pending = state.pending().await;
+    assert_eq!(pending, ORDERS as i64, "no relay runs yet");
+    let text = metrics(pedidos_ops).await;
+    assert_eq!(sample(&text, "km0_outbox_pending"), Some(pending as f64));
+    let age = sample(&text, "km0_outbox_oldest_pending_age_seconds").expect("the age");
+    assert!(age >= 0.0, "oldest pending age {age}");
+    assert!(
+        text.contains("# HELP km0_outbox_pending"),
+        "described metrics: {text}"
+    );
+    // pedidos runs no relay: it reports no relay counters.
+    assert_eq!(sample(&text, "km0_relay_published_events_total"), None);
+
+    let (relay, relay_ops) = start_with_ops(&deployment, "relay").await;
+    let (status, ready) = get(relay_ops, "/readyz").await;
+    assert_eq!(status, 200, "/readyz: {ready}");
+    assert!(
+        ready.contains("broker"),
+        "the relay checks its broker: {ready}"
+    );
+    eventually(
+        SETTLE,
+        "the relay's counter reaching the orders",
+        || async {
+            let text = metrics(relay_ops).await;
+            (sample(&text, "km0_relay_published_events_total") == Some(ORDERS as f64)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(state.pending().await, 0, "every row marked published");
+    let text = metrics(pedidos_ops).await;
+    assert_eq!(sample(&text, "km0_outbox_pending"), Some(0.0));
+    assert_eq!(
+        sample(&text, "km0_outbox_oldest_pending_age_seconds"),
+        Some(0.0)
+    );
+
+    relay.terminate().await;
+    pedidos.terminate().await;
+    state.close().await;
+    deployment.destroy().await;
+}
+
+#[tokio::test]
+async fn the_backlog_and_the_relay_counters_follow_the_rows_on_sqlite() {
+    the_backlog_and_the_relay_counters_follow_the_rows("sqlite").await;
+}
+
+#[tokio::test]
+async fn the_backlog_and_the_relay_counters_follow_the_rows_on_postgres() {
+    the_backlog_and_the_relay_counters_follow_the_rows("postgres").await;
+}
