@@ -9,8 +9,12 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::pg_server;
 use common::process::{Deployment, Km0};
+use common::proxy::Proxy;
 use common::state::{eventually, order, place};
+use km0::wiring::config::{DataPlace, Databases};
+use km0::wiring::{Components, System};
 
 /// Longest wait for the system to reach an expected state.
 const SETTLE: Duration = Duration::from_secs(30);
@@ -125,4 +129,50 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows_on_sqlite() {
 #[tokio::test]
 async fn the_backlog_and_the_relay_counters_follow_the_rows_on_postgres() {
     the_backlog_and_the_relay_counters_follow_the_rows("postgres").await;
+}
+
+/// `/readyz` turns 503 while the database cannot be reached (its connections go through a
+/// proxy the test cuts) and 200 again once it can; `/healthz` stays 200 throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_database_on_postgres() {
+    let proxy = Proxy::start("127.0.0.1:5432".parse().unwrap());
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let databases = Databases {
+        place: DataPlace::PostgresServer(format!("postgres://postgres@{}", proxy.addr())),
+        prefix: Some(format!("entrega_t_{id}_")),
+    };
+    let system = System::new(databases, format!("{}/entrega_t_{id}_broker", pg_server()));
+    let mut components = Components::none("pedidos-ready");
+    components.pedidos = true;
+    components.ops = Some("127.0.0.1:0".parse().unwrap());
+    let running = system
+        .start(components, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let ops = running.ops_addr().expect("the endpoint is served");
+    assert_eq!(get(ops, "/readyz").await.0, 200);
+
+    proxy.cut();
+    let (status, body) = get(ops, "/readyz").await;
+    assert_eq!(status, 503, "/readyz with the database cut: {body}");
+    assert!(body.contains("database pedidos"), "/readyz: {body}");
+    // The first checks fail on the pooled connections the cut closed; once those are spent,
+    // a check opens a new one, which the proxy refuses.
+    eventually(SETTLE, "a connection refused by the cut", || async {
+        let (status, body) = get(ops, "/readyz").await;
+        assert_eq!(status, 503, "/readyz while cut: {body}");
+        (proxy.refused() > 0).then_some(())
+    })
+    .await;
+    assert_eq!(get(ops, "/healthz").await.0, 200, "alive though not ready");
+    assert_eq!(get(ops, "/metrics").await.0, 503, "no stale backlog");
+
+    proxy.restore();
+    eventually(SETTLE, "/readyz answering 200 again", || async {
+        (get(ops, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+
+    running.stop().await.unwrap();
+    system.destroy().await.unwrap();
 }

@@ -8,6 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::extract::State;
@@ -22,6 +23,10 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use super::{Broker, Task};
 use crate::services::inventario::ConsumerStats;
 use crate::services::pedidos::TOPIC;
+
+/// How long `/readyz` waits for each dependency: a server that does not answer within it is
+/// as good as down for the process's callers.
+const READY_WITHIN: Duration = Duration::from_secs(2);
 
 /// What one process's endpoint reports on.
 #[derive(Default, Clone)]
@@ -167,22 +172,32 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
 async fn ready(State(sources): State<Arc<OpsSources>>) -> Response {
     let mut lines = String::new();
     for (name, db) in &sources.databases {
-        if let Err(e) = db.ping().await {
+        let answered = within(async { db.ping().await.map_err(anyhow::Error::from) }).await;
+        if let Err(e) = answered {
             return (
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("database {name}: {e}\n"),
+                format!("database {name}: {e:#}\n"),
             )
                 .into_response();
         }
         lines.push_str(&format!("database {name}: ok\n"));
     }
     if let Some(broker) = &sources.broker {
-        if let Err(e) = broker_answers(broker).await {
-            return (StatusCode::SERVICE_UNAVAILABLE, format!("broker: {e}\n")).into_response();
+        if let Err(e) = within(broker_answers(broker)).await {
+            return (StatusCode::SERVICE_UNAVAILABLE, format!("broker: {e:#}\n")).into_response();
         }
         lines.push_str(&format!("broker {}: ok\n", broker.kind()));
     }
     (StatusCode::OK, lines).into_response()
+}
+
+/// `check`'s outcome, or an error once it took longer than [`READY_WITHIN`].
+async fn within(
+    check: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    tokio::time::timeout(READY_WITHIN, check)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer within {READY_WITHIN:?}")))
 }
 
 /// Asks the broker something that needs it to answer: the end offsets of the orders' topic
