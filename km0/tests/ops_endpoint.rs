@@ -115,6 +115,38 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
         Some(0.0)
     );
 
+    let (inventario, inventario_ops) = start_with_ops(&deployment, "inventario").await;
+    eventually(
+        SETTLE,
+        "inventario's counter reaching the orders",
+        || async {
+            let text = metrics(inventario_ops).await;
+            (sample(&text, "km0_inventario_applied_total") == Some(ORDERS as f64)).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        state.keys().await.len(),
+        ORDERS,
+        "one key per order applied"
+    );
+    eventually(SETTLE, "the group's lag back to zero", || async {
+        let text = metrics(inventario_ops).await;
+        let lags: Vec<f64> = text
+            .lines()
+            .filter(|l| l.starts_with("km0_consumer_lag{") && l.contains("group=\"inventario\""))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .collect();
+        (!lags.is_empty() && lags.iter().all(|l| *l == 0.0)).then_some(())
+    })
+    .await;
+    let committed: i64 = state.committed().await.values().sum();
+    assert_eq!(
+        committed, ORDERS as i64,
+        "the offsets the zero lag stands for"
+    );
+
+    inventario.terminate().await;
     relay.terminate().await;
     pedidos.terminate().await;
     state.close().await;

@@ -295,6 +295,9 @@ impl System {
             sources
                 .databases
                 .push(("inventario", self.inventario().await?.db().clone()));
+            sources
+                .groups
+                .push(crate::services::inventario::GROUP.to_owned());
         }
         if components.catalogo {
             sources

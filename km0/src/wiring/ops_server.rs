@@ -41,6 +41,9 @@ pub(crate) struct OpsSources {
     pub(crate) relay: Option<Arc<RelayStats>>,
     /// inventario's counters, when the consumer runs.
     pub(crate) inventario: Option<Arc<ConsumerStats>>,
+    /// Consumer groups whose lag on the orders' topic is reported (queue depths on
+    /// RabbitMQ), with the records on its dead-letter topic.
+    pub(crate) groups: Vec<String>,
 }
 
 /// The process's Prometheus recorder, installed on first use.
@@ -87,6 +90,22 @@ fn describe() {
     describe_counter!(
         "km0_relay_refusals_total",
         "Refused attempts the relay recorded on outbox rows."
+    );
+    describe_gauge!(
+        "km0_consumer_lag",
+        "Records of the partition not yet committed by the group (end offset - committed)."
+    );
+    describe_gauge!(
+        "km0_dead_letter_topic_records",
+        "Records ever written to the dead-letter topic (pending or not: see `km0 dlq stats`)."
+    );
+    describe_gauge!(
+        "km0_queue_ready_messages",
+        "RabbitMQ: messages waiting in the group's queue (its lag)."
+    );
+    describe_gauge!(
+        "km0_queue_unacked_messages",
+        "RabbitMQ: messages delivered to the group and not yet acknowledged."
     );
     describe_counter!(
         "km0_inventario_applied_total",
@@ -148,6 +167,15 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
             }
         }
     }
+    if let (Some(broker), false) = (&sources.broker, sources.groups.is_empty()) {
+        if let Err(e) = record_lag(broker, &sources.groups).await {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("reading consumer lag failed: {e:#}\n"),
+            )
+                .into_response();
+        }
+    }
     if let Some(relay) = &sources.relay {
         counter!("km0_relay_published_events_total").absolute(relay.published());
         counter!("km0_relay_publish_errors_total").absolute(relay.publish_errors());
@@ -165,6 +193,47 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
         recorder().render(),
     )
         .into_response()
+}
+
+/// Sets the lag gauges of `groups` on the orders' topic from the broker.
+async fn record_lag(broker: &Broker, groups: &[String]) -> anyhow::Result<()> {
+    let topics = [TOPIC.to_owned()];
+    if let Some(amqp) = broker.as_amqp() {
+        let report = crate::ops::queue_lag::queue_lag_report(amqp, groups, &topics).await?;
+        for group in &report.groups {
+            for queue in &group.queues {
+                let labels = [
+                    ("group", group.group.clone()),
+                    ("queue", queue.queue.clone()),
+                ];
+                gauge!("km0_queue_ready_messages", &labels).set(queue.ready as f64);
+                if let Some(unacked) = queue.unacked {
+                    gauge!("km0_queue_unacked_messages", &labels).set(unacked as f64);
+                }
+            }
+            let dlq = &group.dead_letters;
+            gauge!("km0_queue_ready_messages", "group" => group.group.clone(), "queue" => dlq.queue.clone())
+                .set(dlq.ready as f64);
+        }
+        return Ok(());
+    }
+    let inspector = broker.inspector();
+    let report = crate::ops::lag::lag_report(inspector.as_ref(), groups, &topics).await?;
+    for group in &report.groups {
+        for p in &group.partitions {
+            gauge!(
+                "km0_consumer_lag",
+                "group" => group.group.clone(),
+                "topic" => group.topic.clone(),
+                "partition" => p.partition.to_string()
+            )
+            .set(p.lag as f64);
+        }
+    }
+    for dlq in &report.dead_letters {
+        gauge!("km0_dead_letter_topic_records", "topic" => dlq.topic.clone()).set(dlq.end as f64);
+    }
+    Ok(())
 }
 
 /// 200 with one line per dependency when every database and the broker answer, 503 naming
