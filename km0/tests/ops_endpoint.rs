@@ -55,6 +55,14 @@ fn sample(text: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// The value of the sample `name` whose labels include every one of `labels`.
+fn labelled(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+}
+
 async fn metrics(addr: SocketAddr) -> String {
     let (status, text) = get(addr, "/metrics").await;
     assert_eq!(status, 200, "/metrics: {text}");
@@ -130,6 +138,17 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
         ORDERS,
         "one key per order applied"
     );
+    let text = metrics(inventario_ops).await;
+    let of_group = |outcome: &str| {
+        let outcome = format!("outcome=\"{outcome}\"");
+        labelled(
+            &text,
+            "km0_consumer_messages_total",
+            &["group=\"inventario\"", &outcome],
+        )
+    };
+    assert_eq!(of_group("acked"), Some(ORDERS as f64), "acks: {text}");
+    assert_eq!(of_group("dead_lettered"), Some(0.0));
     eventually(SETTLE, "the group's lag back to zero", || async {
         let text = metrics(inventario_ops).await;
         let lags: Vec<f64> = text

@@ -178,6 +178,7 @@ impl System {
             consumer_stats: None,
         };
         let mut relay_stats = None;
+        let mut worker_stats = Vec::new();
         if components.pedidos {
             let store = self
                 .pedidos()
@@ -247,10 +248,11 @@ impl System {
             running.tasks.push(("relay", task));
         }
         if components.inventario {
-            let (task, stats) =
+            let (task, stats, groups) =
                 super::spawn_inventario::spawn_inventario(self, &components.instance, stop.clone())
                     .await?;
             running.consumer_stats = Some(stats);
+            worker_stats.extend(groups);
             running.tasks.push(("inventario", task));
         }
         if components.catalogo {
@@ -275,6 +277,7 @@ impl System {
             let mut sources = self.ops_sources(&components).await?;
             sources.relay = relay_stats;
             sources.inventario = running.consumer_stats.clone();
+            sources.workers = worker_stats;
             let (bound, task) = ops_server::serve(addr, sources, stop.clone()).await?;
             tracing::info!(addr = %bound, "operations endpoint listening");
             running.ops_addr = Some(bound);

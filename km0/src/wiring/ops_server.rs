@@ -16,7 +16,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
-use entrega::{CancellationToken, Db, RelayStats};
+use entrega::{CancellationToken, Db, RelayStats, WorkerStats};
 use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -41,6 +41,8 @@ pub(crate) struct OpsSources {
     pub(crate) relay: Option<Arc<RelayStats>>,
     /// inventario's counters, when the consumer runs.
     pub(crate) inventario: Option<Arc<ConsumerStats>>,
+    /// The workers' counters, by consumer group.
+    pub(crate) workers: Vec<(&'static str, Arc<WorkerStats>)>,
     /// Consumer groups whose lag on the orders' topic is reported (queue depths on
     /// RabbitMQ), with the records on its dead-letter topic.
     pub(crate) groups: Vec<String>,
@@ -106,6 +108,16 @@ fn describe() {
     describe_gauge!(
         "km0_queue_unacked_messages",
         "RabbitMQ: messages delivered to the group and not yet acknowledged."
+    );
+    describe_counter!(
+        "km0_consumer_messages_total",
+        "Records a consumer group's worker finished, by outcome: acked (applied), \
+         dead_lettered, retried (another attempt scheduled), deferred (to the retry topic), \
+         parked (behind a failed record of their key), ignored (no handler for the type)."
+    );
+    describe_gauge!(
+        "km0_consumer_handlers_in_flight",
+        "Handler calls of the group's worker running now."
     );
     describe_counter!(
         "km0_inventario_applied_total",
@@ -181,6 +193,22 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
         counter!("km0_relay_publish_errors_total").absolute(relay.publish_errors());
         counter!("km0_relay_leases_lost_total").absolute(relay.leases_lost());
         counter!("km0_relay_refusals_total").absolute(relay.refused());
+    }
+    for (group, stats) in &sources.workers {
+        let outcomes = [
+            ("acked", stats.acked()),
+            ("dead_lettered", stats.dead_lettered()),
+            ("retried", stats.retried()),
+            ("deferred", stats.deferred()),
+            ("parked", stats.parked()),
+            ("ignored", stats.ignored()),
+        ];
+        for (outcome, n) in outcomes {
+            counter!("km0_consumer_messages_total", "group" => *group, "outcome" => outcome)
+                .absolute(n);
+        }
+        gauge!("km0_consumer_handlers_in_flight", "group" => *group)
+            .set(stats.in_flight.load(std::sync::atomic::Ordering::Relaxed) as f64);
     }
     if let Some(inventario) = &sources.inventario {
         let now = inventario.snapshot();

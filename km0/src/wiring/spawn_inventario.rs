@@ -36,7 +36,7 @@ pub(super) async fn spawn_inventario(
     system: &System,
     instance: &str,
     stop: CancellationToken,
-) -> anyhow::Result<(Task, Arc<ConsumerStats>)> {
+) -> anyhow::Result<(Task, Arc<ConsumerStats>, Vec<GroupStats>)> {
     let stock = system
         .inventario()
         .await
@@ -57,6 +57,7 @@ pub(super) async fn spawn_inventario(
     );
     let commands = consumer_worker(system, &broker, commands.router(), names, &db);
     let relay = relay_of(system, &stock, &broker, instance);
+    let groups = vec![(GROUP, orders.stats()), (COMMANDS_GROUP, commands.stats())];
     tracing::info!(
         instance,
         key_concurrency = system.key_concurrency(),
@@ -82,8 +83,11 @@ pub(super) async fn spawn_inventario(
         ],
         child,
     );
-    Ok((task, stats))
+    Ok((task, stats, groups))
 }
+
+/// A consumer group's name and its worker's counters.
+pub(super) type GroupStats = (&'static str, Arc<entrega::WorkerStats>);
 
 fn relay_of(system: &System, store: &StockStore, broker: &super::Broker, instance: &str) -> Relay {
     let mut config = RelayConfig::new(INVENTARIO_SOURCE, inventario_routing());
