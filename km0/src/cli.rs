@@ -134,9 +134,9 @@ pub enum Command {
         /// With `--saga`: address of the payment gateway simulator pagos charges through.
         #[arg(long, default_value = "127.0.0.1:8095")]
         pasarela: SocketAddr,
-        /// Serve `/metrics`, `/healthz` and `/readyz` on this address (docs/OPERATIONS.md).
-        #[arg(long)]
-        ops: Option<SocketAddr>,
+        /// Where to serve `/metrics`, `/healthz` and `/readyz` (docs/OPERATIONS.md).
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        ops: SocketAddr,
     },
     /// One component per process (scale out, crash tests).
     Run(RunArgs),
@@ -382,7 +382,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let instance = format!("km0-{}", std::process::id());
             let mut components = Components::all(&instance);
-            components.ops = ops;
+            components.ops = Some(ops);
             components.analitica = system.broker_kind()?.is_kafka();
             if system.saga().is_none() {
                 wiring::run_until_signal(&system, components, http).await?;

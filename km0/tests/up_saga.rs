@@ -33,6 +33,8 @@ async fn km0_up_with_the_saga_takes_an_order_to_its_end() {
         "127.0.0.1:0",
         "--pasarela",
         "127.0.0.1:0",
+        "--ops",
+        "127.0.0.1:0",
     ]
     .map(str::to_owned);
     let mut up = deployment.spawn_args("up-1", "", &args);
@@ -46,6 +48,18 @@ async fn km0_up_with_the_saga_takes_an_order_to_its_end() {
     ] {
         assert!(ready.contains(part), "{ready}");
     }
+    // The operations endpoint of `km0 up` checks every database the process uses.
+    let ops = ready
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ops="))
+        .expect("ops= in the ready line");
+    let readyz = reqwest::get(format!("http://{ops}/readyz")).await.unwrap();
+    assert_eq!(readyz.status().as_u16(), 200);
+    let body = readyz.text().await.unwrap();
+    for service in ["pedidos", "inventario", "catalogo", "reparto", "pagos"] {
+        assert!(body.contains(&format!("database {service}: ok")), "{body}");
+    }
+    assert!(body.contains("broker"), "{body}");
     let addr = up.http_addr();
     place(addr, &order("U-1", "Madrid")).await;
     place(addr, &order("U-2", "Lleida")).await;
