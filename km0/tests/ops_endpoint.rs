@@ -149,6 +149,28 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
     };
     assert_eq!(of_group("acked"), Some(ORDERS as f64), "acks: {text}");
     assert_eq!(of_group("dead_lettered"), Some(0.0));
+    // One handler call per batch: at least one, at most one per order.
+    let calls = labelled(
+        &text,
+        "entrega_handler_duration_seconds_count",
+        &["group=\"inventario\""],
+    )
+    .expect("the handler histogram");
+    assert!(
+        (1.0..=ORDERS as f64).contains(&calls),
+        "handler calls {calls}"
+    );
+    let relay_text = metrics(relay_ops).await;
+    let publishes = sample(&relay_text, "entrega_relay_publish_duration_seconds_count")
+        .expect("the publish histogram");
+    assert!(
+        (1.0..=ORDERS as f64).contains(&publishes),
+        "publishes {publishes}"
+    );
+    assert!(
+        relay_text.contains("entrega_relay_publish_duration_seconds_bucket{le=\"0.001\"}"),
+        "a histogram with buckets: {relay_text}"
+    );
     eventually(SETTLE, "the group's lag back to zero", || async {
         let text = metrics(inventario_ops).await;
         let lags: Vec<f64> = text

@@ -38,6 +38,7 @@ mod backoff;
 pub mod broker;
 pub mod db;
 pub mod dlq;
+pub mod metrics;
 mod relay;
 mod relay_config;
 pub mod rpc;

@@ -177,6 +177,9 @@ impl System {
             ops_addr: None,
             consumer_stats: None,
         };
+        if components.ops.is_some() {
+            ops_server::recorder();
+        }
         let mut relay_stats = None;
         let mut worker_stats = Vec::new();
         if components.pedidos {

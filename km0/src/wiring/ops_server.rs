@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use entrega::{CancellationToken, Db, RelayStats, WorkerStats};
-use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use super::{Broker, Task};
@@ -27,6 +27,11 @@ use crate::services::pedidos::TOPIC;
 /// How long `/readyz` waits for each dependency: a server that does not answer within it is
 /// as good as down for the process's callers.
 const READY_WITHIN: Duration = Duration::from_secs(2);
+
+/// Bucket bounds of every duration histogram, in seconds: 1 ms to 10 s.
+const SECONDS_BUCKETS: [f64; 13] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// What one process's endpoint reports on.
 #[derive(Default, Clone)]
@@ -48,11 +53,17 @@ pub(crate) struct OpsSources {
     pub(crate) groups: Vec<String>,
 }
 
-/// The process's Prometheus recorder, installed on first use.
-fn recorder() -> &'static PrometheusHandle {
+/// The process's Prometheus recorder, installed on first use. Installed before the
+/// components start, so nothing they record is lost to the facade's no-op default.
+pub(crate) fn recorder() -> &'static PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE.get_or_init(|| {
-        let recorder = PrometheusBuilder::new().build_recorder();
+        // Histograms with buckets (aggregatable across instances), not summaries.
+        // `set_buckets` fails only on an empty list, which this is not.
+        let recorder = PrometheusBuilder::new()
+            .set_buckets(&SECONDS_BUCKETS)
+            .unwrap_or_else(|_| PrometheusBuilder::new())
+            .build_recorder();
         let handle = recorder.handle();
         // Only fails if another recorder was installed first; the handle then renders what
         // this module records through its own gauges and counters only.
@@ -63,6 +74,16 @@ fn recorder() -> &'static PrometheusHandle {
 }
 
 fn describe() {
+    describe_histogram!(
+        entrega::metrics::RELAY_PUBLISH_SECONDS,
+        Unit::Seconds,
+        "How long each relay publish took, until the broker confirmed every message in it."
+    );
+    describe_histogram!(
+        entrega::metrics::HANDLER_SECONDS,
+        Unit::Seconds,
+        "How long each handler call of a consumer group's worker took (one call per batch)."
+    );
     describe_gauge!("km0_outbox_pending", "Outbox rows not yet published.");
     describe_gauge!(
         "km0_outbox_oldest_pending_age_seconds",

@@ -96,7 +96,11 @@ impl Relay {
             .collect::<Result<Vec<OutgoingMessage>, TransportError>>()
             .map_err(LaneError::Publish)?;
         failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
-        if let Err(e) = self.publisher.publish(&batch).await {
+        let started = std::time::Instant::now();
+        let published = self.publisher.publish(&batch).await;
+        metrics::histogram!(crate::metrics::RELAY_PUBLISH_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        if let Err(e) = published {
             bump(&self.stats.publish_errors, 1);
             return Err(LaneError::Publish(e));
         }

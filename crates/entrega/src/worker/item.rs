@@ -14,6 +14,7 @@ use super::router::{Message, Route};
 use super::tracker::Tracker;
 use super::{RetryStrategy, Worker};
 use crate::failpoint;
+use crate::metrics::HANDLER_SECONDS;
 
 /// Where one record goes before any handler runs.
 pub(super) enum Target {
@@ -192,7 +193,10 @@ pub(super) async fn run_handler(
         return msgs.iter().map(|_| Decision::NotAttempted).collect();
     };
     let _in_flight = worker.stats.enter();
+    let started = std::time::Instant::now();
     let mut results = guarded_batch(handler.as_ref(), &msgs, worker.config.handler_timeout).await;
+    metrics::histogram!(HANDLER_SECONDS, "group" => worker.config.group.clone())
+        .record(started.elapsed().as_secs_f64());
     if let Err(e) = failpoint::hit(failpoint::WORKER_AFTER_HANDLER) {
         results = vec![Err(HandlerError::transient(e))];
     }
