@@ -112,6 +112,11 @@ pub struct Cli {
     )]
     pub saga_step_deadline_s: u64,
 
+    /// Logs as one JSON object per line on stderr (timestamp, level, target, fields, spans),
+    /// for a log collector; without it, human-readable lines.
+    #[arg(long, global = true, env = "KM0_LOG_JSON")]
+    pub log_json: bool,
+
     /// How consumers retry.
     #[command(flatten)]
     pub retry: crate::wiring::config::RetryArgs,
