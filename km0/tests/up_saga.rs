@@ -73,6 +73,23 @@ async fn km0_up_with_the_saga_takes_an_order_to_its_end() {
         })
         .await;
     }
+    // The endpoint's saga gauges are the store's counts.
+    let text = reqwest::get(format!("http://{ops}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counts = sagas.counts().await.unwrap();
+    assert_eq!(counts.iter().map(|(_, n)| n).sum::<i64>(), 2, "{counts:?}");
+    for (status, n) in &counts {
+        let line = format!("km0_sagas{{state=\"{}\"}} {n}", status.as_str());
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+    assert!(
+        text.lines().any(|l| l == "km0_sagas_needing_operator 0"),
+        "{text}"
+    );
     let (paid, _) = sagas.show("U-1").await.unwrap().unwrap();
     assert_eq!(paid.status, SagaStatus::Completed);
     assert_eq!(

@@ -181,6 +181,7 @@ impl System {
             ops_server::recorder();
         }
         let mut relay_stats = None;
+        let mut saga_store = None;
         let mut worker_stats = Vec::new();
         if components.pedidos {
             let store = self
@@ -207,6 +208,7 @@ impl System {
                     )
                     .await?;
                     running.tasks.push(("orquestador", task));
+                    saga_store = Some(sagas.clone());
                     PedidosState::with_sagas(store, sagas)
                 }
                 None => PedidosState::new(store),
@@ -281,6 +283,7 @@ impl System {
             sources.relay = relay_stats;
             sources.inventario = running.consumer_stats.clone();
             sources.workers = worker_stats;
+            sources.sagas = saga_store;
             let (bound, task) = ops_server::serve(addr, sources, stop.clone()).await?;
             tracing::info!(addr = %bound, "operations endpoint listening");
             running.ops_addr = Some(bound);

@@ -16,6 +16,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use entrega::saga::{SagaStatus, Sagas};
 use entrega::{CancellationToken, Db, RelayStats, WorkerStats};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -46,6 +47,8 @@ pub(crate) struct OpsSources {
     pub(crate) relay: Option<Arc<RelayStats>>,
     /// inventario's counters, when the consumer runs.
     pub(crate) inventario: Option<Arc<ConsumerStats>>,
+    /// The order sagas, when their orchestrator runs here.
+    pub(crate) sagas: Option<Sagas>,
     /// The workers' counters, by consumer group.
     pub(crate) workers: Vec<(&'static str, Arc<WorkerStats>)>,
     /// Consumer groups whose lag on the orders' topic is reported (queue depths on
@@ -113,6 +116,14 @@ fn describe() {
     describe_counter!(
         "km0_relay_refusals_total",
         "Refused attempts the relay recorded on outbox rows."
+    );
+    describe_gauge!(
+        "km0_sagas",
+        "Order sagas by state (en_curso, compensando, completada, compensada, requiere_operador)."
+    );
+    describe_gauge!(
+        "km0_sagas_needing_operator",
+        "Order sagas whose compensation failed past its limit: an operator must look."
     );
     describe_gauge!(
         "km0_consumer_lag",
@@ -195,6 +206,29 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
                     format!("reading the outbox failed: {e}\n"),
+                )
+                    .into_response();
+            }
+        }
+    }
+    if let Some(sagas) = &sources.sagas {
+        match sagas.counts().await {
+            Ok(counts) => {
+                for status in SagaStatus::ALL {
+                    let n = counts
+                        .iter()
+                        .find(|(s, _)| s == status)
+                        .map_or(0, |(_, n)| *n);
+                    gauge!("km0_sagas", "state" => status.as_str()).set(n as f64);
+                    if *status == SagaStatus::NeedsOperator {
+                        gauge!("km0_sagas_needing_operator").set(n as f64);
+                    }
+                }
+            }
+            Err(e) => {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("reading the sagas failed: {e}\n"),
                 )
                     .into_response();
             }
