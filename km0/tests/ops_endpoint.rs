@@ -13,8 +13,12 @@ use common::pg_server;
 use common::process::{Deployment, Km0};
 use common::proxy::Proxy;
 use common::state::{eventually, order, place};
+use entrega::rpc::RpcClient;
+use km0::services::pagos::AUTHORISATIONS;
+use km0::services::pedidos::PARTITIONS;
 use km0::wiring::config::{DataPlace, Databases};
 use km0::wiring::{Components, System};
+use serde_json::json;
 
 /// Longest wait for the system to reach an expected state.
 const SETTLE: Duration = Duration::from_secs(30);
@@ -246,6 +250,48 @@ async fn readiness_follows_the_database_on_postgres() {
     })
     .await;
 
+    running.stop().await.unwrap();
+    system.destroy().await.unwrap();
+}
+
+/// Request/reply through pagos' card authorisations: the client's calls and the server's
+/// answers are counted on the endpoint of the process that runs both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_calls_and_answers_are_counted() {
+    let system = common::test_system("sqlite");
+    let mut components = Components::none("pagos-ops");
+    components.pagos = true;
+    components.ops = Some("127.0.0.1:0".parse().unwrap());
+    let running = system
+        .start(components, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let ops = running.ops_addr().expect("the endpoint is served");
+    let transport = system.broker().await.unwrap().rpc(PARTITIONS);
+    let client = RpcClient::start(transport).await.unwrap();
+    for n in 0..2 {
+        let request = json!({"pedido_id": format!("R-{n}"), "importe_centimos": 300});
+        let answer = client
+            .call(
+                AUTHORISATIONS,
+                request.to_string().into_bytes(),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer["autorizado"], true, "{answer}");
+    }
+    let answered = |text: &str, name: &str| {
+        labelled(text, name, &["outcome=\"answered\""]).unwrap_or_default()
+    };
+    eventually(SETTLE, "both calls counted on each side", || async {
+        let text = metrics(ops).await;
+        (answered(&text, "entrega_rpc_client_calls_total") == 2.0
+            && answered(&text, "entrega_rpc_server_requests_total") == 2.0)
+            .then_some(())
+    })
+    .await;
     running.stop().await.unwrap();
     system.destroy().await.unwrap();
 }

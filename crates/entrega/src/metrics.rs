@@ -9,3 +9,20 @@ pub const RELAY_PUBLISH_SECONDS: &str = "entrega_relay_publish_duration_seconds"
 /// Histogram, seconds, label `group`: how long each handler call of a worker took (one call
 /// handles a batch of records of one handler, up to the poll's size).
 pub const HANDLER_SECONDS: &str = "entrega_handler_duration_seconds";
+
+/// Counter, label `outcome` (`answered`, `timed_out`): calls an RPC client made, by how they
+/// ended.
+pub const RPC_CALLS: &str = "entrega_rpc_client_calls_total";
+
+/// Counter: replies an RPC client received for no call in flight (after its timeout, or
+/// twice), discarded.
+pub const RPC_LATE_REPLIES: &str = "entrega_rpc_client_late_replies_total";
+
+/// Counter, label `outcome` (`answered`, `failed`, `undeliverable`, `retried`): requests an
+/// RPC server settled, by how.
+pub const RPC_SERVED: &str = "entrega_rpc_server_requests_total";
+
+/// Adds one to counter `name` with label `outcome`.
+pub(crate) fn outcome(name: &'static str, outcome: &'static str) {
+    metrics::counter!(name, "outcome" => outcome).increment(1);
+}

@@ -185,6 +185,7 @@ impl RpcClient {
             }
             Ok(Ok(reply)) => {
                 self.stats.answered.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::outcome(crate::metrics::RPC_CALLS, "answered");
                 Ok(reply)
             }
             Ok(Err(None)) => {
@@ -194,6 +195,7 @@ impl RpcClient {
             Err(_) => {
                 forget();
                 self.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                crate::metrics::outcome(crate::metrics::RPC_CALLS, "timed_out");
                 Err(RpcError::Timeout {
                     queue: queue.to_owned(),
                     timeout,
@@ -239,10 +241,12 @@ async fn pump(
                 Some(tx) => {
                     if tx.send(reply.message).is_err() {
                         stats.late_replies.fetch_add(1, Ordering::Relaxed);
+                        metrics::counter!(crate::metrics::RPC_LATE_REPLIES).increment(1);
                     }
                 }
                 None => {
                     stats.late_replies.fetch_add(1, Ordering::Relaxed);
+                    metrics::counter!(crate::metrics::RPC_LATE_REPLIES).increment(1);
                 }
             }
             if let Err(e) = inbox.ack(reply.tag).await {

@@ -125,11 +125,13 @@ fn outcome(
         Ok(body) => (body, Headers::new()),
         Err(e) if e.is_transient() => {
             stats.retried.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::outcome(crate::metrics::RPC_SERVED, "retried");
             tracing::warn!(error = %e, "request failed for now; it comes again");
             return Outcome::Settled(Settled::Again(tag));
         }
         Err(e) => {
             stats.failed.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::outcome(crate::metrics::RPC_SERVED, "failed");
             let body = serde_json::json!({ "error": e.to_string() }).to_string();
             (
                 body.into_bytes(),
@@ -210,17 +212,20 @@ fn settle_sent(
     match sent {
         Ok(()) => {
             stats.answered.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::outcome(crate::metrics::RPC_SERVED, "answered");
             Settled::Done(tag)
         }
         Err(TransportError::Rejected { reason }) => {
             // A requester that gave up took its private queue with it: nobody waits.
             stats.undeliverable.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::outcome(crate::metrics::RPC_SERVED, "undeliverable");
             tracing::info!(%reply_to, %reason, "the requester's queue is gone; answer dropped");
             Settled::Done(tag)
         }
         Err(e) => {
             tracing::warn!(error = %e, "sending an answer failed; the request comes again");
             stats.retried.fetch_add(1, Ordering::Relaxed);
+            crate::metrics::outcome(crate::metrics::RPC_SERVED, "retried");
             Settled::Again(tag)
         }
     }
