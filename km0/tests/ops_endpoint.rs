@@ -67,6 +67,14 @@ fn labelled(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
 }
 
+/// Waits (bounded) until the endpoint at `addr` reports `want` for the sample `name`.
+async fn until_sample(addr: SocketAddr, name: &str, want: f64) {
+    eventually(SETTLE, &format!("{name} reaching {want}"), || async {
+        (sample(&metrics(addr).await, name) == Some(want)).then_some(())
+    })
+    .await;
+}
+
 async fn metrics(addr: SocketAddr) -> String {
     let (status, text) = get(addr, "/metrics").await;
     assert_eq!(status, 200, "/metrics: {text}");
@@ -110,15 +118,7 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
         ready.contains("broker"),
         "the relay checks its broker: {ready}"
     );
-    eventually(
-        SETTLE,
-        "the relay's counter reaching the orders",
-        || async {
-            let text = metrics(relay_ops).await;
-            (sample(&text, "km0_relay_published_events_total") == Some(ORDERS as f64)).then_some(())
-        },
-    )
-    .await;
+    until_sample(relay_ops, "km0_relay_published_events_total", ORDERS as f64).await;
     assert_eq!(state.pending().await, 0, "every row marked published");
     let text = metrics(pedidos_ops).await;
     assert_eq!(sample(&text, "km0_outbox_pending"), Some(0.0));
@@ -128,13 +128,10 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
     );
 
     let (inventario, inventario_ops) = start_with_ops(&deployment, "inventario").await;
-    eventually(
-        SETTLE,
-        "inventario's counter reaching the orders",
-        || async {
-            let text = metrics(inventario_ops).await;
-            (sample(&text, "km0_inventario_applied_total") == Some(ORDERS as f64)).then_some(())
-        },
+    until_sample(
+        inventario_ops,
+        "km0_inventario_applied_total",
+        ORDERS as f64,
     )
     .await;
     assert_eq!(
