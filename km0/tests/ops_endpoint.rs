@@ -205,6 +205,20 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows_on_postgres() {
     the_backlog_and_the_relay_counters_follow_the_rows("postgres").await;
 }
 
+/// Starts `components` in this process with the endpoint on a free port.
+async fn start_in_process(
+    system: &System,
+    mut components: Components,
+) -> (km0::wiring::Running, SocketAddr) {
+    components.ops = Some("127.0.0.1:0".parse().unwrap());
+    let running = system
+        .start(components, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let ops = running.ops_addr().expect("the endpoint is served");
+    (running, ops)
+}
+
 /// `/readyz` turns 503 while the database cannot be reached (its connections go through a
 /// proxy the test cuts) and 200 again once it can; `/healthz` stays 200 throughout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,12 +232,7 @@ async fn readiness_follows_the_database_on_postgres() {
     let system = System::new(databases, format!("{}/entrega_t_{id}_broker", pg_server()));
     let mut components = Components::none("pedidos-ready");
     components.pedidos = true;
-    components.ops = Some("127.0.0.1:0".parse().unwrap());
-    let running = system
-        .start(components, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let ops = running.ops_addr().expect("the endpoint is served");
+    let (running, ops) = start_in_process(&system, components).await;
     assert_eq!(get(ops, "/readyz").await.0, 200);
 
     proxy.cut();
@@ -258,12 +267,7 @@ async fn rpc_calls_and_answers_are_counted() {
     let system = common::test_system("sqlite");
     let mut components = Components::none("pagos-ops");
     components.pagos = true;
-    components.ops = Some("127.0.0.1:0".parse().unwrap());
-    let running = system
-        .start(components, "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let ops = running.ops_addr().expect("the endpoint is served");
+    let (running, ops) = start_in_process(&system, components).await;
     let transport = system.broker().await.unwrap().rpc(PARTITIONS);
     let client = RpcClient::start(transport).await.unwrap();
     for n in 0..2 {

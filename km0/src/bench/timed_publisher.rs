@@ -1,12 +1,13 @@
 //! A publisher that counts the time spent waiting for the broker's confirmations, so a relay
 //! bench can say how much of a drain went to the broker and how much to the outbox's SQL.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-use std::time::Instant;
 
 use async_trait::async_trait;
 use entrega_core::{OutgoingMessage, Publisher, TransportError};
+
+use super::timed_reader::timed;
 
 /// Wraps a publisher; clones of the returned totals see every call.
 pub(crate) struct TimedPublisher {
@@ -24,10 +25,6 @@ impl TimedPublisher {
 #[async_trait]
 impl Publisher for TimedPublisher {
     async fn publish(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
-        let started = Instant::now();
-        let result = self.inner.publish(batch).await;
-        let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
-        self.busy_us.fetch_add(us, Ordering::Relaxed);
-        result
+        timed(&self.busy_us, self.inner.publish(batch)).await
     }
 }

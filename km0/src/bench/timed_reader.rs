@@ -34,8 +34,8 @@ impl TimedReader {
     }
 }
 
-/// Awaits `f`, adding its duration to `total`.
-async fn timed<T>(total: &AtomicU64, f: impl Future<Output = T>) -> T {
+/// Awaits `f`, adding its duration to `total` (microseconds).
+pub(crate) async fn timed<T>(total: &AtomicU64, f: impl Future<Output = T>) -> T {
     let started = Instant::now();
     let out = f.await;
     let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);

@@ -203,11 +203,7 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
             Err(e) => {
                 // A scrape that cannot read the backlog fails whole, rather than report the
                 // last values as if they were current.
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("reading the outbox failed: {e}\n"),
-                )
-                    .into_response();
+                return unavailable(format!("reading the outbox failed: {e}\n"));
             }
         }
     }
@@ -226,21 +222,13 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
                 }
             }
             Err(e) => {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("reading the sagas failed: {e}\n"),
-                )
-                    .into_response();
+                return unavailable(format!("reading the sagas failed: {e}\n"));
             }
         }
     }
     if let (Some(broker), false) = (&sources.broker, sources.groups.is_empty()) {
         if let Err(e) = record_lag(broker, &sources.groups).await {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("reading consumer lag failed: {e:#}\n"),
-            )
-                .into_response();
+            return unavailable(format!("reading consumer lag failed: {e:#}\n"));
         }
     }
     if let Some(relay) = &sources.relay {
@@ -276,6 +264,11 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
         recorder().render(),
     )
         .into_response()
+}
+
+/// A 503 whose body says what failed.
+fn unavailable(why: String) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, why).into_response()
 }
 
 /// Sets the lag gauges of `groups` on the orders' topic from the broker.
@@ -326,17 +319,13 @@ async fn ready(State(sources): State<Arc<OpsSources>>) -> Response {
     for (name, db) in &sources.databases {
         let answered = within(async { db.ping().await.map_err(anyhow::Error::from) }).await;
         if let Err(e) = answered {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("database {name}: {e:#}\n"),
-            )
-                .into_response();
+            return unavailable(format!("database {name}: {e:#}\n"));
         }
         lines.push_str(&format!("database {name}: ok\n"));
     }
     if let Some(broker) = &sources.broker {
         if let Err(e) = within(broker_answers(broker)).await {
-            return (StatusCode::SERVICE_UNAVAILABLE, format!("broker: {e:#}\n")).into_response();
+            return unavailable(format!("broker: {e:#}\n"));
         }
         lines.push_str(&format!("broker {}: ok\n", broker.kind()));
     }
