@@ -19,7 +19,7 @@ mod common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
+use common::kafka_state::checks::{assert_applied_exactly_once_in_order, wait_settled};
 use common::kafka_state::orders::{all_accepted, Load};
 use common::kafka_state::KafkaRig;
 use common::process::Km0;
@@ -107,10 +107,7 @@ async fn broker_killed_while_the_relay_publishes_loses_nothing_and_applies_once(
         .await;
     let outcomes = load.stop().await;
     let placed = all_accepted(&outcomes);
-    eventually(SETTLE, "every order published and consumed", || async {
-        settled(&state, &view).await.then_some(())
-    })
-    .await;
+    wait_settled(&state, &view, SETTLE, "every order published and consumed").await;
     eprintln!(
         "outbox drained and the topic consumed {:?} after the kill",
         killed_at.elapsed()

@@ -22,7 +22,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
+use common::kafka_state::checks::{assert_applied_exactly_once_in_order, wait_settled};
 use common::kafka_state::orders::{all_accepted, Load};
 use common::kafka_state::{KafkaRig, KafkaView};
 use common::process::Km0;
@@ -199,10 +199,7 @@ async fn three_consumers_one_killed_every_order_applied_once_in_order() {
 
     let outcomes = load.stop().await;
     let placed = all_accepted(&outcomes);
-    eventually(SETTLE, "every order published and consumed", || async {
-        settled(&state, &view).await.then_some(())
-    })
-    .await;
+    wait_settled(&state, &view, SETTLE, "every order published and consumed").await;
     let ends = view.ends(TOPIC).await;
     let committed = view.committed(GROUP, TOPIC).await;
     for p in &held {

@@ -22,12 +22,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::kafka::KafkaBroker;
-use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
+use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled, wait_settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Outcome, Placed};
 use common::kafka_state::{KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
 use common::process::{Deployment, Km0};
 use common::proxy::Proxy;
-use common::state::{eventually, DbState};
+use common::state::DbState;
 use km0::wiring::Broker;
 use serde_json::json;
 
@@ -219,10 +219,11 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let (addr, db) = (pedidos.http_addr(), state.pedidos.clone());
     let warm_up = Load::start(addr, db.clone(), "P-WARM", PER_SECOND, 20, 1).finish();
     let mut placed: Vec<Placed> = all_accepted(&warm_up.await);
-    eventually(
+    wait_settled(
+        &state,
+        &view,
         Duration::from_secs(60),
         "the warm-up orders consumed",
-        || async { settled(&state, &view).await.then_some(()) },
     )
     .await;
 

@@ -25,7 +25,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled};
+use common::kafka_state::checks::{assert_applied_exactly_once_in_order, wait_settled};
 use common::kafka_state::orders::{all_accepted, Load};
 use common::kafka_state::{KafkaRig, KafkaView};
 use common::state::eventually;
@@ -207,10 +207,11 @@ async fn partitions_move_with_batches_in_flight_without_loss_or_double_effect() 
     brake.release().await;
     stopping.await.expect("SIGTERM'd consumer");
 
-    eventually(
+    wait_settled(
+        &state,
+        &view,
         SETTLE,
         "the last consumer to consume everything",
-        || async { settled(&state, &view).await.then_some(()) },
     )
     .await;
     let mut first = first;

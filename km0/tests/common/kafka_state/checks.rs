@@ -13,6 +13,7 @@
 //! - nothing was dead-lettered.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use entrega::Db;
 use km0::services::inventario::{CONSUMER, GROUP};
@@ -51,6 +52,24 @@ async fn key_transactions(inventario: &Db) -> HashMap<String, i64> {
 /// Whether the outbox is drained and the group committed the whole topic.
 pub async fn settled(state: &DbState, view: &KafkaView) -> bool {
     state.pending().await == 0 && view.caught_up(GROUP, TOPIC).await
+}
+
+/// Waits up to `limit` for [`settled`]; a timeout names what was still missing: the rows
+/// left in the outbox and, per partition, the group's committed offset against the end.
+pub async fn wait_settled(state: &DbState, view: &KafkaView, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    while !settled(state, view).await {
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {limit:?} waiting for {what}: {} outbox rows pending, \
+                 committed {:?}, ends {:?}",
+                state.pending().await,
+                view.committed(GROUP, TOPIC).await,
+                view.ends(TOPIC).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Asserts the end state of the module docs for `placed` orders on a stock that was `start`.
