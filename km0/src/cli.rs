@@ -117,6 +117,11 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_LOG_JSON")]
     pub log_json: bool,
 
+    /// Exports the spans of every traced request and message to an OpenTelemetry collector
+    /// (OTLP over HTTP, JSON), e.g. http://127.0.0.1:4318.
+    #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// How consumers retry.
     #[command(flatten)]
     pub retry: crate::wiring::config::RetryArgs,
@@ -261,6 +266,22 @@ pub enum Component {
     /// Card authorisations on `pagos.autorizaciones`, the charge of each order at the
     /// gateway (`--pasarela-url`), and pagos' outbox relay.
     Pagos,
+}
+
+impl Cli {
+    /// The name this process's spans are exported under (`service.name`): `km0 <component>`
+    /// for one component, `km0` otherwise; `OTEL_SERVICE_NAME` overrides it.
+    pub fn service_name(&self) -> String {
+        if let Ok(name) = std::env::var("OTEL_SERVICE_NAME") {
+            if !name.trim().is_empty() {
+                return name;
+            }
+        }
+        match &self.command {
+            Command::Run(args) => format!("km0 {}", args.component.name()),
+            _ => "km0".to_owned(),
+        }
+    }
 }
 
 impl Component {

@@ -8,6 +8,7 @@
 //! - [`services`]: one folder per service, its rules, database, API and events.
 //! - [`wiring`]: the deployment's databases and broker, and starting components.
 //! - [`ops`]: the operator's commands.
+//! - [`telemetry`]: trace context over HTTP and the export of spans (OTLP).
 //! - [`cli`]: the command line that drives all of it.
 //! - [`demo`] and [`bench`]: the guided demo and the benchmarks, apart from the services.
 
@@ -16,4 +17,5 @@ pub mod cli;
 pub mod demo;
 pub mod ops;
 pub mod services;
+pub mod telemetry;
 pub mod wiring;

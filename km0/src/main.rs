@@ -3,6 +3,9 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::Layer as _;
 
 /// mimalloc instead of the system allocator: under glibc's malloc about a quarter of the
 /// relay's CPU went to allocating, freeing and consolidating chunks, under mimalloc about 3%
@@ -20,23 +23,40 @@ async fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if cli.log_json {
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = if cli.log_json {
         logs.json()
             .with_current_span(true)
             .with_span_list(true)
-            .init();
+            .boxed()
     } else {
         logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init();
-    }
-    match km0::cli::run(cli).await {
+            .boxed()
+    };
+    // Spans are exported whatever the log level: the exporter has a filter of its own.
+    let (otlp, otlp_handle) = match cli.otlp_endpoint.as_deref() {
+        Some(endpoint) => match km0::telemetry::otlp::layer(endpoint, &cli.service_name()) {
+            Ok((layer, handle)) => (Some(layer), Some(handle)),
+            Err(e) => {
+                eprintln!("km0: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(logs.with_filter(filter))
+        .with(otlp.with_filter(tracing_subscriber::EnvFilter::new("km0=info,entrega=info")))
+        .init();
+    let code = match km0::cli::run(cli).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("km0: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    if let Some(handle) = otlp_handle {
+        handle.flush(std::time::Duration::from_secs(2)).await;
     }
+    code
 }

@@ -64,6 +64,7 @@ impl Fixture {
             key: None,
             headers: Headers::default(),
             attempt: 1,
+            trace: entrega_core::TraceContext::root(),
         };
         self.consumer.handle(&message).await
     }

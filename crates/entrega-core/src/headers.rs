@@ -91,6 +91,36 @@ impl Headers {
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         serde_json::from_str(text).map(Self)
     }
+
+    /// Encodes the headers as a JSON object of text values, the last value of a repeated
+    /// name winning (the outbox's `cabeceras`); `None` when there are none.
+    pub fn to_json_object(&self) -> Option<String> {
+        if self.0.is_empty() {
+            return None;
+        }
+        let object: serde_json::Map<String, serde_json::Value> = self
+            .0
+            .iter()
+            .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        Some(serde_json::Value::Object(object).to_string())
+    }
+
+    /// Decodes a JSON object of text values, as [`Headers::to_json_object`] writes it. The
+    /// column may have been written by other code: entries whose value is not text are
+    /// skipped, and anything but an object reads as no headers.
+    pub fn from_json_object(text: &str) -> Self {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(object)) => object
+                .into_iter()
+                .filter_map(|(n, v)| match v {
+                    serde_json::Value::String(v) => Some((n, v)),
+                    _ => None,
+                })
+                .collect(),
+            _ => Self::new(),
+        }
+    }
 }
 
 impl FromIterator<(String, String)> for Headers {

@@ -18,6 +18,7 @@ mod partition;
 mod raw_json;
 mod rpc;
 mod side_queues;
+pub mod trace;
 mod transport;
 pub mod utc;
 
@@ -44,6 +45,7 @@ pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
 pub use rpc::{RpcDelivery, RpcInbox, RpcMessage, RpcTransport};
 pub use side_queues::SideQueues;
+pub use trace::{TraceContext, TraceparentError, TRACEPARENT};
 pub use transport::{OutgoingMessage, Publisher, Record, Subscriber, Subscription, TopicAdmin};
 
 /// Result of running an effect through an idempotent consumer.

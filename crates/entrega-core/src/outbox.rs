@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{BlockedRow, Envelope, RawJson, Refusal, ReleaseError, StoreError};
+use crate::{BlockedRow, Envelope, Headers, RawJson, Refusal, ReleaseError, StoreError};
 
 /// Number of relay lanes. Fixed by the schema (the Postgres lane is a generated column).
 pub const LANES: u32 = 64;
@@ -43,6 +43,9 @@ pub struct OutboxRow {
     pub seq: i64,
     /// Publishing attempts the transport refused so far (`intentos`); 0 for a fresh row.
     pub attempts: u32,
+    /// Headers to publish with the event (`cabeceras`), e.g. its `traceparent`; empty for
+    /// rows written without any.
+    pub headers: Headers,
 }
 
 impl OutboxRow {
@@ -102,6 +105,10 @@ pub struct NewEvent {
     pub version: u32,
     /// Payload (`carga`).
     pub payload: Value,
+    /// Headers the relay publishes with the event (`cabeceras`). The transaction's trace
+    /// context is added as `traceparent` when the event is enqueued inside one
+    /// (`entrega::trace::scope`) and carries none of its own.
+    pub headers: Headers,
 }
 
 impl NewEvent {
@@ -119,7 +126,14 @@ impl NewEvent {
             kind: kind.into(),
             version: 1,
             payload,
+            headers: Headers::new(),
         }
+    }
+
+    /// Builder: sets a header to publish with the event.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.set(name, value);
+        self
     }
 }
 
@@ -362,6 +376,7 @@ mod tests {
             created_at_ms: 1_764_500_000_123,
             seq: 7,
             attempts: 0,
+            headers: Headers::new(),
         };
         let bytes = row.envelope_bytes("pedidos");
         assert_eq!(bytes, row.envelope("pedidos").to_bytes());
@@ -383,6 +398,7 @@ mod tests {
             created_at_ms: 1_764_500_000_456,
             seq: 8,
             attempts: 0,
+            headers: Headers::new(),
         };
         let bytes = row.envelope_bytes("pedidos");
         let text = std::str::from_utf8(&bytes).unwrap();

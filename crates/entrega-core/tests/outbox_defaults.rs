@@ -27,6 +27,7 @@ impl VecReader {
                     created_at_ms: 0,
                     seq: n,
                     attempts: 0,
+                    headers: Default::default(),
                 };
                 ((n % 2) as u32, row)
             })

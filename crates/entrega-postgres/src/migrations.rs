@@ -28,6 +28,13 @@ const OUTBOX: &[Migration<'static>] = &[
             "../migrations/outbox/0002_refused_rows.sql"
         ))],
     },
+    Migration {
+        version: 3,
+        description: "outbox headers: metadata copied onto the published message",
+        steps: &[Step::Sql(include_str!(
+            "../migrations/outbox/0003_headers.sql"
+        ))],
+    },
 ];
 
 const INBOX: &[Migration<'static>] = &[

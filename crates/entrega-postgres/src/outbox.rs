@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError, StoreError, SystemClock,
+    Clock, Headers, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
+    OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError,
+    StoreError, SystemClock,
 };
 use sqlx::postgres::{PgConnection, PgPool, PgRow};
 use sqlx::types::Json;
@@ -77,8 +78,8 @@ impl PgOutbox {
     pub async fn enqueue(conn: &mut PgConnection, event: &NewEvent) -> Result<(), StoreError> {
         let version = version_of(event)?;
         sqlx::query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras)
+             VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)",
         )
         .bind(event.id)
         .bind(&event.aggregate)
@@ -86,6 +87,7 @@ impl PgOutbox {
         .bind(&event.kind)
         .bind(version)
         .bind(Json(&event.payload))
+        .bind(event.headers.to_json_object())
         .execute(conn)
         .await
         .map_err(classify)?;
@@ -107,6 +109,7 @@ impl PgOutbox {
         let mut kinds = Vec::with_capacity(events.len());
         let mut versions = Vec::with_capacity(events.len());
         let mut payloads = Vec::with_capacity(events.len());
+        let mut headers = Vec::with_capacity(events.len());
         for e in events {
             ids.push(e.id);
             aggregates.push(e.aggregate.as_str());
@@ -114,13 +117,17 @@ impl PgOutbox {
             kinds.push(e.kind.as_str());
             versions.push(version_of(e)?);
             payloads.push(e.payload.to_string());
+            headers.push(e.headers.to_json_object());
         }
         // ORDER BY ord: `seq` defaults are drawn in the order rows reach the insert.
         sqlx::query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga)
-             SELECT u.id, u.agregado, u.agregado_id, u.tipo, u.version, u.carga::jsonb
-             FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::text[])
-                  WITH ORDINALITY AS u(id, agregado, agregado_id, tipo, version, carga, ord)
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras)
+             SELECT u.id, u.agregado, u.agregado_id, u.tipo, u.version, u.carga::jsonb,
+                    u.cabeceras::jsonb
+             FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::text[],
+                         $7::text[])
+                  WITH ORDINALITY AS u(id, agregado, agregado_id, tipo, version, carga,
+                                       cabeceras, ord)
              ORDER BY u.ord",
         )
         .bind(&ids)
@@ -129,6 +136,7 @@ impl PgOutbox {
         .bind(&kinds)
         .bind(&versions)
         .bind(&payloads)
+        .bind(&headers)
         .execute(conn)
         .await
         .map_err(classify)?;
@@ -166,7 +174,17 @@ pub(crate) fn row_of(row: &PgRow) -> Result<OutboxRow, StoreError> {
         created_at_ms: row.try_get("created_at_ms").map_err(classify)?,
         seq: row.try_get("seq").map_err(classify)?,
         attempts: u32::try_from(attempts).unwrap_or(0),
+        headers: headers_of(row)?,
     })
+}
+
+/// The `cabeceras` column, read as text (`cabeceras::text AS cabeceras`).
+pub(crate) fn headers_of(row: &PgRow) -> Result<Headers, StoreError> {
+    let text: Option<String> = row.try_get("cabeceras").map_err(classify)?;
+    Ok(text
+        .as_deref()
+        .map(Headers::from_json_object)
+        .unwrap_or_default())
 }
 
 #[async_trait]

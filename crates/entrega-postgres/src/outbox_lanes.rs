@@ -19,6 +19,7 @@ use crate::outbox::{row_of, timestamp_ms};
 /// that index again per row (`NOT g.blocked OR ...` stops at its first operand otherwise).
 const PENDING_LANES: &str = "
 SELECT o.lane, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga, o.seq, o.intentos,
+       o.cabeceras::text AS cabeceras,
        (extract(epoch FROM o.creado_en) * 1000)::bigint AS created_at_ms
 FROM UNNEST($1::int2[], $3::int8[]) WITH ORDINALITY AS h(lane, after_seq, ord)
 CROSS JOIN LATERAL (
@@ -30,7 +31,7 @@ CROSS JOIN LATERAL (
 ) g
 CROSS JOIN LATERAL (
     SELECT p.lane, p.id, p.agregado, p.agregado_id, p.tipo, p.version, p.carga, p.seq,
-           p.intentos, p.creado_en
+           p.intentos, p.cabeceras, p.creado_en
     FROM outbox p
     WHERE p.lane = h.lane AND p.publicado_en IS NULL AND p.seq > h.after_seq
       AND (NOT g.blocked OR NOT EXISTS (

@@ -51,6 +51,16 @@ const OUTBOX: &[Migration<'static>] = &[
             Step::Sql(include_str!("../migrations/outbox/0002_blocked_index.sql")),
         ],
     },
+    Migration {
+        version: 3,
+        description: "outbox headers: metadata copied onto the published message",
+        // A JSON object of text values; NULL for rows written without any.
+        steps: &[Step::AddColumn {
+            table: "outbox",
+            column: "cabeceras",
+            definition: "TEXT",
+        }],
+    },
 ];
 
 const INBOX: &[Migration<'static>] = &[

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    lane_of, Clock, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
-    OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal, ReleaseError,
-    StoreError, SystemClock,
+    lane_of, Clock, Headers, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent,
+    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal,
+    ReleaseError, StoreError, SystemClock,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection, SqlitePool};
@@ -80,8 +80,8 @@ impl SqliteOutbox {
     pub async fn enqueue(conn: &mut SqliteConnection, event: &NewEvent) -> Result<(), StoreError> {
         let payload = serde_json::to_string(&event.payload).map_err(StoreError::rejected)?;
         sqlx::query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, lane)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, lane, cabeceras)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(event.id.hyphenated().to_string())
         .bind(&event.aggregate)
@@ -90,6 +90,7 @@ impl SqliteOutbox {
         .bind(i64::from(event.version))
         .bind(payload)
         .bind(i64::from(lane_of(&event.aggregate_id)))
+        .bind(event.headers.to_json_object())
         .execute(conn)
         .await
         .map_err(classify)?;
@@ -126,6 +127,7 @@ pub(crate) fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
     let created_at_ms = created_at_ms
         .ok_or_else(|| corrupt("outbox", format!("row {id}: creado_en is not a timestamp")))?;
     let attempts: i64 = row.try_get("intentos").map_err(get_err)?;
+    let headers: Option<String> = row.try_get("cabeceras").map_err(get_err)?;
     Ok(OutboxRow {
         id,
         aggregate: row.try_get("agregado").map_err(get_err)?,
@@ -136,6 +138,10 @@ pub(crate) fn decode_row(row: &SqliteRow) -> Result<OutboxRow, StoreError> {
         created_at_ms,
         seq: row.try_get("seq").map_err(get_err)?,
         attempts: u32::try_from(attempts).unwrap_or(0),
+        headers: headers
+            .as_deref()
+            .map(Headers::from_json_object)
+            .unwrap_or_default(),
     })
 }
 
@@ -151,7 +157,7 @@ impl OutboxReader for SqliteOutbox {
         // present, and pending rows are never deleted.
         let sql = format!(
             "SELECT o.rowid AS seq, o.id, o.agregado, o.agregado_id, o.tipo, o.version, o.carga,
-                    o.intentos, {} AS created_ms
+                    o.intentos, o.cabeceras, {} AS created_ms
              FROM outbox o
              WHERE o.lane = ? AND o.publicado_en IS NULL AND {UNBLOCKED}
              ORDER BY o.rowid

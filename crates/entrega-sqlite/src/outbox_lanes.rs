@@ -32,7 +32,7 @@ pub(crate) async fn pending_lanes(
         let member = format!(
             "SELECT * FROM (SELECT ? AS ord, o.lane, o.rowid AS seq, o.id, o.agregado,
                                    o.agregado_id, o.tipo, o.version, o.carga, o.intentos,
-                                   {} AS created_ms
+                                   o.cabeceras, {} AS created_ms
                             FROM outbox o
                             WHERE o.lane = ? AND o.publicado_en IS NULL AND o.rowid > ?
                               AND {UNBLOCKED}

@@ -164,6 +164,7 @@ impl MemoryOutbox {
                         created_at_ms: now,
                         seq,
                         attempts: 0,
+                        headers: e.headers.clone(),
                     },
                 }
             })

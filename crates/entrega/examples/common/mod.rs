@@ -149,6 +149,7 @@ pub async fn round_trip(db_url: &str, broker_url: &str) -> Result<(), BoxError> 
         partition: record.partition,
         offset: record.offset,
         key: record.key,
+        trace: entrega::trace::continued(record.headers.get("traceparent")),
         headers: record.headers,
         attempt: 2,
     };

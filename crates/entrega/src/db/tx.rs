@@ -80,19 +80,22 @@ impl Tx {
     }
 
     /// Writes `event` to the outbox in this transaction: it exists if and only if the
-    /// business change commits, and the relay publishes it afterwards.
+    /// business change commits, and the relay publishes it afterwards. Inside
+    /// [`crate::trace::scope`] the event carries the current trace context as `traceparent`
+    /// (unless it has one of its own).
     pub async fn enqueue(&mut self, event: &NewEvent) -> Result<(), StoreError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => SqliteOutbox::enqueue(tx, event).await,
-            Inner::Postgres(tx) => PgOutbox::enqueue(tx, event).await,
-        }
+        self.enqueue_all(std::slice::from_ref(event)).await
     }
 
-    /// Writes every event, in order, to the outbox in this transaction.
+    /// Writes every event, in order, to the outbox in this transaction, each with the trace
+    /// context as [`Tx::enqueue`] does.
     pub async fn enqueue_all(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => SqliteOutbox::enqueue_all(tx, events).await,
-            Inner::Postgres(tx) => PgOutbox::enqueue_all(tx, events).await,
+        let events = crate::trace::stamped(events);
+        match (&mut self.inner, &*events) {
+            (Inner::Sqlite(tx), [event]) => SqliteOutbox::enqueue(tx, event).await,
+            (Inner::Postgres(tx), [event]) => PgOutbox::enqueue(tx, event).await,
+            (Inner::Sqlite(tx), events) => SqliteOutbox::enqueue_all(tx, events).await,
+            (Inner::Postgres(tx), events) => PgOutbox::enqueue_all(tx, events).await,
         }
     }
 

@@ -3,9 +3,7 @@
 //! why a lane failed.
 
 use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{
-    Headers, LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError,
-};
+use entrega_core::{LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError};
 
 use super::Relay;
 use crate::failpoint::{self, FailpointError};
@@ -122,7 +120,9 @@ impl Relay {
         Ok(OutgoingMessage {
             topic,
             key: Some(row.aggregate_id.clone()),
-            headers: Headers::new()
+            headers: row
+                .headers
+                .clone()
                 .with(TIPO, row.kind.clone())
                 .with(ID_EVENTO, row.id.to_string()),
             payload: row.envelope_bytes(&self.config.source),

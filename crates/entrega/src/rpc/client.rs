@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use entrega_core::{Headers, RpcInbox, RpcMessage, RpcTransport, TransportError};
+use entrega_core::{Headers, RpcInbox, RpcMessage, RpcTransport, TransportError, TRACEPARENT};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
@@ -154,7 +154,7 @@ impl RpcClient {
         let request = RpcMessage {
             correlation_id: correlation_id.clone(),
             reply_to: Some(self.reply_to.clone()),
-            headers,
+            headers: traced(headers),
             payload,
             durable: false,
         };
@@ -260,4 +260,14 @@ async fn pump(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clear();
+}
+
+/// `headers` with the current trace context as `traceparent`, unless they carry one.
+fn traced(mut headers: Headers) -> Headers {
+    if headers.get(TRACEPARENT).is_none() {
+        if let Some(ctx) = crate::trace::current() {
+            headers.set(TRACEPARENT, ctx.header());
+        }
+    }
+    headers
 }

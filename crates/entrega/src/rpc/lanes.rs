@@ -5,9 +5,12 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use entrega_core::{HandlerError, Headers, RpcDelivery, RpcMessage, RpcTransport, TransportError};
+use entrega_core::{
+    HandlerError, Headers, RpcDelivery, RpcMessage, RpcTransport, TraceContext, TransportError,
+};
 use futures::FutureExt as _;
 use tokio::sync::{mpsc, Mutex};
+use tracing::Instrument as _;
 
 use super::server::{RpcHandler, RpcServerStats, RPC_ERROR};
 
@@ -72,9 +75,18 @@ async fn answer(
     batch: &[RpcDelivery],
 ) -> Vec<Result<Vec<u8>, HandlerError>> {
     let requests: Vec<&RpcMessage> = batch.iter().map(|d| &d.message).collect();
-    let answered = AssertUnwindSafe(handler.answer_batch(&requests))
-        .catch_unwind()
-        .await;
+    let traced: Vec<(TraceContext, tracing::Span)> =
+        requests.iter().map(|r| request_span(r)).collect();
+    let call = AssertUnwindSafe(handler.answer_batch(&requests)).catch_unwind();
+    let answered = match traced.as_slice() {
+        [(ctx, span)] => {
+            crate::trace::scope(*ctx, call)
+                .instrument(span.clone())
+                .await
+        }
+        _ => call.await,
+    };
+    drop(traced);
     match answered {
         Ok(answers) if answers.len() == batch.len() => answers,
         Ok(answers) => {
@@ -229,4 +241,21 @@ fn settle_sent(
             Settled::Again(tag)
         }
     }
+}
+
+/// The span of one request being answered, continuing the caller's trace, with the fields of
+/// [`crate::trace`].
+fn request_span(request: &RpcMessage) -> (TraceContext, tracing::Span) {
+    let parent = crate::trace::carried(&request.headers);
+    let ctx = parent.map_or_else(TraceContext::root, |p| p.child());
+    let span = tracing::info_span!(
+        "rpc_answer",
+        otel.name = "rpc answer",
+        otel.kind = "server",
+        trace_id = %ctx.trace_id(),
+        span_id = %ctx.span_id(),
+        parent_span_id = %parent.map(|p| p.span_id()).unwrap_or_default(),
+        correlation_id = %request.correlation_id,
+    );
+    (ctx, span)
 }

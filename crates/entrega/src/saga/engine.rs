@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use entrega_core::{Clock, Envelope, StoreError};
+use entrega_core::{Clock, Envelope, NewEvent, StoreError, TRACEPARENT};
 use serde_json::Value;
 
 use super::error::SagaError;
@@ -309,7 +309,7 @@ impl Sagas {
                 Phase::Compensation => self.flow.compensation(&t.record, send.step, &send.key),
             }
             .map_err(SagaError::Flow)?;
-            tx.enqueue(&event).await?;
+            tx.enqueue(&continuing(event, &t.record)).await?;
         }
         if let Some(version) = read {
             t.record.updated_ms = self.clock.now_ms();
@@ -364,5 +364,17 @@ impl Sagas {
     /// How many sagas are in each status (those with none left out).
     pub async fn counts(&self) -> Result<Vec<(SagaStatus, i64)>, SagaError> {
         Ok(store::counts(&self.db, self.flow.kind()).await?)
+    }
+}
+
+/// `event` carrying the saga's own trace when it is sent outside any traced work (a timer's
+/// resend or deadline); inside traced work (a reply being handled), [`Tx::enqueue`] gives it
+/// that work's context, which continues the same trace.
+fn continuing(event: NewEvent, record: &SagaRecord) -> NewEvent {
+    match (&record.trace, crate::trace::current()) {
+        (Some(trace), None) if event.headers.get(TRACEPARENT).is_none() => {
+            event.with_header(TRACEPARENT, trace.clone())
+        }
+        _ => event,
     }
 }

@@ -108,10 +108,14 @@ pub struct SagaRecord {
     pub created_ms: i64,
     /// When it last changed, epoch ms.
     pub updated_ms: i64,
+    /// The `traceparent` of the work that started it (`traza`): the commands it sends
+    /// outside any traced work (its timers' resends and deadlines) continue that trace.
+    pub trace: Option<String>,
 }
 
 impl SagaRecord {
-    /// A saga just started: step 0's command about to be sent.
+    /// A saga just started: step 0's command about to be sent. Started inside
+    /// [`crate::trace::scope`], it keeps that trace for its commands.
     pub fn new(kind: &str, id: &str, input: Value, now_ms: i64) -> Self {
         Self {
             kind: kind.to_owned(),
@@ -129,6 +133,7 @@ impl SagaRecord {
             version: 0,
             created_ms: now_ms,
             updated_ms: now_ms,
+            trace: crate::trace::current().map(|ctx| ctx.header()),
         }
     }
 }

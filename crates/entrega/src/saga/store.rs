@@ -11,10 +11,11 @@ use crate::db::{query, query_each, Db, Migration, Query, Tx};
 pub(crate) const SET: &str = "entrega_saga";
 
 /// The saga tables.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration::same(
-    1,
-    "entrega_sagas and entrega_saga_historial",
-    "CREATE TABLE IF NOT EXISTS entrega_sagas (
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration::same(
+        1,
+        "entrega_sagas and entrega_saga_historial",
+        "CREATE TABLE IF NOT EXISTS entrega_sagas (
         tipo TEXT NOT NULL, saga_id TEXT NOT NULL, estado TEXT NOT NULL,
         paso INTEGER NOT NULL, fase TEXT NOT NULL, intentos INTEGER NOT NULL,
         datos TEXT NOT NULL, resultados TEXT NOT NULL, motivo TEXT,
@@ -29,10 +30,16 @@ pub(crate) const MIGRATIONS: &[Migration] = &[Migration::same(
         que TEXT NOT NULL, paso TEXT NOT NULL, fase TEXT NOT NULL, clave TEXT,
         intento INTEGER, detalle TEXT,
         PRIMARY KEY (tipo, saga_id, n));",
-)];
+    ),
+    Migration::same(
+        2,
+        "entrega_sagas.traza: the trace its commands continue",
+        "ALTER TABLE entrega_sagas ADD COLUMN traza TEXT",
+    ),
+];
 
 const COLUMNS: &str = "tipo, saga_id, estado, paso, fase, intentos, datos, resultados, motivo, \
-     proximo_ms, plazo_ms, eventos, version, creada_ms, actualizada_ms";
+     proximo_ms, plazo_ms, eventos, version, creada_ms, actualizada_ms, traza";
 
 type SagaRow = (
     String,
@@ -50,6 +57,7 @@ type SagaRow = (
     i64,
     i64,
     i64,
+    Option<String>,
 );
 
 type HistoryRow = (
@@ -96,6 +104,7 @@ fn decode(row: SagaRow) -> Result<SagaRecord, StoreError> {
         version: row.12,
         created_ms: row.13,
         updated_ms: row.14,
+        trace: row.15,
         id,
     })
 }
@@ -108,7 +117,7 @@ fn to_i32(n: impl TryInto<i32>) -> i32 {
 pub(crate) async fn insert(tx: &mut Tx, rec: &SagaRecord) -> Result<bool, StoreError> {
     let q = query(format!(
         "INSERT INTO entrega_sagas ({COLUMNS}) VALUES \
-         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+         ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
          ON CONFLICT (tipo, saga_id) DO NOTHING"
     ))
     .bind(rec.kind.as_str())
@@ -125,7 +134,8 @@ pub(crate) async fn insert(tx: &mut Tx, rec: &SagaRecord) -> Result<bool, StoreE
     .bind(rec.events)
     .bind(rec.version)
     .bind(rec.created_ms)
-    .bind(rec.updated_ms);
+    .bind(rec.updated_ms)
+    .bind(&rec.trace);
     Ok(tx.execute(q).await? == 1)
 }
 

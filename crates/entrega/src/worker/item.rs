@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use entrega_core::headers::SOLO_GRUPO;
-use entrega_core::{Envelope, HandlerError, Record};
+use entrega_core::{Envelope, HandlerError, Record, TRACEPARENT};
+use tracing::Instrument as _;
 
 use super::decision::Decision;
 use super::panics::{guarded_batch, NoResult};
@@ -179,6 +180,7 @@ pub(super) fn route(worker: &Worker, item: &mut Item) {
         key: record.key.clone(),
         headers: record.headers.clone(),
         attempt: item.attempt,
+        trace: crate::trace::continued(record.headers.get(TRACEPARENT)),
     });
 }
 
@@ -194,7 +196,17 @@ pub(super) async fn run_handler(
     };
     let _in_flight = worker.stats.enter();
     let started = std::time::Instant::now();
-    let mut results = guarded_batch(handler.as_ref(), &msgs, worker.config.handler_timeout).await;
+    let group = worker.config.group.as_str();
+    let spans: Vec<tracing::Span> = msgs.iter().map(|m| message_span(group, m)).collect();
+    let call = guarded_batch(handler.as_ref(), &msgs, worker.config.handler_timeout);
+    let mut results = match spans.as_slice() {
+        [one] => call.instrument(one.clone()).await,
+        _ => {
+            call.instrument(tracing::info_span!("batch", group, messages = msgs.len()))
+                .await
+        }
+    };
+    drop(spans);
     metrics::histogram!(HANDLER_SECONDS, "group" => worker.config.group.clone())
         .record(started.elapsed().as_secs_f64());
     if let Err(e) = failpoint::hit(failpoint::WORKER_AFTER_HANDLER) {
@@ -221,4 +233,24 @@ pub(super) async fn run_handler(
             Some(Err(e)) => Decision::Dead(e.to_string()),
         })
         .collect()
+}
+
+/// The span of one delivery, named for what it does, with the trace fields of
+/// [`crate::trace`]: open while its handler call runs.
+fn message_span(group: &str, msg: &Message) -> tracing::Span {
+    let parent = crate::trace::carried(&msg.headers);
+    tracing::info_span!(
+        "consume",
+        otel.name = %format!("consume {}", msg.kind()),
+        otel.kind = "consumer",
+        trace_id = %msg.trace.trace_id(),
+        span_id = %msg.trace.span_id(),
+        parent_span_id = %parent.map(|p| p.span_id()).unwrap_or_default(),
+        group,
+        topic = %msg.topic,
+        partition = msg.partition,
+        offset = msg.offset,
+        id_evento = %msg.envelope.id,
+        attempt = msg.attempt,
+    )
 }

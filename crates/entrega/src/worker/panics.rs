@@ -62,7 +62,8 @@ pub(super) async fn one_by_one(
 ) -> Vec<Result<(), HandlerError>> {
     let mut results = Vec::with_capacity(msgs.len());
     for msg in msgs {
-        let run = AssertUnwindSafe(handler.handle(msg)).catch_unwind();
+        let run =
+            AssertUnwindSafe(crate::trace::scope(msg.trace, handler.handle(msg))).catch_unwind();
         let outcome = match timeout {
             Some(limit) => tokio::time::timeout(limit, run).await.ok(),
             None => Some(run.await),

@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use entrega_core::{Envelope, HandlerError, Headers};
+use entrega_core::{Envelope, HandlerError, Headers, TraceContext};
 
 /// A delivered event: the parsed envelope, where it came from, and which attempt this is.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +23,11 @@ pub struct Message {
     pub headers: Headers,
     /// Delivery attempt, starting at 1; grows while transient failures are retried.
     pub attempt: u32,
+    /// This delivery's own span: a child of the `traceparent` it was published with, or the
+    /// root of a new trace. Events the handler enqueues inside [`crate::trace::scope`] with it
+    /// continue the trace (the worker does this for [`Handler::handle`]; a
+    /// [`Handler::handle_batch`] of its own scopes each message's work itself).
+    pub trace: TraceContext,
 }
 
 impl Message {
@@ -58,7 +63,7 @@ pub trait Handler: Send + Sync {
     async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
         let mut results = Vec::with_capacity(msgs.len());
         for msg in msgs {
-            let result = self.handle(msg).await;
+            let result = crate::trace::scope(msg.trace, self.handle(msg)).await;
             let stop = matches!(&result, Err(e) if e.is_transient());
             results.push(result);
             if stop {

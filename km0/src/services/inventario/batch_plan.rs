@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use entrega_core::{NewEvent, Processed};
+use entrega_core::{NewEvent, Processed, TRACEPARENT};
 
 use super::db::{reservation_id, ApplyError, BatchItem};
 use super::domain::{StockError, StockLine};
@@ -126,13 +126,17 @@ pub fn plan(items: &[BatchItem], inputs: Inputs) -> Plan {
                 let before = *units;
                 *units -= quantity;
                 *plan.taken.entry(line.product.clone()).or_default() += quantity;
-                plan.events.push(stock_updated(
+                let event = stock_updated(
                     &line.product,
                     before,
                     *units,
                     Motive::Order,
                     &order.order_id,
-                ));
+                );
+                plan.events.push(match item.trace {
+                    Some(ctx) => event.with_header(TRACEPARENT, ctx.header()),
+                    None => event,
+                });
             }
         }
         reserved.insert(id.clone());
@@ -174,6 +178,7 @@ mod tests {
 
     fn item(key: &str, order: &str, lines: &[(&str, i32)]) -> BatchItem {
         BatchItem {
+            trace: None,
             message_id: key.to_owned(),
             order: Ok(PlacedOrder {
                 order_id: order.to_owned(),

@@ -71,6 +71,8 @@ pub struct BatchItem {
     pub message_id: String,
     /// The order to apply, or the permanent reason it cannot be.
     pub order: Result<PlacedOrder, StockError>,
+    /// The delivery's trace, given to the events its effect writes (`traceparent`).
+    pub trace: Option<entrega::entrega_core::TraceContext>,
 }
 
 /// How [`StockStore::apply_batch`] applies a batch. Both give every event the outcome it
@@ -259,7 +261,11 @@ async fn apply_items(
             results.push(Err(e.into()));
             break;
         }
-        let outcome = apply_one(tx, consumer, &item.message_id, order).await;
+        let apply = apply_one(tx, consumer, &item.message_id, order);
+        let outcome = match item.trace {
+            Some(ctx) => entrega::trace::scope(ctx, apply).await,
+            None => apply.await,
+        };
         let closed = match &outcome {
             Ok(_) => savepoint(tx, "RELEASE SAVEPOINT km0_item").await,
             Err(_) => match savepoint(tx, "ROLLBACK TO SAVEPOINT km0_item").await {

@@ -109,14 +109,25 @@ impl StockConsumer {
         &self,
         envelopes: &[Envelope],
     ) -> Vec<Result<Processed<()>, HandlerError>> {
-        let items: Vec<BatchItem> = envelopes
+        let items: Vec<BatchItem> = envelopes.iter().map(|e| item(e, None)).collect();
+        self.apply_items(&items).await
+    }
+
+    /// [`StockConsumer::apply_batch`] of delivered messages: the events each one's effect
+    /// writes continue its trace.
+    pub async fn apply_messages(
+        &self,
+        msgs: &[Message],
+    ) -> Vec<Result<Processed<()>, HandlerError>> {
+        let items: Vec<BatchItem> = msgs
             .iter()
-            .map(|e| BatchItem {
-                message_id: e.id.hyphenated().to_string(),
-                order: PlacedOrder::from_payload(&e.data),
-            })
+            .map(|m| item(&m.envelope, Some(m.trace)))
             .collect();
-        match self.store.apply_batch(CONSUMER, &items).await {
+        self.apply_items(&items).await
+    }
+
+    async fn apply_items(&self, items: &[BatchItem]) -> Vec<Result<Processed<()>, HandlerError>> {
+        match self.store.apply_batch(CONSUMER, items).await {
             Ok(results) => results
                 .into_iter()
                 .map(|result| {
@@ -124,7 +135,7 @@ impl StockConsumer {
                     result.map_err(into_handler_error)
                 })
                 .collect(),
-            Err(e) if envelopes.is_empty() => {
+            Err(e) if items.is_empty() => {
                 tracing::warn!(error = %e, "empty stock batch failed to commit");
                 Vec::new()
             }
@@ -152,8 +163,7 @@ impl Handler for StockConsumer {
     }
 
     async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
-        let envelopes: Vec<Envelope> = msgs.iter().map(|m| m.envelope.clone()).collect();
-        self.apply_batch(&envelopes)
+        self.apply_messages(msgs)
             .await
             .into_iter()
             .map(|r| r.map(drop))
@@ -165,5 +175,13 @@ fn into_handler_error(e: ApplyError) -> HandlerError {
     match e {
         ApplyError::Stock(e) => HandlerError::permanent(e),
         ApplyError::Store(e) => HandlerError::from(e),
+    }
+}
+
+fn item(envelope: &Envelope, trace: Option<entrega::entrega_core::TraceContext>) -> BatchItem {
+    BatchItem {
+        message_id: envelope.id.hyphenated().to_string(),
+        order: PlacedOrder::from_payload(&envelope.data),
+        trace,
     }
 }

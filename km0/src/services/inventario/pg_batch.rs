@@ -7,7 +7,7 @@
 //! line, `RELEASE`). Every event still has its own key in `mensajes_procesados`, written in the
 //! batch's transaction together with its effect.
 
-use entrega_core::{Processed, StoreError};
+use entrega_core::{Headers, Processed, StoreError, TRACEPARENT};
 use sqlx::{PgConnection, Row};
 
 use super::db::{reservation_id, ApplyError, BatchItem};
@@ -53,10 +53,11 @@ WITH lines AS (
     SELECT $5, $6, 'reservada', $7, NULL, $8 WHERE EXISTS (SELECT 1 FROM taken)
     RETURNING 1
 ), updated AS (
-    INSERT INTO outbox (id, agregado, agregado_id, tipo, carga)
+    INSERT INTO outbox (id, agregado, agregado_id, tipo, carga, cabeceras)
     SELECT gen_random_uuid(), 'producto', t.producto, 'stock.actualizado',
            jsonb_build_object('producto', t.producto, 'antes', t.unidades + t.cantidad,
-                              'despues', t.unidades, 'motivo', 'pedido', 'pedido_id', $6::text)
+                              'despues', t.unidades, 'motivo', 'pedido', 'pedido_id', $6::text),
+           $9::jsonb
     FROM taken t ORDER BY t.ord
     RETURNING 1
 )
@@ -87,7 +88,11 @@ pub(super) async fn apply_items(
                 continue;
             }
         };
-        let outcome = apply_event(conn, consumer, &item.message_id, order).await;
+        let headers = item
+            .trace
+            .map(|ctx| Headers::new().with(TRACEPARENT, ctx.header()))
+            .and_then(|h| h.to_json_object());
+        let outcome = apply_event(conn, consumer, &item.message_id, order, headers).await;
         let stop = outcome
             .as_ref()
             .is_err_and(|e| matches!(e, ApplyError::Store(_)));
@@ -104,6 +109,7 @@ async fn apply_event(
     consumer: &str,
     message_id: &str,
     order: &PlacedOrder,
+    headers: Option<String>,
 ) -> Result<Processed<()>, ApplyError> {
     if order.reservation.is_some() {
         // The saga's command takes this order's stock: only the key is recorded.
@@ -134,6 +140,7 @@ async fn apply_event(
         .bind(&order.order_id)
         .bind(lines.to_string())
         .bind(entrega_core::now_ms())
+        .bind(headers)
         .fetch_one(&mut *conn)
         .await
         .map_err(entrega_postgres::classify)?;

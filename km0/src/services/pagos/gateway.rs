@@ -118,9 +118,8 @@ impl Gateway {
         key: &str,
         body: &Value,
     ) -> Result<(reqwest::StatusCode, Value), Failure> {
-        let response = self
-            .http
-            .post(format!("{}/{path}", self.base))
+        let request = self.http.post(format!("{}/{path}", self.base));
+        let response = crate::telemetry::http::outgoing(request)
             .header("Idempotency-Key", key)
             .json(body)
             .send()

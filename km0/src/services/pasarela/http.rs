@@ -70,6 +70,7 @@ pub fn app(state: PasarelaState) -> Router {
         .route("/salud", get(health))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no existe esa ruta") })
         .with_state(state)
+        .layer(axum::middleware::from_fn(crate::telemetry::http::traced))
 }
 
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {

@@ -54,6 +54,7 @@ pub fn app(state: PedidosState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+        .layer(axum::middleware::from_fn(crate::telemetry::http::traced))
 }
 
 /// An error answer: a status and `{"error": ..., "campo": ...}`.

@@ -64,9 +64,8 @@ struct Route {
 #[async_trait]
 impl Maps for HttpMaps {
     async fn route_km(&self, city: &str, street: &str) -> Result<f64, MapsError> {
-        let response = self
-            .client
-            .get(format!("{}/ruta", self.base))
+        let request = self.client.get(format!("{}/ruta", self.base));
+        let response = crate::telemetry::http::outgoing(request)
             .query(&[("ciudad", city), ("calle", street)])
             .send()
             .await

@@ -1,0 +1,7 @@
+//! Traces and their export: the HTTP side of W3C trace context (incoming requests continue
+//! the caller's trace, outgoing calls carry ours) and an OpenTelemetry (OTLP/HTTP JSON)
+//! exporter of the spans that name a trace. Propagation through the outbox, the broker and the
+//! consumers is entrega's ([`entrega::trace`]).
+
+pub mod http;
+pub mod otlp;
