@@ -17,6 +17,7 @@ pub enum ErrorClass {
 #[derive(Debug)]
 pub struct HandlerError {
     class: ErrorClass,
+    code: Option<String>,
     source: Box<dyn StdError + Send + Sync + 'static>,
 }
 
@@ -25,6 +26,7 @@ impl HandlerError {
     pub fn transient(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
         Self {
             class: ErrorClass::Transient,
+            code: None,
             source: source.into(),
         }
     }
@@ -33,8 +35,22 @@ impl HandlerError {
     pub fn permanent(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
         Self {
             class: ErrorClass::Permanent,
+            code: None,
             source: source.into(),
         }
+    }
+
+    /// Names why it failed with a short, fixed code (`sin_stock`, `producto_desconocido`):
+    /// a dead letter carries it (`entrega-codigo`) and dead letters are counted by it. Keep
+    /// the set of codes small: each is a metric label value.
+    pub fn with_code(mut self, code: impl Into<String>) -> Self {
+        self.code = Some(code.into());
+        self
+    }
+
+    /// The code given with [`HandlerError::with_code`], if any.
+    pub fn code(&self) -> Option<&str> {
+        self.code.as_deref()
     }
 
     /// The failure's class.

@@ -14,6 +14,11 @@ pub const NO_ANTES: &str = "no_antes";
 pub const ULTIMO_ERROR: &str = "ultimo_error";
 /// Why a message was dead-lettered (`motivo`).
 pub const MOTIVO: &str = "motivo";
+/// The kind of failure that dead-lettered a message (`entrega-clase`, a
+/// [`crate::DeadClass`] name).
+pub const CLASE: &str = "entrega-clase";
+/// The handler's short code for why it refused a message (`entrega-codigo`), when it gave one.
+pub const CODIGO: &str = "entrega-codigo";
 /// Topic a dead letter came from.
 pub const ORIGIN_TOPIC: &str = "entrega-origin-topic";
 /// Partition a dead letter came from.
@@ -50,6 +55,11 @@ impl Headers {
         let name = name.into();
         self.0.retain(|(n, _)| *n != name);
         self.0.push((name, value.into()));
+    }
+
+    /// Removes every value of a header.
+    pub fn remove(&mut self, name: &str) {
+        self.0.retain(|(n, _)| n != name);
     }
 
     /// Builder form of [`Headers::set`].

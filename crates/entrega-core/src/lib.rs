@@ -2,6 +2,7 @@
 //! and store errors, and the small traits that transports and stores implement. No I/O lives here.
 
 mod clock;
+mod dead_reason;
 mod dlq;
 mod envelope;
 mod error;
@@ -23,6 +24,7 @@ mod transport;
 pub mod utc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use dead_reason::{DeadClass, DeadReason};
 pub use dlq::{
     db_count, AuditRow, DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry,
     DlqStore, InvalidDeadLetterId, MarkRow, StoredAudit, StoredMark,

@@ -43,7 +43,8 @@ async fn migrating_again_and_concurrently_changes_nothing() {
             ("inbox".into(), 4),
             ("log".into(), 1),
             ("outbox".into(), 1),
-            ("outbox".into(), 2)
+            ("outbox".into(), 2),
+            ("outbox".into(), 3)
         ]
     );
     let lanes: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM entrega_relay_lanes")
@@ -101,7 +102,7 @@ async fn a_newer_schema_is_refused_without_changes() {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 2
+                supported: 3
             }
         ),
         "{err:?}"

@@ -22,6 +22,22 @@ pub const RPC_LATE_REPLIES: &str = "entrega_rpc_client_late_replies_total";
 /// RPC server settled, by how.
 pub const RPC_SERVED: &str = "entrega_rpc_server_requests_total";
 
+/// Counter: records a consumer group dead-lettered, labelled `group`, `class` (a
+/// [`entrega_core::DeadClass`] name) and `motivo` (the handler's code, or the class name when
+/// it gave none).
+pub const DEAD_LETTERS: &str = "entrega_dead_letters_total";
+
+/// Counts one dead letter of `group`.
+pub(crate) fn dead_letter(group: &str, reason: &entrega_core::DeadReason) {
+    metrics::counter!(
+        DEAD_LETTERS,
+        "group" => group.to_owned(),
+        "class" => reason.class.as_str(),
+        "motivo" => reason.motivo().to_owned()
+    )
+    .increment(1);
+}
+
 /// Adds one to counter `name` with label `outcome`.
 pub(crate) fn outcome(name: &'static str, outcome: &'static str) {
     metrics::counter!(name, "outcome" => outcome).increment(1);

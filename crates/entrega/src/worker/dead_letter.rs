@@ -1,7 +1,7 @@
 //! Dead letters: the original record, set aside in `<topic>.dlq` with why and how often.
 
-use entrega_core::headers::ORIGIN_TOPIC;
-use entrega_core::{OutgoingMessage, Record, TransportError};
+use entrega_core::headers::{CLASE, CODIGO, ORIGIN_TOPIC};
+use entrega_core::{DeadReason, OutgoingMessage, Record, TransportError};
 
 use super::{Worker, WorkerConfig};
 use crate::dlq::dead_letter_of;
@@ -12,10 +12,21 @@ pub(super) fn dead_letter(
     config: &WorkerConfig,
     record: &Record,
     attempt: u32,
-    reason: &str,
+    reason: &DeadReason,
 ) -> OutgoingMessage {
     let from_retry_topic = record.topic == config.retry_topic();
-    let mut letter = dead_letter_of(record, &config.group, &config.dlq_topic(), attempt, reason);
+    let mut letter = dead_letter_of(
+        record,
+        &config.group,
+        &config.dlq_topic(),
+        attempt,
+        &reason.text,
+    );
+    letter.headers.set(CLASE, reason.class.as_str());
+    match &reason.code {
+        Some(code) => letter.headers.set(CODIGO, code.clone()),
+        None => letter.headers.remove(CODIGO),
+    }
     if from_retry_topic && record.headers.get(ORIGIN_TOPIC).is_some() {
         for name in crate::dlq::ORIGIN_HEADERS {
             if let Some(value) = record.headers.get(name) {

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use entrega_core::DeadReason;
+
 /// A transient failure with attempts left: when to try again, and what went wrong.
 #[derive(Debug, Clone)]
 pub(super) struct Failure {
@@ -28,7 +30,7 @@ pub(super) enum Decision {
     /// No handler takes this type, and the router says to let it pass.
     Ignore,
     /// Set aside for an operator, with the reason.
-    Dead(String),
+    Dead(DeadReason),
     /// Already final before this delivery: nothing to do, nothing to count again.
     Skip,
     /// Try again; the retry strategy says where (in place, the retry topic, parking).

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use entrega_core::headers::SOLO_GRUPO;
-use entrega_core::{Envelope, HandlerError, Record, TRACEPARENT};
+use entrega_core::{DeadClass, DeadReason, Envelope, HandlerError, Record, TRACEPARENT};
 use tracing::Instrument as _;
 
 use super::decision::Decision;
@@ -21,7 +21,7 @@ use crate::metrics::HANDLER_SECONDS;
 pub(super) enum Target {
     Handler(usize),
     Ignored,
-    Dead(String),
+    Dead(DeadReason),
     /// Its outcome became final before a rewind delivered it again.
     Done,
     /// A retry record whose `no_antes` lies this far ahead: held, no attempt counted.
@@ -136,7 +136,7 @@ pub(super) fn prepare(ctx: &Context<'_>, record: Record) -> Item {
                 return item;
             }
             RetryHeaders::Malformed(reason) => {
-                item.target = Target::Dead(reason);
+                item.target = Target::Dead(DeadReason::new(DeadClass::BadRetryHeaders, reason));
                 return item;
             }
             RetryHeaders::Valid {
@@ -162,14 +162,17 @@ pub(super) fn route(worker: &Worker, item: &mut Item) {
     let envelope = match Envelope::parse_with(&item.record.payload, &worker.config.limits) {
         Ok(envelope) => envelope,
         Err(e) => {
-            item.target = Target::Dead(e.to_string());
+            item.target = Target::Dead(DeadReason::new(DeadClass::Unreadable, e.to_string()));
             return;
         }
     };
     item.target = match worker.router.resolve(&envelope.kind) {
         Route::Handler(index) => Target::Handler(index),
         Route::Ignored => Target::Ignored,
-        Route::Unknown => Target::Dead(format!("unknown tipo `{}`", envelope.kind)),
+        Route::Unknown => Target::Dead(DeadReason::new(
+            DeadClass::UnknownType,
+            format!("unknown tipo `{}`", envelope.kind),
+        )),
     };
     let record = &item.record;
     item.message = matches!(item.target, Target::Handler(_)).then(|| Message {
@@ -225,12 +228,20 @@ pub(super) async fn run_handler(
             Some(Err(e)) if e.is_transient() && msg.attempt < cfg.max_attempts => {
                 Decision::retry(cfg.backoff.delay(msg.attempt), e.inner())
             }
-            Some(Err(e)) if e.is_transient() => Decision::Dead(format!(
-                "transient exhausted after {} attempts: {}",
-                msg.attempt,
-                e.inner()
-            )),
-            Some(Err(e)) => Decision::Dead(e.to_string()),
+            Some(Err(e)) if e.is_transient() => Decision::Dead(DeadReason {
+                class: DeadClass::Exhausted,
+                code: e.code().map(str::to_owned),
+                text: format!(
+                    "transient exhausted after {} attempts: {}",
+                    msg.attempt,
+                    e.inner()
+                ),
+            }),
+            Some(Err(e)) => Decision::Dead(DeadReason {
+                class: DeadClass::Rejected,
+                code: e.code().map(str::to_owned),
+                text: e.to_string(),
+            }),
         })
         .collect()
 }

@@ -184,7 +184,10 @@ mod tests {
             Decision::Ack,
             Decision::retry(Duration::from_millis(5), "x"),
             Decision::Ack,
-            Decision::Dead("x".into()),
+            Decision::Dead(entrega_core::DeadReason::new(
+                entrega_core::DeadClass::Rejected,
+                "x",
+            )),
         ];
         stop_after_first_block(&mut decisions);
         assert!(matches!(decisions[0], Decision::Ack));

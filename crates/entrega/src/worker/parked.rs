@@ -154,6 +154,9 @@ async fn drain_key(worker: &Worker, partition: u32, key: Option<&str>) -> Draine
             tracing::warn!(partition, offset, error = %e, "removing a parked record failed");
             return Drained::Waiting;
         }
+        if let Decision::Dead(reason) = &final_outcome {
+            crate::metrics::dead_letter(&worker.config.group, reason);
+        }
         WorkerStats::bump(match final_outcome {
             Decision::Ignore => &worker.stats.ignored,
             Decision::Dead(_) => &worker.stats.dead_lettered,

@@ -173,7 +173,10 @@ impl<'w> Session<'w> {
         match decision {
             Decision::Ack => WorkerStats::bump(&stats.acked),
             Decision::Ignore => WorkerStats::bump(&stats.ignored),
-            Decision::Dead(_) => WorkerStats::bump(&stats.dead_lettered),
+            Decision::Dead(reason) => {
+                WorkerStats::bump(&stats.dead_lettered);
+                crate::metrics::dead_letter(&self.worker.config.group, reason);
+            }
             Decision::Skip => WorkerStats::bump(&stats.skipped),
             Decision::Deferred => {
                 WorkerStats::bump(&stats.retried);
