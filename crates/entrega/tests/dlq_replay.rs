@@ -6,7 +6,8 @@ mod dlq_support;
 
 use entrega::dlq::{DiscardOptions, DlqError, DlqFilter, ReplayOptions};
 use entrega_core::headers::{
-    ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_OFFSET, ORIGIN_TOPIC, REENVIOS, SOLO_GRUPO, TIPO,
+    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_OFFSET, ORIGIN_TOPIC, REENVIOS, SOLO_GRUPO,
+    TIPO,
 };
 use entrega_core::{DeadLetterState, DlqStore};
 
@@ -53,7 +54,15 @@ async fn replay_publishes_in_order_marks_and_audits_once() {
         assert_eq!(record.headers.get(REENVIOS), Some("1"));
         assert_eq!(record.headers.get(ID_EVENTO), letter.event_id.as_deref());
         assert_eq!(record.headers.get("traceparent"), Some("00-abc-def-01"));
-        for gone in [INTENTOS, MOTIVO, ORIGIN_TOPIC, ORIGIN_OFFSET, SOLO_GRUPO] {
+        for gone in [
+            INTENTOS,
+            MOTIVO,
+            CLASE,
+            CODIGO,
+            ORIGIN_TOPIC,
+            ORIGIN_OFFSET,
+            SOLO_GRUPO,
+        ] {
             assert_eq!(record.headers.get(gone), None, "{gone} left on the replay");
         }
     }

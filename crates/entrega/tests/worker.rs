@@ -7,7 +7,9 @@ mod support;
 use std::sync::Arc;
 
 use entrega::Router;
-use entrega_core::headers::{ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC};
+use entrega_core::headers::{
+    CLASE, CODIGO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
+};
 use support::handlers::{Scripted, Step};
 use support::worker_steps::{
     dead_letters, header, publish, setup, wait_caught_up, Running, GROUP, TOPIC,
@@ -70,6 +72,8 @@ async fn permanent_error_goes_to_the_dlq_and_the_offset_advances() {
         );
         assert_eq!(dead.key.as_deref(), Some("P-1"));
         assert_eq!(header(dead, "motivo"), "permanent: stock insuficiente");
+        assert_eq!(header(dead, CLASE), "rechazado");
+        assert_eq!(header(dead, CODIGO), "sin_stock", "the handler's code");
         assert_eq!(header(dead, "intentos"), "1");
         assert_eq!(header(dead, "tipo"), "pedido.creado");
         assert_eq!(header(dead, "id_evento"), poison.id.to_string());
@@ -143,6 +147,8 @@ async fn transient_forever_is_dead_lettered_after_max_attempts() {
         let dlq = dead_letters(&env).await;
         assert_eq!(dlq.len(), 1);
         assert_eq!(header(&dlq[0], "intentos"), "3");
+        assert_eq!(header(&dlq[0], CLASE), "agotado");
+        assert_eq!(dlq[0].headers.get(CODIGO), None);
         assert_eq!(
             header(&dlq[0], "motivo"),
             "transient exhausted after 3 attempts: inventario db restarting"
@@ -181,6 +187,9 @@ async fn malformed_payloads_go_to_the_dlq() {
         );
         assert_eq!(dlq[0].payload, b"no es json");
         assert_eq!(header(&dlq[1], "motivo"), "missing field `id_evento`");
+        for dead in &dlq {
+            assert_eq!(header(dead, CLASE), "ilegible");
+        }
     }
 }
 
@@ -211,5 +220,6 @@ async fn unknown_tipo_goes_to_the_dlq_and_ignored_tipo_is_acked() {
             header(&dlq[0], "motivo"),
             "unknown tipo `pedido.desconocido`"
         );
+        assert_eq!(header(&dlq[0], CLASE), "tipo_desconocido");
     }
 }

@@ -1,6 +1,6 @@
 //! Which dead letters an operation applies to.
 
-use entrega_core::DeadLetterId;
+use entrega_core::{DeadClass, DeadLetterId};
 
 use super::error::DlqError;
 use super::letter::DeadLetter;
@@ -18,6 +18,8 @@ pub struct DlqFilter {
     pub kind: Option<String>,
     /// Only reasons (`motivo`) containing this text, ignoring case.
     pub reason: Option<String>,
+    /// Only dead letters of this kind of failure (`entrega-clase`).
+    pub failure: Option<DeadClass>,
     /// Only dead letters written at or after this time (epoch ms).
     pub since_ms: Option<i64>,
     /// Only dead letters written at or before this time (epoch ms).
@@ -50,6 +52,12 @@ impl DlqFilter {
         self
     }
 
+    /// Builder form: only dead letters of this kind of failure.
+    pub fn with_failure(mut self, class: DeadClass) -> Self {
+        self.failure = Some(class);
+        self
+    }
+
     /// Builder form: only reasons containing `text`.
     pub fn with_reason(mut self, text: impl Into<String>) -> Self {
         self.reason = Some(text.into());
@@ -69,6 +77,7 @@ impl DlqFilter {
             (self.topic.is_some(), "--topic"),
             (self.kind.is_some(), "--tipo"),
             (self.reason.is_some(), "--motivo"),
+            (self.failure.is_some(), "--clase"),
             (self.since_ms.is_some(), "--since"),
             (self.until_ms.is_some(), "--until"),
         ]
@@ -116,9 +125,10 @@ impl DlqFilter {
             .reason
             .as_ref()
             .is_none_or(|m| letter.reason.to_lowercase().contains(&m.to_lowercase()));
+        let failure = self.failure.is_none_or(|c| letter.failure == Some(c));
         let since = self.since_ms.is_none_or(|s| letter.timestamp_ms >= s);
         let until = self.until_ms.is_none_or(|u| letter.timestamp_ms <= u);
-        topic && kind && reason && since && until
+        topic && kind && reason && failure && since && until
     }
 
     /// The selection as an operator would type it, for the audit.
@@ -133,6 +143,9 @@ impl DlqFilter {
             if let Some(v) = value {
                 parts.push(format!("{name} {v:?}"));
             }
+        }
+        if let Some(c) = self.failure {
+            parts.push(format!("--clase {c}"));
         }
         if let Some(s) = self.since_ms {
             parts.push(format!("--since {s}"));

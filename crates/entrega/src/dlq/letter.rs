@@ -2,10 +2,10 @@
 //! with what an operator already did to it.
 
 use entrega_core::headers::{
-    ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
-    REENVIOS, TIPO,
+    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION,
+    ORIGIN_TOPIC, REENVIOS, TIPO,
 };
-use entrega_core::{DeadLetterId, DeadLetterMark, DeadLetterState, Headers, Record};
+use entrega_core::{DeadClass, DeadLetterId, DeadLetterMark, DeadLetterState, Headers, Record};
 use serde::Serialize;
 
 /// Where a dead letter was consumed from before it was set aside.
@@ -33,6 +33,10 @@ pub struct DeadLetter {
     pub kind: Option<String>,
     /// Why it was dead-lettered (`motivo`); empty when missing.
     pub reason: String,
+    /// The kind of failure (`entrega-clase`), when the worker that wrote it recorded one.
+    pub failure: Option<DeadClass>,
+    /// The handler's code for the refusal (`entrega-codigo`), when it gave one.
+    pub code: Option<String>,
     /// Delivery attempts made (`intentos`), when recorded.
     pub attempts: Option<u32>,
     /// Times it was replayed before this dead letter (`entrega-reenvios`, 0 when absent).
@@ -76,6 +80,8 @@ impl DeadLetter {
             key: record.key.clone(),
             kind,
             reason: h.get(MOTIVO).unwrap_or_default().to_owned(),
+            failure: h.get(CLASE).and_then(DeadClass::parse),
+            code: h.get(CODIGO).map(str::to_owned),
             attempts: h.get(INTENTOS).and_then(|a| a.trim().parse().ok()),
             replays: h
                 .get(REENVIOS)

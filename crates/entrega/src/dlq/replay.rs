@@ -10,8 +10,8 @@
 use std::collections::HashSet;
 
 use entrega_core::headers::{
-    INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC, REENVIOS,
-    SOLO_GRUPO,
+    CLASE, CODIGO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
+    REENVIOS, SOLO_GRUPO,
 };
 use entrega_core::{DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, OutgoingMessage};
 use serde::Serialize;
@@ -262,6 +262,8 @@ fn replay_message(letter: &DeadLetter, group: Option<&str>) -> OutgoingMessage {
     let dead_letter_only = [
         INTENTOS,
         MOTIVO,
+        CLASE,
+        CODIGO,
         ORIGIN_TOPIC,
         ORIGIN_PARTITION,
         ORIGIN_OFFSET,

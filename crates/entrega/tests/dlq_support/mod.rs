@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use entrega::dlq::DeadLetters;
 use entrega_core::headers::{
-    ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
-    REENVIOS, TIPO,
+    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION,
+    ORIGIN_TOPIC, REENVIOS, TIPO,
 };
 use entrega_core::{
     DeadLetterId, Headers, ManualClock, OutgoingMessage, Publisher, Record, TopicAdmin,
@@ -57,6 +57,8 @@ pub fn dead(key: &str, tipo: &str, reason: &str, replays: u32) -> OutgoingMessag
         .with("traceparent", "00-abc-def-01")
         .with(INTENTOS, "3")
         .with(MOTIVO, reason)
+        .with(CLASE, "rechazado")
+        .with(CODIGO, "sin_stock")
         .with(ORIGIN_TOPIC, TOPIC)
         .with(ORIGIN_PARTITION, "1")
         .with(ORIGIN_OFFSET, "42")

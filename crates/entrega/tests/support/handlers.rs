@@ -104,7 +104,9 @@ impl Handler for Scripted {
                 Ok(())
             }
             Step::Transient => Err(HandlerError::transient(Fail("inventario db restarting"))),
-            Step::Permanent => Err(HandlerError::permanent(Fail("stock insuficiente"))),
+            Step::Permanent => {
+                Err(HandlerError::permanent(Fail("stock insuficiente")).with_code("sin_stock"))
+            }
             Step::Panic => panic!("bug in handler"),
         }
     }

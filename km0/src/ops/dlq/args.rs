@@ -2,7 +2,7 @@
 
 use clap::{Args, Subcommand};
 use entrega::dlq::{DlqFilter, DEFAULT_MAX_REPLAYS};
-use entrega_core::{now_ms, DeadLetterId};
+use entrega_core::{now_ms, DeadClass, DeadLetterId};
 
 use super::time::{parse_time, InvalidTime};
 
@@ -109,6 +109,10 @@ pub struct FilterArgs {
     /// Only reasons (`motivo`) containing this text (any case).
     #[arg(long = "motivo", id = "motivo")]
     pub reason: Option<String>,
+    /// Only this kind of failure: ilegible, tipo_desconocido, rechazado, agotado,
+    /// cabeceras_invalidas.
+    #[arg(long = "clase", id = "clase", value_parser = parse_class)]
+    pub failure: Option<DeadClass>,
     /// Only dead letters written at or after: epoch ms, an age (30m, 2h, 1d) or UTC time.
     #[arg(long)]
     pub since: Option<String>,
@@ -137,8 +141,18 @@ impl FilterArgs {
         if let Some(reason) = &self.reason {
             filter = filter.with_reason(reason.clone());
         }
+        if let Some(class) = self.failure {
+            filter = filter.with_failure(class);
+        }
         Ok(filter)
     }
+}
+
+fn parse_class(name: &str) -> Result<DeadClass, String> {
+    DeadClass::parse(name).ok_or_else(|| {
+        let names: Vec<&str> = DeadClass::ALL.iter().map(|c| c.as_str()).collect();
+        format!("unknown class `{name}`; one of {}", names.join(", "))
+    })
 }
 
 /// `--operator`, else `$USER`, else `unknown`.

@@ -20,6 +20,8 @@ pub fn letter_json(l: &DeadLetter) -> Value {
         "tipo": l.kind,
         "motivo": l.reason,
         "class": l.class(),
+        "clase": l.failure.map(|c| c.as_str()),
+        "codigo": l.code,
         "attempts": l.attempts,
         "replays": l.replays,
         "event_id": l.event_id,

@@ -60,6 +60,16 @@ pub enum StockError {
 }
 
 impl StockError {
+    /// A short, fixed code for the refusal, for counting dead letters
+    /// ([`entrega::entrega_core::HandlerError::with_code`]).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::OutOfStock { .. } => "sin_stock",
+            Self::UnknownProduct { .. } => "producto_desconocido",
+            Self::InvalidEvent { .. } => "evento_invalido",
+        }
+    }
+
     fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidEvent {
             field: field.into(),

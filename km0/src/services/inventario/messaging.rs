@@ -173,7 +173,10 @@ impl Handler for StockConsumer {
 
 fn into_handler_error(e: ApplyError) -> HandlerError {
     match e {
-        ApplyError::Stock(e) => HandlerError::permanent(e),
+        ApplyError::Stock(e) => {
+            let code = e.code();
+            HandlerError::permanent(e).with_code(code)
+        }
         ApplyError::Store(e) => HandlerError::from(e),
     }
 }
