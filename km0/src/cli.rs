@@ -117,6 +117,17 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_LOG_JSON")]
     pub log_json: bool,
 
+    /// Operators allowed to act in the web console, as `name:secret` (secret of at least 12
+    /// characters); repeat the flag, or separate them with commas in the variable.
+    #[arg(
+        long = "console-token",
+        global = true,
+        env = "KM0_CONSOLE_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub console_tokens: Vec<String>,
+
     /// Exports the spans of every traced request and message to an OpenTelemetry collector
     /// (OTLP over HTTP, JSON), e.g. http://127.0.0.1:4318.
     #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -144,9 +155,13 @@ pub enum Command {
         /// With `--saga`: address of the payment gateway simulator pagos charges through.
         #[arg(long, default_value = "127.0.0.1:8095")]
         pasarela: SocketAddr,
-        /// Where to serve `/metrics`, `/healthz` and `/readyz` (docs/OPERATIONS.md).
+        /// Where to serve `/metrics`, `/healthz` and `/readyz` (docs/OPERATIONS.md), and the
+        /// web console at `/console/`.
         #[arg(long, default_value = "127.0.0.1:9464")]
         ops: SocketAddr,
+        /// Leave the web console off.
+        #[arg(long)]
+        no_console: bool,
     },
     /// One component per process (scale out, crash tests).
     Run(RunArgs),
@@ -204,6 +219,9 @@ pub struct RunArgs {
     /// Serve `/metrics`, `/healthz` and `/readyz` on this address (docs/OPERATIONS.md).
     #[arg(long)]
     pub ops: Option<SocketAddr>,
+    /// Serve the web console at `/console/` on the `--ops` address.
+    #[arg(long, requires = "ops")]
+    pub console: bool,
     /// Faults the gateway simulator injects (pasarela only).
     #[command(flatten)]
     pub faults: FaultArgs,
@@ -371,8 +389,10 @@ impl Cli {
 /// Runs the parsed command; the exit code says whether it succeeded.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let databases = cli.databases()?;
-    // A bad `--broker` is reported before anything is opened.
+    // A bad `--broker` or console token is reported before anything is opened.
     BrokerUrl::parse(&cli.broker)?;
+    let operators =
+        crate::console::Operators::parse(cli.console_tokens.iter().map(String::as_str))?;
     let mut system = System::new(databases, cli.broker.clone())
         .with_lease_ttl(Duration::from_millis(cli.lease_ttl_ms.max(100)))
         .with_key_concurrency(usize::from(cli.key_concurrency))
@@ -405,10 +425,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             http,
             pasarela,
             ops,
+            no_console,
         } => {
             let instance = format!("km0-{}", std::process::id());
             let mut components = Components::all(&instance);
             components.ops = Some(ops);
+            if !no_console {
+                components.console = Some(operators.clone());
+            }
             components.analitica = system.broker_kind()?.is_kafka();
             if system.saga().is_none() {
                 wiring::run_until_signal(&system, components, http).await?;
@@ -444,6 +468,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             components.mapas_url = args.mapas_url.clone();
             components.pasarela_url = args.pasarela_url.clone();
             components.ops = args.ops;
+            if args.console {
+                components.console = Some(operators.clone());
+            }
             match args.component {
                 Component::Pedidos => components.pedidos = true,
                 Component::Inventario => components.inventario = true,

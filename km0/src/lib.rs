@@ -7,13 +7,14 @@
 //!
 //! - [`services`]: one folder per service, its rules, database, API and events.
 //! - [`wiring`]: the deployment's databases and broker, and starting components.
-//! - [`ops`]: the operator's commands.
+//! - [`ops`]: the operator's commands, and [`console`]: the web console.
 //! - [`telemetry`]: trace context over HTTP and the export of spans (OTLP).
 //! - [`cli`]: the command line that drives all of it.
 //! - [`demo`] and [`bench`]: the guided demo and the benchmarks, apart from the services.
 
 pub mod bench;
 pub mod cli;
+pub mod console;
 pub mod demo;
 pub mod ops;
 pub mod services;

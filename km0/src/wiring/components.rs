@@ -43,6 +43,8 @@ pub struct Components {
     pub instance: String,
     /// Where to serve `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
     pub ops: Option<SocketAddr>,
+    /// Serve the web console on the operations endpoint, with these operators allowed to act.
+    pub console: Option<crate::console::Operators>,
 }
 
 impl Components {
@@ -61,6 +63,7 @@ impl Components {
             pasarela_url: None,
             instance: instance.to_owned(),
             ops: None,
+            console: None,
         }
     }
 
@@ -79,6 +82,7 @@ impl Components {
             pasarela_url: None,
             instance: instance.to_owned(),
             ops: None,
+            console: None,
         }
     }
 }
@@ -284,7 +288,13 @@ impl System {
             sources.inventario = running.consumer_stats.clone();
             sources.workers = worker_stats;
             sources.sagas = saga_store;
-            let (bound, task) = ops_server::serve(addr, sources, stop.clone()).await?;
+            let console = match &components.console {
+                Some(operators) => {
+                    Some(crate::console::router(self.clone(), operators.clone()).await?)
+                }
+                None => None,
+            };
+            let (bound, task) = ops_server::serve(addr, sources, console, stop.clone()).await?;
             tracing::info!(addr = %bound, "operations endpoint listening");
             running.ops_addr = Some(bound);
             running.tasks.push(("ops", task));

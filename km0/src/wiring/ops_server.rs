@@ -169,6 +169,7 @@ fn describe() {
 pub(crate) async fn serve(
     addr: SocketAddr,
     sources: OpsSources,
+    console: Option<Router>,
     stop: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, Task)> {
     recorder();
@@ -181,11 +182,18 @@ pub(crate) async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .with_state(Arc::new(sources));
+    let app = match console {
+        Some(console) => app.merge(console),
+        None => app,
+    };
     let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-            .context("serving the operations endpoint")
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await
+        .context("serving the operations endpoint")
     });
     Ok((bound, task))
 }

@@ -1,0 +1,151 @@
+//! The web console: what an operator looks at and acts on, served by any km0 process with
+//! `--console` on its operations endpoint (`/console/`), by `km0 up` by default.
+//!
+//! - pages (server-rendered HTML, [`pages`]): the outbox and consumer lag at a glance, dead
+//!   letters (browse, filter, show), order sagas (list, timeline) and the trace of one order
+//!   across the services;
+//! - actions (JSON, [`api`]): replay a dead letter (with a dry run), discard one with a
+//!   reason, retry a saga waiting for an operator. Each needs an operator token
+//!   ([`auth`]) and is written to the audit (`entrega_dlq_audit`, the saga's history) under
+//!   the token's operator;
+//! - reads are open to loopback clients only; from elsewhere they need a token too.
+//!
+//! Everything, script and styles included, is served by the binary (ADR 0016).
+
+mod api;
+pub mod auth;
+mod html;
+mod letters;
+mod pages;
+mod trace_view;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use entrega::saga::Sagas;
+use entrega::Db;
+use entrega_core::MigrationSet;
+
+pub use auth::{BadToken, Operators};
+
+use crate::wiring::config::Service;
+use crate::wiring::{Broker, System};
+
+/// What the console's handlers share.
+pub(crate) struct Console {
+    system: System,
+    broker: Broker,
+    letters: letters::Letters,
+    sagas: Sagas,
+    operators: Operators,
+    /// The databases of the services that write events, for an order's trace.
+    trace_dbs: Vec<(Service, Db)>,
+}
+
+/// The console's routes under `/console`, over the deployment `system` (every service's
+/// database and the broker), with `operators` allowed to act.
+pub async fn router(system: System, operators: Operators) -> anyhow::Result<Router> {
+    let broker = system.broker().await.context("opening the broker")?;
+    let inventario = system
+        .databases()
+        .connect(Service::Inventario)
+        .await
+        .context("opening the inventario database")?;
+    inventario
+        .migrate(&[MigrationSet::Dlq])
+        .await
+        .context("migrating the dead-letter tables")?;
+    let letters = letters::Letters::new(&broker, inventario.dead_letters());
+    let store = system
+        .pedidos()
+        .await
+        .context("opening the pedidos database")?;
+    let sagas = system
+        .clone()
+        .with_saga(system.saga().unwrap_or_default())
+        .sagas(&store)
+        .await
+        .context("opening the order sagas")?;
+    let mut trace_dbs = Vec::new();
+    for service in [
+        Service::Pedidos,
+        Service::Inventario,
+        Service::Pagos,
+        Service::Reparto,
+    ] {
+        let db = system
+            .databases()
+            .connect(service)
+            .await
+            .with_context(|| format!("opening the {} database", service.name()))?;
+        trace_dbs.push((service, db));
+    }
+    let console = Arc::new(Console {
+        system,
+        broker,
+        letters,
+        sagas,
+        operators,
+        trace_dbs,
+    });
+    let routes = Router::new()
+        .route("/", get(pages::overview))
+        .route("/dlq", get(pages::dead_letters))
+        .route("/dlq/letter", get(pages::dead_letter))
+        .route("/sagas", get(pages::sagas))
+        .route("/sagas/{id}", get(pages::saga))
+        .route("/trace", get(trace_view::page))
+        .route("/assets/console.css", get(css))
+        .route("/assets/console.js", get(script))
+        .route("/api/whoami", get(api::whoami))
+        .route("/api/dlq/replay", post(api::replay))
+        .route("/api/dlq/discard", post(api::discard))
+        .route("/api/sagas/{id}/retry", post(api::retry_saga))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&console),
+            readers,
+        ))
+        .with_state(console);
+    Ok(Router::new().nest("/console", routes))
+}
+
+/// Lets loopback clients read; others need a token for anything.
+async fn readers(
+    State(console): State<Arc<Console>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if console.operators.may_read(peer, request.headers()) {
+        next.run(request).await
+    } else {
+        auth::refused(
+            StatusCode::UNAUTHORIZED,
+            "the console answers other hosts only with an operator token",
+        )
+        .into_response()
+    }
+}
+
+async fn css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("assets/console.css"),
+    )
+        .into_response()
+}
+
+async fn script() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("assets/console.js"),
+    )
+        .into_response()
+}

@@ -1,0 +1,192 @@
+//! `GET /console/trace?pedido=<id>`: one order across the services. Every outbox row any
+//! service wrote about it (in each service's own database), with the trace and span it
+//! carries (`cabeceras`), in the order they were written; the trace ids found; its saga; and
+//! its dead letters.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::response::Html;
+use entrega::db::query;
+use entrega::dlq::DlqFilter;
+use entrega_core::{Headers, TraceContext, TRACEPARENT};
+
+use super::html::{esc, failure, query_value, table, Section};
+use super::Console;
+
+/// Most rows read from one service's outbox for one order.
+const ROWS_PER_SERVICE: i64 = 500;
+
+/// An outbox row as read: tipo, agregado_id, creado_en, publicado_en, cabeceras.
+type StoredRow = (String, String, String, Option<String>, Option<String>);
+
+/// One outbox row about the order.
+struct Row {
+    service: &'static str,
+    created: String,
+    published: Option<String>,
+    kind: String,
+    aggregate_id: String,
+    trace: Option<TraceContext>,
+}
+
+pub(super) async fn page_for(console: &Console, order: &str) -> String {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut notes = String::new();
+    // `\` escapes LIKE's wildcards in the id on both backends.
+    let pattern = format!(
+        "%\"{}\"%",
+        order
+            .replace('\\', "\\\\")
+            .replace('%', "\\%")
+            .replace('_', "\\_")
+    );
+    for (service, db) in &console.trace_dbs {
+        let found: Result<Vec<StoredRow>, _> = db
+            .fetch_all(
+                query(
+                    "SELECT tipo, agregado_id, CAST(creado_en AS TEXT), \
+                            CAST(publicado_en AS TEXT), CAST(cabeceras AS TEXT) \
+                     FROM outbox \
+                     WHERE agregado_id = $1 OR CAST(carga AS TEXT) LIKE $2 ESCAPE '\\' \
+                     ORDER BY creado_en LIMIT $3",
+                )
+                .bind(order)
+                .bind(pattern.as_str())
+                .bind(ROWS_PER_SERVICE),
+            )
+            .await;
+        match found {
+            Ok(found) => rows.extend(found.into_iter().map(
+                |(kind, aggregate_id, created, published, headers)| Row {
+                    service: service.name(),
+                    created,
+                    published,
+                    kind,
+                    aggregate_id,
+                    trace: headers.and_then(|h| {
+                        Headers::from_json_object(&h)
+                            .get(TRACEPARENT)
+                            .and_then(|t| TraceContext::parse(t).ok())
+                    }),
+                },
+            )),
+            Err(e) => notes.push_str(&failure(&format!("outbox de {}", service.name()), &e)),
+        }
+    }
+    rows.sort_by(|a, b| a.created.cmp(&b.created));
+    let mut traces: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &rows {
+        let key = r
+            .trace
+            .map_or_else(|| "(sin traza)".to_owned(), |t| t.trace_id());
+        *traces.entry(key).or_default() += 1;
+    }
+    let mut body = notes;
+    let summary: Vec<Vec<String>> = traces
+        .iter()
+        .map(|(t, n)| {
+            vec![
+                format!("<code data-testid=\"trace-id\">{}</code>", esc(t)),
+                n.to_string(),
+            ]
+        })
+        .collect();
+    body.push_str("<h2>Trazas</h2>\n");
+    body.push_str(&table(
+        "traces",
+        &["traza", "eventos"],
+        &summary,
+        "Ningún evento de este pedido.",
+    ));
+    let table_rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                esc(&r.created),
+                format!("<span data-testid=\"trace-service\">{}</span>", r.service),
+                esc(&r.kind),
+                esc(&r.aggregate_id),
+                esc(r.published.as_deref().unwrap_or("pendiente")),
+                r.trace
+                    .map_or_else(String::new, |t| format!("<code>{}</code>", t.trace_id())),
+                r.trace
+                    .map_or_else(String::new, |t| format!("<code>{}</code>", t.span_id())),
+            ]
+        })
+        .collect();
+    body.push_str("<h2>Eventos, en el orden en que se escribieron</h2>\n");
+    body.push_str(&table(
+        "trace-events",
+        &[
+            "escrito",
+            "servicio",
+            "tipo",
+            "agregado_id",
+            "publicado",
+            "traza",
+            "span",
+        ],
+        &table_rows,
+        "Ningún servicio escribió eventos de este pedido.",
+    ));
+    match console.sagas.show(order).await {
+        Ok(Some((saga, history))) => body.push_str(&format!(
+            "<p>Saga: <a href=\"/console/sagas/{}\">{}</a>, {} entradas en su historia</p>\n",
+            query_value(&saga.id),
+            saga.status.as_str(),
+            history.len()
+        )),
+        Ok(None) => body.push_str("<p>Sin saga.</p>\n"),
+        Err(e) => body.push_str(&failure("no se pudo leer la saga", &e)),
+    }
+    match console.letters.list(&DlqFilter::all(), true).await {
+        Ok(letters) => {
+            let mine: Vec<Vec<String>> = letters
+                .iter()
+                .filter(|l| l.key.as_deref() == Some(order))
+                .map(|l| {
+                    let id = l.id.to_string();
+                    vec![
+                        format!(
+                            "<a href=\"/console/dlq/letter?id={}\">{}</a>",
+                            query_value(&id),
+                            esc(&id)
+                        ),
+                        esc(l.kind.as_deref().unwrap_or("")),
+                        esc(&l.reason),
+                        l.state().to_owned(),
+                    ]
+                })
+                .collect();
+            body.push_str("<h2>Mensajes muertos</h2>\n");
+            body.push_str(&table(
+                "trace-dlq",
+                &["id", "tipo", "motivo", "estado"],
+                &mine,
+                "Ninguno.",
+            ));
+        }
+        Err(e) => body.push_str(&failure("no se pudieron leer los mensajes muertos", &e)),
+    }
+    body
+}
+
+/// The page: a form for the order id, and what [`page_for`] finds.
+pub(super) async fn page(
+    State(console): State<Arc<Console>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Html<String> {
+    let order = q.get("pedido").map(|p| p.trim()).filter(|p| !p.is_empty());
+    let mut body = format!(
+        "<form class=\"filters\" method=\"get\" action=\"/console/trace\">\
+         <label>pedido <input name=\"pedido\" value=\"{}\"></label>\
+         <button type=\"submit\">Buscar</button></form>\n",
+        esc(order.unwrap_or(""))
+    );
+    if let Some(order) = order {
+        body.push_str(&page_for(&console, order).await);
+    }
+    super::html::page("Traza de un pedido", Section::Trace, &body)
+}
