@@ -96,24 +96,25 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         trace_dbs,
     });
     let routes = Router::new()
-        .route("/", get(pages::overview))
-        .route("/dlq", get(pages::dead_letters))
-        .route("/dlq/letter", get(pages::dead_letter))
-        .route("/sagas", get(pages::sagas))
-        .route("/sagas/{id}", get(pages::saga))
-        .route("/trace", get(trace_view::page))
-        .route("/assets/console.css", get(css))
-        .route("/assets/console.js", get(script))
-        .route("/api/whoami", get(api::whoami))
-        .route("/api/dlq/replay", post(api::replay))
-        .route("/api/dlq/discard", post(api::discard))
-        .route("/api/sagas/{id}/retry", post(api::retry_saga))
+        .route("/console", get(pages::overview))
+        .route("/console/", get(pages::overview))
+        .route("/console/dlq", get(pages::dead_letters))
+        .route("/console/dlq/letter", get(pages::dead_letter))
+        .route("/console/sagas", get(pages::sagas))
+        .route("/console/sagas/{id}", get(pages::saga))
+        .route("/console/trace", get(trace_view::page))
+        .route("/console/assets/console.css", get(css))
+        .route("/console/assets/console.js", get(script))
+        .route("/console/api/whoami", get(api::whoami))
+        .route("/console/api/dlq/replay", post(api::replay))
+        .route("/console/api/dlq/discard", post(api::discard))
+        .route("/console/api/sagas/{id}/retry", post(api::retry_saga))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
             readers,
         ))
         .with_state(console);
-    Ok(Router::new().nest("/console", routes))
+    Ok(routes)
 }
 
 /// Lets loopback clients read; others need a token for anything.

@@ -125,7 +125,7 @@ async fn lag_section(console: &Console) -> String {
                         rows.push(vec![
                             esc(&g.group),
                             esc(&g.topic),
-                            "-".to_owned(),
+                            g.queues.len().to_string(),
                             g.ready.to_string(),
                             g.unacked.map_or_else(|| "-".to_owned(), |u| u.to_string()),
                             g.dead_letters.ready.to_string(),
@@ -140,7 +140,7 @@ async fn lag_section(console: &Console) -> String {
             &[
                 "grupo",
                 "tema",
-                "partición",
+                "colas",
                 "listos",
                 "sin confirmar",
                 "muertos",
@@ -154,17 +154,21 @@ async fn lag_section(console: &Console) -> String {
         match lag_report(inspector.as_ref(), &[group.to_owned()], &[topic.to_owned()]).await {
             Ok(report) => {
                 for g in report.groups {
-                    for p in g.partitions {
-                        rows.push(vec![
-                            esc(&g.group),
-                            esc(&g.topic),
-                            p.partition.to_string(),
-                            p.committed
-                                .map_or_else(|| "-".to_owned(), |c| c.to_string()),
-                            p.end.to_string(),
-                            format!("<span data-testid=\"lag-value\">{}</span>", p.lag),
-                        ]);
-                    }
+                    let behind: Vec<String> = g
+                        .partitions
+                        .iter()
+                        .filter(|p| p.lag > 0)
+                        .map(|p| format!("p{}: {}", p.partition, p.lag))
+                        .collect();
+                    rows.push(vec![
+                        esc(&g.group),
+                        esc(&g.topic),
+                        g.partitions.len().to_string(),
+                        g.committed.to_string(),
+                        g.end.to_string(),
+                        format!("<span data-testid=\"lag-value\">{}</span>", g.lag),
+                        behind.join(", "),
+                    ]);
                 }
             }
             Err(e) => return failure("no se pudo leer el retraso", &e),
@@ -175,10 +179,11 @@ async fn lag_section(console: &Console) -> String {
         &[
             "grupo",
             "tema",
-            "partición",
+            "particiones",
             "confirmado",
             "final",
             "retraso",
+            "particiones con retraso",
         ],
         &rows,
         "Ningún tema tiene registros todavía.",
