@@ -13,6 +13,7 @@ use common::pg_server;
 use common::process::{Deployment, Km0};
 use common::proxy::Proxy;
 use common::state::{eventually, order, place};
+use entrega::db::query;
 use entrega::rpc::RpcClient;
 use km0::services::pagos::AUTHORISATIONS;
 use km0::services::pedidos::PARTITIONS;
@@ -256,6 +257,63 @@ async fn readiness_follows_the_database_on_postgres() {
     })
     .await;
 
+    running.stop().await.unwrap();
+    system.destroy().await.unwrap();
+}
+
+/// `/readyz` turns 503 when a database answers but its schema is behind this build (as a
+/// database restored from an older backup would be), naming the set, and 200 once it is
+/// current again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_needs_the_schema_this_build_migrates_to() {
+    let system = common::test_system("sqlite");
+    let mut components = Components::none("pedidos-schema");
+    components.pedidos = true;
+    let (running, ops) = start_in_process(&system, components).await;
+    assert_eq!(get(ops, "/readyz").await.0, 200);
+
+    let db = system.pedidos().await.unwrap().db().clone();
+    let latest: i64 = db
+        .scalar(query(
+            "SELECT CAST(MAX(version) AS BIGINT) FROM entrega_migrations WHERE set_name = 'outbox'",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let (description, applied): (String, i64) = db
+        .fetch_all(
+            query(
+                "SELECT description, applied_at_ms FROM entrega_migrations \
+                 WHERE set_name = 'outbox' AND version = $1",
+            )
+            .bind(latest),
+        )
+        .await
+        .unwrap()
+        .remove(0);
+    db.execute(
+        query("DELETE FROM entrega_migrations WHERE set_name = 'outbox' AND version = $1")
+            .bind(latest),
+    )
+    .await
+    .unwrap();
+    let (status, body) = get(ops, "/readyz").await;
+    assert_eq!(status, 503, "/readyz with the schema behind: {body}");
+    let expected = format!("outbox at {} of {latest}", latest - 1);
+    assert!(body.contains(&expected), "/readyz names the set: {body}");
+
+    db.execute(
+        query(
+            "INSERT INTO entrega_migrations (set_name, version, description, applied_at_ms) \
+             VALUES ('outbox', $1, $2, $3)",
+        )
+        .bind(latest)
+        .bind(description)
+        .bind(applied),
+    )
+    .await
+    .unwrap();
+    assert_eq!(get(ops, "/readyz").await.0, 200, "current again");
     running.stop().await.unwrap();
     system.destroy().await.unwrap();
 }

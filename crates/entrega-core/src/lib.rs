@@ -75,6 +75,9 @@ pub enum MigrationSet {
 }
 
 impl MigrationSet {
+    /// Every set.
+    pub const ALL: [MigrationSet; 4] = [Self::Outbox, Self::Inbox, Self::Log, Self::Dlq];
+
     /// The name recorded in `entrega_migrations.set_name`.
     pub fn name(self) -> &'static str {
         match self {

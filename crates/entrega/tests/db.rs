@@ -206,6 +206,40 @@ async fn postgres_runs_its_own_text() {
     each_backend_runs_its_own_text(Backend::Postgres).await;
 }
 
+/// `schema_behind` tells a database never migrated, one behind this build and a current one.
+async fn schema_behind_names_what_is_missing(backend: Backend) {
+    let dir = TempDir::new();
+    let fresh = FreshDb::new(backend, &dir, "schema.db").await;
+    let db = &fresh.db;
+    assert_eq!(
+        db.schema_behind().await.unwrap(),
+        vec!["no entrega migrations applied".to_owned()]
+    );
+    db.migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+        .await
+        .unwrap();
+    assert!(db.schema_behind().await.unwrap().is_empty());
+    db.execute(query(
+        "DELETE FROM entrega_migrations WHERE set_name = 'inbox' AND version > 1",
+    ))
+    .await
+    .unwrap();
+    let behind = db.schema_behind().await.unwrap();
+    assert_eq!(behind.len(), 1, "{behind:?}");
+    assert!(behind[0].starts_with("inbox at 1 of "), "{behind:?}");
+    fresh.finish().await;
+}
+
+#[tokio::test]
+async fn sqlite_schema_behind_names_what_is_missing() {
+    schema_behind_names_what_is_missing(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn postgres_schema_behind_names_what_is_missing() {
+    schema_behind_names_what_is_missing(Backend::Postgres).await;
+}
+
 #[tokio::test]
 async fn unknown_urls_are_refused() {
     let err = Db::connect("mysql://x/y").await.unwrap_err();

@@ -1,6 +1,6 @@
 //! The operations endpoint a km0 process serves with `--ops ADDR`: `/metrics` (Prometheus
 //! text format), `/healthz` (the process answers) and `/readyz` (its databases and its broker
-//! answer).
+//! answer, with their schema migrated).
 //!
 //! Counters come from the components' own statistics (`RelayStats`, inventario's
 //! `ConsumerStats`) and gauges from the database at each scrape (the outbox's backlog), so a
@@ -327,6 +327,19 @@ async fn ready(State(sources): State<Arc<OpsSources>>) -> Response {
     for (name, db) in &sources.databases {
         let answered = within(async { db.ping().await.map_err(anyhow::Error::from) }).await;
         if let Err(e) = answered {
+            return unavailable(format!("database {name}: {e:#}\n"));
+        }
+        // Answering is not enough: the schema must be the one this build migrates to.
+        let schema = within(async {
+            let behind = db.schema_behind().await?;
+            if behind.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("schema not current: {}", behind.join(", ")))
+            }
+        })
+        .await;
+        if let Err(e) = schema {
             return unavailable(format!("database {name}: {e:#}\n"));
         }
         lines.push_str(&format!("database {name}: ok\n"));

@@ -200,6 +200,46 @@ impl Db {
         }
     }
 
+    /// What keeps this database's schema from being the one this build expects: every entrega
+    /// set it has applied (`entrega_migrations`) that is behind this build's latest version,
+    /// as `"<set> at <applied> of <latest>"`, or the absence of any applied set. Empty when the
+    /// schema is current. Readiness checks use it: a database restored from an old backup, or
+    /// wiped while a process runs, is not ready even though it answers.
+    pub async fn schema_behind(&self) -> Result<Vec<String>, StoreError> {
+        let applied: Result<Vec<(String, i64)>, StoreError> = self
+            .fetch_all(query(
+                "SELECT set_name, CAST(MAX(version) AS BIGINT) FROM entrega_migrations \
+                 GROUP BY set_name",
+            ))
+            .await;
+        let applied = match applied {
+            Ok(applied) => applied,
+            // No migration table at all: nothing was ever applied here.
+            Err(StoreError::Rejected { .. } | StoreError::Corrupt { .. }) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut behind = Vec::new();
+        for set in MigrationSet::ALL {
+            let Some((_, version)) = applied.iter().find(|(name, _)| name == set.name()) else {
+                continue;
+            };
+            let latest = match &self.pool {
+                Pool::Sqlite(_) => entrega_sqlite::latest_version(set),
+                Pool::Postgres(_) => entrega_postgres::latest_version(set),
+            };
+            if *version < latest {
+                behind.push(format!("{} at {version} of {latest}", set.name()));
+            }
+        }
+        let known = applied
+            .iter()
+            .any(|(name, _)| MigrationSet::ALL.iter().any(|s| s.name() == name));
+        if !known {
+            behind.push("no entrega migrations applied".to_owned());
+        }
+        Ok(behind)
+    }
+
     /// Brings the application's set `name` up to date: every step not yet recorded, in
     /// order, in one transaction, with the runner, lock and record of entrega's own sets.
     /// Several processes may run it at once; each step still runs once.
