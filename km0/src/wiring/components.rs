@@ -411,6 +411,9 @@ fn ready_line(
     }
     if let Some(addr) = ops {
         line.push_str(&format!(" ops={addr}"));
+        if components.console.is_some() {
+            line.push_str(&format!(" console=http://{addr}/console/"));
+        }
     }
     line
 }
