@@ -53,19 +53,9 @@ pub(super) async fn replay(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let operator = match console.operators.require(&headers) {
-        Ok(operator) => operator,
-        Err(refusal) => {
-            tracing::warn!("console replay refused: no valid operator token");
-            return refusal.into_response();
-        }
-    };
-    let body: ReplayBody = match parse(&body) {
-        Ok(body) => body,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let filter = match selection(&body.ids) {
-        Ok(filter) => filter,
+    let (operator, body, filter) = match action::<ReplayBody>(&console, &headers, &body, |b| &b.ids)
+    {
+        Ok(ready) => ready,
         Err(refusal) => return refusal.into_response(),
     };
     let mut options = ReplayOptions::new(operator);
@@ -79,21 +69,30 @@ pub(super) async fn discard(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let operator = match console.operators.require(&headers) {
-        Ok(operator) => operator,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let body: DiscardBody = match parse(&body) {
-        Ok(body) => body,
-        Err(refusal) => return refusal.into_response(),
-    };
-    let filter = match selection(&body.ids) {
-        Ok(filter) => filter,
-        Err(refusal) => return refusal.into_response(),
-    };
+    let (operator, body, filter) =
+        match action::<DiscardBody>(&console, &headers, &body, |b| &b.ids) {
+            Ok(ready) => ready,
+            Err(refusal) => return refusal.into_response(),
+        };
     let mut options = DiscardOptions::new(operator, body.reason);
     options.dry_run = body.dry_run;
     report(console.letters.discard(&filter, &options).await)
+}
+
+/// What every dead-letter action starts with: the operator its token names, its body, and
+/// the dead letters the body names.
+fn action<T: serde::de::DeserializeOwned>(
+    console: &Console,
+    headers: &HeaderMap,
+    body: &[u8],
+    ids: impl Fn(&T) -> &[String],
+) -> Result<(String, T, DlqFilter), Refusal> {
+    let operator = console.operators.require(headers).inspect_err(|r| {
+        tracing::warn!(reason = %r.reason, "console action refused");
+    })?;
+    let body: T = parse(body)?;
+    let filter = selection(ids(&body))?;
+    Ok((operator, body, filter))
 }
 
 /// `POST /console/api/sagas/{id}/retry`: runs a saga waiting for an operator again.

@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use axum::response::Html;
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
 
 use crate::ops::dlq::format_utc;
 
@@ -138,6 +139,21 @@ pub fn failure(what: &str, error: &dyn std::fmt::Display) -> String {
         "<p class=\"error\" role=\"alert\">{}: {}</p>",
         esc(what),
         esc(&error.to_string())
+    )
+}
+
+/// A page that answers `status`: `message` (already HTML) where the content would be.
+pub fn error_page(status: StatusCode, title: &str, active: Section, message: &str) -> Response {
+    (status, page(title, active, message)).into_response()
+}
+
+/// A 400 page saying why the request is not valid.
+pub fn bad_request(reason: &str) -> Response {
+    error_page(
+        StatusCode::BAD_REQUEST,
+        "Petición no válida",
+        Section::Overview,
+        &format!("<p class=\"error\" role=\"alert\">{}</p>", esc(reason)),
     )
 }
 

@@ -1,7 +1,7 @@
 //! The web console: what an operator looks at and acts on, served by any km0 process with
 //! `--console` on its operations endpoint (`/console/`), by `km0 up` by default.
 //!
-//! - pages (server-rendered HTML, [`pages`]): the outbox and consumer lag at a glance, dead
+//! - pages (server-rendered HTML: [`overview`], [`dlq_pages`], [`saga_pages`], [`trace_view`]): the outbox and consumer lag at a glance, dead
 //!   letters (browse, filter, show), order sagas (list, timeline) and the trace of one order
 //!   across the services;
 //! - actions (JSON, [`api`]): replay a dead letter (with a dry run), discard one with a
@@ -14,9 +14,11 @@
 
 mod api;
 pub mod auth;
+mod dlq_pages;
 mod html;
 mod letters;
-mod pages;
+mod overview;
+mod saga_pages;
 mod trace_view;
 
 use std::net::SocketAddr;
@@ -96,12 +98,12 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         trace_dbs,
     });
     let routes = Router::new()
-        .route("/console", get(pages::overview))
-        .route("/console/", get(pages::overview))
-        .route("/console/dlq", get(pages::dead_letters))
-        .route("/console/dlq/letter", get(pages::dead_letter))
-        .route("/console/sagas", get(pages::sagas))
-        .route("/console/sagas/{id}", get(pages::saga))
+        .route("/console", get(overview::overview))
+        .route("/console/", get(overview::overview))
+        .route("/console/dlq", get(dlq_pages::dead_letters))
+        .route("/console/dlq/letter", get(dlq_pages::dead_letter))
+        .route("/console/sagas", get(saga_pages::sagas))
+        .route("/console/sagas/{id}", get(saga_pages::saga))
         .route("/console/trace", get(trace_view::page))
         .route("/console/assets/console.css", get(css))
         .route("/console/assets/console.js", get(script))
