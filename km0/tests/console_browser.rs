@@ -63,26 +63,10 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     std::fs::create_dir_all(&shots).unwrap();
 
     let deployment = Deployment::new("sqlite", 1_000);
-    let args = [
-        "--saga",
-        "--console-token",
-        &format!("ana:{TOKEN}"),
-        "up",
-        "--http",
-        "127.0.0.1:0",
-        "--pasarela",
-        "127.0.0.1:0",
-        "--ops",
-        "127.0.0.1:0",
-    ]
-    .map(str::to_owned);
-    let mut up = deployment.spawn_args("up-1", "", &args);
-    let ready = up.wait_ready().await;
-    let ops = ready
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ops="))
-        .expect("ops= in the ready line")
-        .to_owned();
+    let token = format!("ana:{TOKEN}");
+    let (up, ops) = deployment
+        .start_up("up-1", &["--saga", "--console-token", &token])
+        .await;
 
     // A saga to look at.
     place(

@@ -26,18 +26,7 @@ fn order(id: &str, city: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn km0_up_with_the_saga_takes_an_order_to_its_end() {
     let deployment = Deployment::new("sqlite", 1_000);
-    let args = [
-        "--saga",
-        "up",
-        "--http",
-        "127.0.0.1:0",
-        "--pasarela",
-        "127.0.0.1:0",
-        "--ops",
-        "127.0.0.1:0",
-    ]
-    .map(str::to_owned);
-    let mut up = deployment.spawn_args("up-1", "", &args);
+    let (mut up, ops) = deployment.start_up("up-1", &["--saga"]).await;
     let ready = up.wait_ready().await;
     for part in [
         "pagos",
@@ -49,10 +38,6 @@ async fn km0_up_with_the_saga_takes_an_order_to_its_end() {
         assert!(ready.contains(part), "{ready}");
     }
     // The operations endpoint of `km0 up` checks every database the process uses.
-    let ops = ready
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ops="))
-        .expect("ops= in the ready line");
     let readyz = reqwest::get(format!("http://{ops}/readyz")).await.unwrap();
     assert_eq!(readyz.status().as_u16(), 200);
     let body = readyz.text().await.unwrap();

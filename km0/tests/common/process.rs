@@ -193,6 +193,33 @@ impl Deployment {
             .unwrap_or_else(|e| panic!("km0 {args:?}: {e}"))
     }
 
+    /// Starts `km0 <global> up` with every address picked free (pedidos, the gateway, the
+    /// operations endpoint), waits for its ready line and returns it with the endpoint's
+    /// address.
+    pub async fn start_up(&self, instance: &str, global: &[&str]) -> (Km0, String) {
+        let mut args: Vec<String> = global.iter().map(|a| (*a).to_owned()).collect();
+        args.extend(
+            [
+                "up",
+                "--http",
+                "127.0.0.1:0",
+                "--pasarela",
+                "127.0.0.1:0",
+                "--ops",
+                "127.0.0.1:0",
+            ]
+            .map(str::to_owned),
+        );
+        let mut up = self.spawn_args(instance, "", &args);
+        let ready = up.wait_ready().await;
+        let ops = ready
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("ops="))
+            .expect("ops= in the ready line")
+            .to_owned();
+        (up, ops)
+    }
+
     /// Starts a component without failpoints and waits for its ready line.
     pub async fn start(&self, component: &str, instance: &str) -> Km0 {
         let mut process = self.spawn(component, instance, "");
