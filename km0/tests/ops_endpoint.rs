@@ -16,7 +16,7 @@ use common::state::{eventually, order, place};
 use entrega::db::query;
 use entrega::rpc::RpcClient;
 use km0::services::pagos::AUTHORISATIONS;
-use km0::services::pedidos::PARTITIONS;
+use km0::services::pedidos::{PARTITIONS, TOPIC};
 use km0::wiring::config::{DataPlace, Databases};
 use km0::wiring::{Components, System};
 use serde_json::json;
@@ -35,10 +35,32 @@ fn ops_addr(line: &str) -> SocketAddr {
 }
 
 async fn start_with_ops(deployment: &Deployment, component: &str) -> (Km0, SocketAddr) {
+    start_failing(deployment, component, &format!("{component}-1"), "").await
+}
+
+/// `component` as `instance` with `failpoints`, its endpoint on a free port.
+async fn start_failing(
+    deployment: &Deployment,
+    component: &str,
+    instance: &str,
+    failpoints: &str,
+) -> (Km0, SocketAddr) {
     let extra = ["--ops".to_owned(), "127.0.0.1:0".to_owned()];
-    let mut process = deployment.spawn_with(component, &format!("{component}-1"), "", &extra);
+    let mut process = deployment.spawn_with(component, instance, failpoints, &extra);
     let line = process.wait_ready().await;
     (process, ops_addr(&line))
+}
+
+/// The sum of the group's `km0_consumer_lag` samples, once any is reported.
+async fn group_lag(addr: SocketAddr, group: &str) -> Option<f64> {
+    let text = metrics(addr).await;
+    let group = format!("group=\"{group}\"");
+    let lags: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("km0_consumer_lag{") && l.contains(&group))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    (!lags.is_empty()).then(|| lags.iter().sum())
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -128,13 +150,33 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
         Some(0.0)
     );
 
+    // A first consumer applies every order but never commits an offset: the lag it reports
+    // is every record. The second one gets them all again, absorbs them as duplicates and
+    // commits: the lag falls to zero.
+    let failpoint = format!("{}=error", entrega::failpoint::WORKER_BEFORE_COMMIT);
+    let (stuck, stuck_ops) =
+        start_failing(&deployment, "inventario", "inventario-stuck", &failpoint).await;
+    until_sample(stuck_ops, "km0_inventario_applied_total", ORDERS as f64).await;
+    eventually(SETTLE, "the uncommitted records counted as lag", || async {
+        let published = state.broker.topic_total(TOPIC).await.unwrap() as f64;
+        (group_lag(stuck_ops, "inventario").await == Some(published)).then_some(())
+    })
+    .await;
+    stuck.terminate().await;
+
     let (inventario, inventario_ops) = start_with_ops(&deployment, "inventario").await;
     until_sample(
         inventario_ops,
-        "km0_inventario_applied_total",
+        "km0_inventario_duplicates_total",
         ORDERS as f64,
     )
     .await;
+    let text = metrics(inventario_ops).await;
+    assert_eq!(
+        sample(&text, "km0_inventario_applied_total"),
+        Some(0.0),
+        "nothing applied twice"
+    );
     assert_eq!(
         state.keys().await.len(),
         ORDERS,
@@ -174,13 +216,7 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
         "a histogram with buckets: {relay_text}"
     );
     eventually(SETTLE, "the group's lag back to zero", || async {
-        let text = metrics(inventario_ops).await;
-        let lags: Vec<f64> = text
-            .lines()
-            .filter(|l| l.starts_with("km0_consumer_lag{") && l.contains("group=\"inventario\""))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse().ok())
-            .collect();
-        (!lags.is_empty() && lags.iter().all(|l| *l == 0.0)).then_some(())
+        (group_lag(inventario_ops, "inventario").await == Some(0.0)).then_some(())
     })
     .await;
     let committed: i64 = state.committed().await.values().sum();
