@@ -248,15 +248,17 @@ pub(super) async fn run_handler(
 
 /// The span of one delivery, named for what it does, with the trace fields of
 /// [`crate::trace`]: open while its handler call runs.
+/// Field values are only computed when a subscriber wants the span.
 fn message_span(group: &str, msg: &Message) -> tracing::Span {
-    let parent = crate::trace::carried(&msg.headers);
     tracing::info_span!(
         "consume",
         otel.name = %format!("consume {}", msg.kind()),
         otel.kind = "consumer",
         trace_id = %msg.trace.trace_id(),
         span_id = %msg.trace.span_id(),
-        parent_span_id = %parent.map(|p| p.span_id()).unwrap_or_default(),
+        parent_span_id = %crate::trace::carried(&msg.headers)
+            .map(|p| p.span_id())
+            .unwrap_or_default(),
         group,
         topic = %msg.topic,
         partition = msg.partition,
