@@ -9,6 +9,7 @@ mod error;
 pub mod failpoint;
 mod handler_error;
 pub mod headers;
+mod held;
 mod inspect;
 mod lease;
 pub mod migration;
@@ -33,6 +34,7 @@ pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, D
 pub use error::{StoreError, TransportError};
 pub use handler_error::{ErrorClass, HandlerError};
 pub use headers::Headers;
+pub use held::{HeldId, HeldLetter, HeldLetterStore, HeldRow};
 pub use inspect::{group_lag, LogInspector, PartitionLag};
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
 pub use outbox::{

@@ -92,6 +92,13 @@ const INBOX: &[Migration<'static>] = &[
             "../migrations/inbox/0004_requests.sql"
         ))],
     },
+    Migration {
+        version: 5,
+        description: "entrega_retenidos: dead letters the broker refused, held for an operator",
+        steps: &[Step::Sql(include_str!(
+            "../migrations/inbox/0005_held_letters.sql"
+        ))],
+    },
 ];
 
 const LOG: &[Migration<'static>] = &[Migration {

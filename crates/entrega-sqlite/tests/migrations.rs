@@ -40,7 +40,7 @@ async fn migrating_again_and_concurrently_changes_nothing() {
             ("inbox".into(), 1),
             ("inbox".into(), 2),
             ("inbox".into(), 3),
-            ("inbox".into(), 4),
+            ("inbox".into(), 5),
             ("log".into(), 1),
             ("outbox".into(), 1),
             ("outbox".into(), 2),
@@ -75,7 +75,7 @@ async fn only_the_requested_sets_are_created() {
             ("inbox".into(), 1),
             ("inbox".into(), 2),
             ("inbox".into(), 3),
-            ("inbox".into(), 4)
+            ("inbox".into(), 5)
         ]
     );
 

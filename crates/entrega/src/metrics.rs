@@ -27,6 +27,15 @@ pub const RPC_SERVED: &str = "entrega_rpc_server_requests_total";
 /// it gave none).
 pub const DEAD_LETTERS: &str = "entrega_dead_letters_total";
 
+/// Counter, label `group`: dead letters the broker refused, held in the consumer's database
+/// (`entrega_retenidos`) for an operator to send on.
+pub const HELD_LETTERS: &str = "entrega_dead_letters_held_total";
+
+/// Counts one held dead letter of `group`.
+pub(crate) fn held_letter(group: &str) {
+    metrics::counter!(HELD_LETTERS, "group" => group.to_owned()).increment(1);
+}
+
 /// Counts one dead letter of `group`.
 pub(crate) fn dead_letter(group: &str, reason: &entrega_core::DeadReason) {
     metrics::counter!(

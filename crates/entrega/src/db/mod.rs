@@ -36,7 +36,7 @@ mod tx;
 use std::sync::Arc;
 use std::time::Duration;
 
-use entrega_core::{DlqStore, MigrationSet, ParkingStore, StoreError};
+use entrega_core::{DlqStore, HeldLetterStore, MigrationSet, ParkingStore, StoreError};
 use entrega_postgres::{PgDlqStore, PgInbox, PgOutbox, PgParking};
 use entrega_sqlite::{SqliteDlqStore, SqliteInbox, SqliteOutbox, SqliteParking};
 use sqlx::{PgPool, SqlitePool};
@@ -270,6 +270,12 @@ impl Db {
             Pool::Sqlite(pool) => Arc::new(SqliteParking::new(pool.clone())),
             Pool::Postgres(pool) => Arc::new(PgParking::new(pool.clone())),
         }
+    }
+
+    /// Where the worker holds dead letters the broker refused (needs
+    /// [`MigrationSet::Inbox`]).
+    pub fn held_letters(&self) -> Arc<dyn HeldLetterStore> {
+        Arc::new(crate::dlq::DbHeldLetters::new(self.clone()))
     }
 
     /// Operator state of dead letters (needs [`MigrationSet::Dlq`]).

@@ -22,6 +22,7 @@
 mod compose;
 mod error;
 mod filter;
+mod held;
 mod letter;
 #[cfg(feature = "amqp")]
 mod queue;
@@ -40,6 +41,7 @@ pub(crate) use compose::truncate;
 pub use compose::{dead_letter_of, set_origin, MAX_REASON_BYTES, ORIGIN_HEADERS};
 pub use error::DlqError;
 pub use filter::DlqFilter;
+pub use held::{send_held, DbHeldLetters, SentHeld};
 pub use letter::{reason_class, DeadLetter, Origin};
 #[cfg(feature = "amqp")]
 pub use queue::QueueDeadLetters;

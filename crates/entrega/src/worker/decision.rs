@@ -31,6 +31,9 @@ pub(super) enum Decision {
     Ignore,
     /// Set aside for an operator, with the reason.
     Dead(DeadReason),
+    /// A dead letter the broker refused, held in the consumer's database: final for this
+    /// offset.
+    Held(DeadReason),
     /// Already final before this delivery: nothing to do, nothing to count again.
     Skip,
     /// Try again; the retry strategy says where (in place, the retry topic, parking).

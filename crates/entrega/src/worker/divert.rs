@@ -10,6 +10,7 @@ use entrega_core::{OutgoingMessage, ParkedRecord, TransportError};
 
 use super::dead_letter::{dead_letter, publish_set_aside};
 use super::decision::{Decision, Failure};
+use super::held::{settle_refused, Settled};
 use super::item::Item;
 use super::retry::{retry_message, Role};
 use super::{RetryStrategy, Worker};
@@ -73,6 +74,7 @@ pub(super) async fn divert(
             _ => {}
         }
     }
+    let mut refused = Vec::new();
     for (indexes, published) in outgoing.send(worker).await {
         if let Err(e) = &published {
             tracing::warn!(error = %e, "setting messages aside failed; retrying them in place");
@@ -86,9 +88,14 @@ pub(super) async fn divert(
                 (Ok(()), Decision::Retry(_)) => *decision = Decision::Deferred,
                 // A retry that could not be sent stays a retry, now in place.
                 (Ok(()), _) | (Err(_), Decision::Retry(_)) => {}
+                // Tried alone next, and held if the broker refuses it for good.
+                (Err(_), Decision::Dead(_)) if worker.held.is_some() => refused.push(k),
                 (Err(e), _) => *decision = Decision::retry(cfg.backoff.delay(attempt), e),
             }
         }
+    }
+    if !refused.is_empty() {
+        settle_dead(worker, items, decisions, &refused).await;
     }
     if parks.is_empty() {
         return;
@@ -111,6 +118,39 @@ pub(super) async fn divert(
             tracing::warn!(error = %e, "parking failed; retrying in place");
             unpark_all(&parks, decisions);
         }
+    }
+}
+
+/// The dead letters at `refused` whose publish failed: each tried alone, then held or
+/// retried in place ([`settle_refused`]).
+async fn settle_dead(
+    worker: &Worker,
+    items: &[&Item],
+    decisions: &mut [Decision],
+    refused: &[usize],
+) {
+    let cfg = &worker.config;
+    let mut at = Vec::new();
+    let mut letters = Vec::new();
+    for &k in refused {
+        if let (Some(item), Some(Decision::Dead(reason))) = (items.get(k), decisions.get(k)) {
+            let letter = dead_letter(cfg, &item.record, item.attempt, reason);
+            at.push(k);
+            letters.push((&item.record, item.local_attempt(), letter));
+        }
+    }
+    let settled = settle_refused(worker, letters).await;
+    for (k, outcome) in at.into_iter().zip(settled) {
+        let attempt = items.get(k).map_or(1, |item| item.local_attempt());
+        let Some(decision) = decisions.get_mut(k) else {
+            continue;
+        };
+        *decision = match (std::mem::replace(decision, Decision::NotAttempted), outcome) {
+            (Decision::Dead(reason), Settled::Held) => Decision::Held(reason),
+            (Decision::Dead(reason), Settled::Published) => Decision::Dead(reason),
+            (_, Settled::Again(e)) => Decision::retry(cfg.backoff.delay(attempt), e),
+            (other, _) => other,
+        };
     }
 }
 

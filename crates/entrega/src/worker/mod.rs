@@ -4,7 +4,9 @@
 //! - `Ok` → **ack**: the offset advances.
 //! - permanent error, malformed envelope, unknown `tipo` → **dead letter**: the original
 //!   payload goes to `<topic>.dlq` with headers `intentos`, `motivo` and the origin headers;
-//!   the offset advances only once that publish is confirmed.
+//!   the offset advances only once that publish is confirmed. A dead letter the broker
+//!   refuses for good (too large, its topic missing) or for too long is held in the
+//!   consumer's database instead ([`Worker::with_held_letters`]), so the partition goes on.
 //! - transient error (a panic, a handler past its timeout) → **retry**, by the subscription's
 //!   [`RetryStrategy`]: in place (the partition is rewound to the message and paused for the
 //!   backoff; later messages of that partition wait), through `<topic>.retry` (the partition
@@ -25,6 +27,7 @@ mod chains;
 mod dead_letter;
 mod decision;
 mod divert;
+mod held;
 mod item;
 mod keyed;
 mod panics;
@@ -39,8 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use entrega_core::{
-    Clock, Limits, ParkingStore, Publisher, SideQueues, Subscriber, SystemClock, TopicAdmin,
-    TransportError,
+    Clock, HeldLetterStore, Limits, ParkingStore, Publisher, SideQueues, Subscriber, SystemClock,
+    TopicAdmin, TransportError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -161,6 +164,7 @@ pub struct Worker {
     publisher: Arc<dyn Publisher>,
     admin: Option<Arc<dyn TopicAdmin>>,
     parking: Option<Arc<dyn ParkingStore>>,
+    held: Option<Arc<dyn HeldLetterStore>>,
     side: Option<Arc<dyn SideQueues>>,
     clock: Arc<dyn Clock>,
     router: Router,
@@ -190,6 +194,7 @@ impl Worker {
             publisher,
             admin: None,
             parking: None,
+            held: None,
             side: None,
             clock: Arc::new(SystemClock),
             router,
@@ -208,6 +213,14 @@ impl Worker {
     /// consumer's own database (e.g. `PgParking`, `SqliteParking`).
     pub fn with_parking(mut self, parking: Arc<dyn ParkingStore>) -> Self {
         self.parking = Some(parking);
+        self
+    }
+
+    /// Where dead letters the broker refuses are held: a store in the consumer's own
+    /// database ([`Db::held_letters`](crate::Db::held_letters)). Without one, such a letter
+    /// is retried in place, and its partition waits.
+    pub fn with_held_letters(mut self, held: Arc<dyn HeldLetterStore>) -> Self {
+        self.held = Some(held);
         self
     }
 

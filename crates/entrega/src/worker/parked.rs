@@ -13,6 +13,7 @@ use futures::stream::{self, StreamExt};
 
 use super::dead_letter::{dead_letter, publish_set_aside};
 use super::decision::Decision;
+use super::held::{settle_refused, Settled};
 use super::item::{route, run_handler, Item, Target};
 use super::retry::Role;
 use super::session::Session;
@@ -154,12 +155,16 @@ async fn drain_key(worker: &Worker, partition: u32, key: Option<&str>) -> Draine
             tracing::warn!(partition, offset, error = %e, "removing a parked record failed");
             return Drained::Waiting;
         }
-        if let Decision::Dead(reason) = &final_outcome {
+        if let Decision::Dead(reason) | Decision::Held(reason) = &final_outcome {
             crate::metrics::dead_letter(&worker.config.group, reason);
+        }
+        if matches!(final_outcome, Decision::Held(_)) {
+            crate::metrics::held_letter(&worker.config.group);
+            WorkerStats::bump(&worker.stats.held);
         }
         WorkerStats::bump(match final_outcome {
             Decision::Ignore => &worker.stats.ignored,
-            Decision::Dead(_) => &worker.stats.dead_lettered,
+            Decision::Dead(_) | Decision::Held(_) => &worker.stats.dead_lettered,
             _ => &worker.stats.acked,
         });
     }
@@ -207,9 +212,19 @@ async fn try_head(worker: &Worker, head: ParkedRecord, now_ms: i64) -> Option<De
         Decision::Ack | Decision::Ignore | Decision::Skip => Some(decision),
         Decision::Dead(reason) => {
             let letter = dead_letter(cfg, &item.record, item.attempt, &reason);
-            match publish_set_aside(worker, &[letter]).await {
-                Ok(()) => Some(Decision::Dead(reason)),
-                Err(e) => {
+            let outcome = match publish_set_aside(worker, std::slice::from_ref(&letter)).await {
+                Ok(()) => Settled::Published,
+                Err(_) if worker.held.is_some() => {
+                    let refused = vec![(&item.record, item.attempt, letter)];
+                    let mut settled = settle_refused(worker, refused).await;
+                    settled.pop().unwrap_or(Settled::Again(String::new()))
+                }
+                Err(e) => Settled::Again(e.to_string()),
+            };
+            match outcome {
+                Settled::Published => Some(Decision::Dead(reason)),
+                Settled::Held => Some(Decision::Held(reason)),
+                Settled::Again(e) => {
                     tracing::warn!(error = %e, "dead-letter publish of a parked record failed");
                     None
                 }

@@ -177,6 +177,12 @@ impl<'w> Session<'w> {
                 WorkerStats::bump(&stats.dead_lettered);
                 crate::metrics::dead_letter(&self.worker.config.group, reason);
             }
+            Decision::Held(reason) => {
+                WorkerStats::bump(&stats.dead_lettered);
+                WorkerStats::bump(&stats.held);
+                crate::metrics::dead_letter(&self.worker.config.group, reason);
+                crate::metrics::held_letter(&self.worker.config.group);
+            }
             Decision::Skip => WorkerStats::bump(&stats.skipped),
             Decision::Deferred => {
                 WorkerStats::bump(&stats.retried);

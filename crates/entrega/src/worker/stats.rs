@@ -9,6 +9,9 @@ pub struct WorkerStats {
     pub acked: AtomicU64,
     /// Messages set aside in the dead-letter topic (offset advanced).
     pub dead_lettered: AtomicU64,
+    /// Dead letters the broker refused, held in the consumer's database instead (also
+    /// counted in `dead_lettered`).
+    pub held: AtomicU64,
     /// Transient failures that were scheduled for another attempt (any strategy).
     pub retried: AtomicU64,
     /// Messages sent to the retry topic or the delay queues
@@ -40,6 +43,11 @@ impl WorkerStats {
     /// Messages dead-lettered so far.
     pub fn dead_lettered(&self) -> u64 {
         self.dead_lettered.load(Ordering::Relaxed)
+    }
+
+    /// Dead letters held in the consumer's database so far.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Retries scheduled so far.
