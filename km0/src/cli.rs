@@ -334,6 +334,15 @@ pub enum OutboxCommand {
         /// The row's id (`id_evento`).
         id: uuid::Uuid,
     },
+    /// The latest releases, newest first: when, by which operating-system user, which row.
+    Audit {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `km0 demo`.
@@ -490,6 +499,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Outbox { command } => match command {
             OutboxCommand::Status { json } => crate::ops::outbox::status(&system, json).await?,
             OutboxCommand::Release { id } => crate::ops::outbox::release(&system, id).await?,
+            OutboxCommand::Audit { limit, json } => {
+                crate::ops::outbox::audit(&system, limit, json).await?
+            }
         },
         Command::Demo(args) => {
             let options = DemoOptions {

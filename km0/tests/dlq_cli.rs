@@ -154,15 +154,7 @@ async fn tend_the_dead_letters(broker_url: &str, patience: Duration) {
     // Fix the cause, then replay: each order is applied once, and only once.
     d.add_product("queso-azul", 10).await;
     let replayed = d
-        .json(&[
-            "dlq",
-            "replay",
-            "--motivo",
-            "queso-azul",
-            "--operator",
-            "ana",
-            "--json",
-        ])
+        .json(&["dlq", "replay", "--motivo", "queso-azul", "--json"])
         .await;
     assert_eq!(
         replayed["applied"].as_array().unwrap().len(),
@@ -287,7 +279,21 @@ async fn tend_the_dead_letters(broker_url: &str, patience: Duration) {
             row("replay", false, 1, 1, 0),
         ]
     );
-    assert_eq!(audit[2].operator, "ana");
+    // The operator is the user the system says runs the command; there is no flag to
+    // claim another name.
+    let os_user = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    let os_user = String::from_utf8(os_user.stdout).unwrap();
+    assert!(
+        audit.iter().all(|r| r.operator == os_user.trim()),
+        "{audit:?}"
+    );
+    let (code, _, stderr) = d
+        .km0(&["dlq", "replay", "--motivo", "x", "--operator", "mallory"])
+        .await;
+    assert_eq!(code, 2, "{stderr}");
     assert!(audit[1].detail.as_deref() == Some("tipo retirado"));
     assert!(audit.iter().all(|r| !r.operator.is_empty() && r.at_ms > 0));
     let final_stats = d.json(&["dlq", "stats", "--json"]).await;

@@ -43,6 +43,12 @@ async fn status_json(dep: &Deployment) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+async fn audit_json(dep: &Deployment) -> Value {
+    let out = dep.cli(&["outbox", "audit", "--json"]).await;
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 async fn pending_row(state: &DbState, id: Uuid) -> bool {
     let sql = format!("SELECT COUNT(*) FROM outbox WHERE id = '{id}' AND publicado_en IS NULL");
     count(&state.pedidos, &sql).await == 1
@@ -123,6 +129,11 @@ async fn a_row_refused_for_good_is_held_shown_and_released_while_orders_flow() {
             status["blocked"],
             "{backend}"
         );
+        assert_eq!(
+            audit_json(&dep).await,
+            json!([]),
+            "a refused release was audited"
+        );
 
         // The cause fixed, the row released: it goes out, then its aggregate's next event.
         state
@@ -135,6 +146,21 @@ async fn a_row_refused_for_good_is_held_shown_and_released_while_orders_flow() {
             .cli(&["outbox", "release", &factura[0].id.to_string()])
             .await;
         assert!(release.status.success(), "{release:?}");
+        // Audited in pedidos' database, under the user the system says ran it.
+        let audit = audit_json(&dep).await;
+        let os_user = std::process::Command::new("id")
+            .arg("-un")
+            .output()
+            .unwrap();
+        let os_user = String::from_utf8(os_user.stdout).unwrap();
+        assert_eq!(audit.as_array().map(Vec::len), Some(1), "{audit}");
+        assert_eq!(audit[0]["action"], "outbox_release");
+        assert_eq!(audit[0]["operator"], os_user.trim());
+        assert_eq!(audit[0]["filter"], format!("--id {}", factura[0].id));
+        assert_eq!(
+            (audit[0]["applied"].as_u64(), audit[0]["dry_run"].as_bool()),
+            (Some(1), Some(false))
+        );
         let want = vec![factura[0].id, factura[1].id];
         eventually(HELD_WITHIN, "the factura events published", || async {
             (ids_on(&state, MISSING_TOPIC).await == want).then_some(())

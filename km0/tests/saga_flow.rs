@@ -225,7 +225,7 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
     assert_eq!(shown["motivo"], "ciudad_no_cubierta: Lleida");
     let (ok, text) = km0(&["show", "P-ok"]);
     assert!(ok && text.contains("completada"), "{text}");
-    let (ok, _) = km0(&["retry", "P-ok", "--operador", "ana"]);
+    let (ok, _) = km0(&["retry", "P-ok"]);
     assert!(!ok, "a completed saga waits for no operator");
     let (ok, _) = km0(&["show", "P-nada"]);
     assert!(!ok, "an unknown saga is an error");

@@ -127,6 +127,11 @@ pub enum DlqAction {
     Replay,
     /// Dead letters discarded.
     Discard,
+    /// Dead letters the broker had refused, held in a consumer's database, sent on.
+    SendHeld,
+    /// An outbox row the transport refused, released from holding for the relay to try
+    /// again.
+    OutboxRelease,
 }
 
 impl DlqAction {
@@ -135,6 +140,8 @@ impl DlqAction {
         match self {
             Self::Replay => "replay",
             Self::Discard => "discard",
+            Self::SendHeld => "send_held",
+            Self::OutboxRelease => "outbox_release",
         }
     }
 
@@ -143,6 +150,8 @@ impl DlqAction {
         match name {
             "replay" => Some(Self::Replay),
             "discard" => Some(Self::Discard),
+            "send_held" => Some(Self::SendHeld),
+            "outbox_release" => Some(Self::OutboxRelease),
             _ => None,
         }
     }
@@ -389,7 +398,12 @@ mod tests {
         for s in [DeadLetterState::Replayed, DeadLetterState::Discarded] {
             assert_eq!(DeadLetterState::parse(s.as_str()), Some(s));
         }
-        for a in [DlqAction::Replay, DlqAction::Discard] {
+        for a in [
+            DlqAction::Replay,
+            DlqAction::Discard,
+            DlqAction::SendHeld,
+            DlqAction::OutboxRelease,
+        ] {
             assert_eq!(DlqAction::parse(a.as_str()), Some(a));
         }
         assert_eq!(DeadLetterState::parse("pending"), None);

@@ -1,8 +1,10 @@
 //! The operator's commands: the outbox's backlog and parked rows (`km0 outbox`), consumer
 //! lag (`km0 lag`, queue depths on RabbitMQ), dead letters (`km0 dlq`) and the order sagas
-//! (`km0 saga`).
+//! (`km0 saga`). Every action that changes state is recorded under the operating-system user
+//! that ran it ([`identity::os_user`]).
 
 pub mod dlq;
+pub mod identity;
 pub mod lag;
 pub mod outbox;
 pub mod queue_lag;

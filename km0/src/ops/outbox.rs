@@ -21,14 +21,28 @@ pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `km0 outbox release <id>`: releases one row; an unknown or not held row is an error and
-/// nothing changes.
+/// `km0 outbox release <id>`: releases one row, audited under the operating-system user; an
+/// unknown or not held row is an error and nothing changes.
 pub async fn release(system: &System, id: Uuid) -> anyhow::Result<()> {
+    let operator = crate::ops::identity::os_user();
     system
-        .outbox_release(id)
+        .outbox_release(id, &operator)
         .await
         .with_context(|| format!("releasing outbox row {id}"))?;
-    println!("released outbox row {id}: the relay tries it again now");
+    println!("released outbox row {id} (by {operator}): the relay tries it again now");
+    Ok(())
+}
+
+/// `km0 outbox audit`: the latest operator actions on pedidos' outbox, newest first.
+pub async fn audit(system: &System, limit: usize, json: bool) -> anyhow::Result<()> {
+    let store = system
+        .pedidos()
+        .await
+        .context("opening the pedidos database")?;
+    let entries = store.db().dead_letters().audit(limit).await;
+    store.db().close().await;
+    let entries = entries.context("reading the audit")?;
+    print!("{}", crate::ops::dlq::render_audit(&entries, json)?);
     Ok(())
 }
 

@@ -40,9 +40,6 @@ pub enum SagaCommand {
     Retry {
         /// The order id.
         pedido: String,
-        /// Who asks (kept in the saga's history).
-        #[arg(long, env = "USER", default_value = "operador")]
-        operador: String,
     },
 }
 
@@ -67,7 +64,9 @@ pub async fn run(system: &System, command: SagaCommand) -> anyhow::Result<()> {
             json,
         } => list(&sagas, estado, limit, json).await,
         SagaCommand::Show { pedido, json } => show(&sagas, &pedido, json).await,
-        SagaCommand::Retry { pedido, operador } => {
+        SagaCommand::Retry { pedido } => {
+            // Kept in the saga's history: the user the system says runs this command.
+            let operador = crate::ops::identity::os_user();
             sagas
                 .retry(&pedido, &operador)
                 .await

@@ -126,6 +126,11 @@ fn describe() {
         "Order sagas whose compensation failed past its limit: an operator must look."
     );
     describe_gauge!(
+        "km0_dead_letters_held",
+        "Dead letters the broker refused (too large, topic missing), held in the service's \
+         database for an operator (`km0 dlq held`, `km0 dlq send-held`)."
+    );
+    describe_gauge!(
         "km0_consumer_lag",
         "Records of the partition not yet committed by the group (end offset - committed)."
     );
@@ -231,6 +236,19 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
             }
             Err(e) => {
                 return unavailable(format!("reading the sagas failed: {e}\n"));
+            }
+        }
+    }
+    for (service, db) in &sources.databases {
+        if !crate::ops::dlq::HOLDING_SERVICES.contains(service) {
+            continue;
+        }
+        match db.held_letters().count().await {
+            Ok(n) => gauge!("km0_dead_letters_held", "service" => *service).set(n as f64),
+            Err(e) => {
+                return unavailable(format!(
+                    "reading {service}'s held dead letters failed: {e}\n"
+                ));
             }
         }
     }

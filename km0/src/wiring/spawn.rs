@@ -57,8 +57,10 @@ pub(super) fn consumer_worker_keyed(
     config.max_batch = system.max_batch();
     system.retry().apply(&mut config);
     config.retry_partitions = PARTITIONS;
+    // A dead letter the broker refuses is held in the consumer's own database.
     let mut worker = Worker::new(broker.subscriber(), broker.publisher(), router, config)
-        .with_admin(broker.admin());
+        .with_admin(broker.admin())
+        .with_held_letters(db.held_letters());
     // RabbitMQ keeps dead letters (and delayed retries) in the group's own queues.
     if let Some(side) = broker.side_queues() {
         worker = worker.with_side_queues(side);

@@ -265,12 +265,11 @@ impl System {
         status
     }
 
-    /// Releases the parked pedidos outbox row `id` (see [`OutboxMaintenance::release`]).
-    ///
-    /// [`OutboxMaintenance::release`]: entrega_core::OutboxMaintenance::release
-    pub async fn outbox_release(&self, id: uuid::Uuid) -> Result<(), ReleaseError> {
+    /// Releases the parked pedidos outbox row `id`, recorded under `operator` in the same
+    /// transaction ([`entrega::dlq::release_outbox_row`]).
+    pub async fn outbox_release(&self, id: uuid::Uuid, operator: &str) -> Result<(), ReleaseError> {
         let store = self.pedidos().await?;
-        let released = store.db().outbox().maintenance.release(id).await;
+        let released = entrega::dlq::release_outbox_row(store.db(), id, operator).await;
         store.db().close().await;
         released
     }

@@ -26,6 +26,7 @@ mod held;
 mod letter;
 #[cfg(feature = "amqp")]
 mod queue;
+mod release;
 mod replay;
 mod stats;
 
@@ -45,6 +46,7 @@ pub use held::{send_held, DbHeldLetters, SentHeld};
 pub use letter::{reason_class, DeadLetter, Origin};
 #[cfg(feature = "amqp")]
 pub use queue::QueueDeadLetters;
+pub use release::release_outbox_row;
 pub use replay::{
     ActionReport, Applied, DiscardOptions, Refused, ReplayOptions, DEFAULT_MAX_REPLAYS,
 };

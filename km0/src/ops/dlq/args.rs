@@ -58,9 +58,6 @@ pub enum DlqCommand {
         /// Deliver to this consumer group only (other groups acknowledge without handling).
         #[arg(long)]
         group: Option<String>,
-        /// Who replays (default `$USER`).
-        #[arg(long)]
-        operator: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -76,9 +73,23 @@ pub enum DlqCommand {
         /// Print what would be discarded; mark nothing (audited as a dry run).
         #[arg(long)]
         dry_run: bool,
-        /// Who discards (default `$USER`).
+        /// Print JSON.
         #[arg(long)]
-        operator: Option<String>,
+        json: bool,
+    },
+    /// Dead letters the broker refused (too large, topic missing), held in each consumer's
+    /// database so its partition went on.
+    Held {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publishes the held dead letters to their dead-letter topics once the cause is mended;
+    /// each one the broker takes is forgotten, each one it refuses stays held.
+    SendHeld {
+        /// Only this service's consumers: pedidos, inventario, pagos, reparto, catalogo.
+        #[arg(long, value_parser = parse_service)]
+        service: Option<crate::wiring::config::Service>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -155,10 +166,9 @@ fn parse_class(name: &str) -> Result<DeadClass, String> {
     })
 }
 
-/// `--operator`, else `$USER`, else `unknown`.
-pub fn operator(given: Option<&str>) -> String {
-    given
-        .map(str::to_owned)
-        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| "unknown".to_owned())
+fn parse_service(name: &str) -> Result<crate::wiring::config::Service, String> {
+    super::held::CONSUMERS
+        .into_iter()
+        .find(|s| s.name() == name)
+        .ok_or_else(|| format!("unknown service `{name}`"))
 }

@@ -10,6 +10,7 @@
 //! time) exits with code 2 and changes nothing.
 
 mod args;
+mod held;
 mod queue;
 mod render;
 mod time;
@@ -21,9 +22,11 @@ use anyhow::Context as _;
 use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, ReplayOptions};
 use entrega_core::{DlqStore, MigrationSet};
 
-pub use args::{operator, DlqCommand, FilterArgs};
+pub use args::{DlqCommand, FilterArgs};
+pub use held::HOLDING_SERVICES;
 pub use time::{format_utc, parse_time, InvalidTime};
 
+use crate::ops::identity::os_user;
 use crate::wiring::config::Service;
 use crate::wiring::Broker;
 use crate::wiring::{dead_letter_topic, System};
@@ -47,6 +50,15 @@ async fn store_in(db: &Db) -> anyhow::Result<Arc<dyn DlqStore>> {
 
 /// Runs one `km0 dlq` command; a refused request prints why and exits with [`USAGE_EXIT`].
 pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCode> {
+    let held = match command {
+        DlqCommand::Held { json } => Some(held::list(system, json).await),
+        DlqCommand::SendHeld { service, json } => Some(held::send(system, service, json).await),
+        _ => None,
+    };
+    if let Some(outcome) = held {
+        print!("{}", outcome?);
+        return Ok(ExitCode::SUCCESS);
+    }
     let broker = system.broker().await.context("opening the broker")?;
     let db = system
         .databases()
@@ -125,10 +137,9 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             dry_run,
             max_replays,
             group,
-            operator: who,
             json,
         } => {
-            let mut options = ReplayOptions::new(operator(who.as_deref()));
+            let mut options = ReplayOptions::new(os_user());
             options.dry_run = dry_run;
             options.max_replays = max_replays;
             options.group = group;
@@ -139,19 +150,21 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             filter,
             reason,
             dry_run,
-            operator: who,
             json,
         } => {
-            let mut options = DiscardOptions::new(operator(who.as_deref()), reason);
+            let mut options = DiscardOptions::new(os_user(), reason);
             options.dry_run = dry_run;
             let report = tool.discard(&filter.to_filter()?, &options).await?;
             emit(json, &report, render::action_text)
         }
-        DlqCommand::Audit { limit, json } => {
-            let entries = tool.audit(limit).await?;
-            emit(json, &render::audit_json(&entries), |_| {
-                render::audit_text(&entries)
-            })
-        }
+        DlqCommand::Audit { limit, json } => render_audit(&tool.audit(limit).await?, json),
+        DlqCommand::Held { .. } | DlqCommand::SendHeld { .. } => Ok(String::new()),
     }
+}
+
+/// Audit entries as `km0 dlq audit` prints them: lines, or JSON.
+pub fn render_audit(entries: &[entrega_core::DlqAuditEntry], json: bool) -> anyhow::Result<String> {
+    emit(json, &render::audit_json(entries), |_| {
+        render::audit_text(entries)
+    })
 }

@@ -7,8 +7,9 @@ use anyhow::Context as _;
 use entrega::dlq::{DiscardOptions, DlqError, DlqFilter, QueueDeadLetters, ReplayOptions};
 use entrega_core::DlqStore;
 
-use super::args::{operator, DlqCommand, FilterArgs};
+use super::args::{DlqCommand, FilterArgs};
 use super::{emit, render};
+use crate::ops::identity::os_user;
 use crate::services::inventario;
 use crate::wiring::{dead_letter_topic, Broker};
 
@@ -42,7 +43,6 @@ pub(super) async fn execute(
             dry_run,
             max_replays,
             group,
-            operator: who,
             json,
         } => {
             if let Some(other) = group.filter(|g| g != inventario::GROUP) {
@@ -55,7 +55,7 @@ pub(super) async fn execute(
                 }
                 .into());
             }
-            let mut options = ReplayOptions::new(operator(who.as_deref()));
+            let mut options = ReplayOptions::new(os_user());
             options.dry_run = dry_run;
             options.max_replays = max_replays;
             let report = tool
@@ -67,10 +67,9 @@ pub(super) async fn execute(
             filter,
             reason,
             dry_run,
-            operator: who,
             json,
         } => {
-            let mut options = DiscardOptions::new(operator(who.as_deref()), reason);
+            let mut options = DiscardOptions::new(os_user(), reason);
             options.dry_run = dry_run;
             let report = tool
                 .discard(&queue_filter(&tool, &filter)?, &options)
@@ -79,10 +78,10 @@ pub(super) async fn execute(
         }
         DlqCommand::Audit { limit, json } => {
             let entries = tool.audit(limit).await?;
-            emit(json, &render::audit_json(&entries), |_| {
-                render::audit_text(&entries)
-            })
+            super::render_audit(&entries, json)
         }
+        // Answered before the broker's tooling is opened (`super::run`).
+        DlqCommand::Held { .. } | DlqCommand::SendHeld { .. } => Ok(String::new()),
     }
 }
 

@@ -83,7 +83,10 @@ impl OrderStore {
 
     /// Creates entrega's outbox tables and the orders tables, if missing.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db.migrate(&[MigrationSet::Outbox]).await?;
+        // The dead-letter set brings the operator audit, where releases of held rows are kept.
+        self.db
+            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
+            .await?;
         self.db.apply_migrations("pedidos", MIGRATIONS).await
     }
 
