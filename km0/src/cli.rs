@@ -128,6 +128,13 @@ pub struct Cli {
     )]
     pub console_tokens: Vec<String>,
 
+    /// The operators' replay key (at least 16 bytes): `km0 dlq replay --group` signs the
+    /// replay with it, and consumers skip a replay meant for another group only when its
+    /// signature verifies. Every process of a deployment needs the same key. Read from the
+    /// environment only, so it never shows in a process list.
+    #[arg(skip = std::env::var("KM0_REPLAY_KEY").ok().filter(|k| !k.is_empty()))]
+    pub replay_key: Option<String>,
+
     /// Exports the spans of every traced request and message to an OpenTelemetry collector
     /// (OTLP over HTTP, JSON), e.g. http://127.0.0.1:4318.
     #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -411,6 +418,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
+    if let Some(secret) = &cli.replay_key {
+        let key = entrega_core::ReplayKey::new(secret.as_bytes()).context("KM0_REPLAY_KEY")?;
+        system = system.with_replay_key(key);
+    }
     if cli.saga {
         system = system.with_saga(crate::services::pedidos::SagaTimings {
             step_deadline: Duration::from_secs(cli.saga_step_deadline_s),

@@ -241,7 +241,19 @@ async fn tend_the_dead_letters(broker_url: &str, patience: Duration) {
         "the guard let it through"
     );
 
-    // To one group only: another group's replay is acknowledged by inventario, unhandled.
+    // To one group only, without the replay key: refused, nothing published.
+    let (code, _, stderr) = d
+        .km0_keyed(
+            &["dlq", "replay", "--motivo", "trufa", "--group", "analitica"],
+            "",
+        )
+        .await;
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("replay key"), "{stderr}");
+    assert_eq!(d.snapshot().await.origin_end, before.origin_end);
+
+    // To one group only: another group's replay, signed, is acknowledged by inventario,
+    // unhandled.
     d.json(&[
         "dlq",
         "replay",

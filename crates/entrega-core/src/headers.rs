@@ -31,8 +31,12 @@ pub const ORIGIN_GROUP: &str = "entrega-origin-group";
 /// decimal text); absent on a message never replayed.
 pub const REENVIOS: &str = "entrega-reenvios";
 /// The one consumer group a replayed message is meant for (`entrega-solo-grupo`): workers of
-/// every other group acknowledge it without handling it.
+/// every other group acknowledge it without handling it, provided it carries a valid
+/// [`SOLO_GRUPO_FIRMA`] (see [`crate::ReplayKey`]); without one it is an ordinary record.
 pub const SOLO_GRUPO: &str = "entrega-solo-grupo";
+/// The signature of [`SOLO_GRUPO`] (`entrega-solo-grupo-firma`): HMAC-SHA256, in lowercase
+/// hex, of the group, the key and the payload, under the operators' replay key.
+pub const SOLO_GRUPO_FIRMA: &str = "entrega-solo-grupo-firma";
 
 /// Ordered list of text headers. Names may repeat; [`Headers::get`] returns the last value,
 /// which is how Kafka clients conventionally read a header.

@@ -36,6 +36,15 @@ pub(crate) fn held_letter(group: &str) {
     metrics::counter!(HELD_LETTERS, "group" => group.to_owned()).increment(1);
 }
 
+/// Counter, label `group`: records carrying `entrega-solo-grupo` without a signature the
+/// group's replay key verifies; each was handled as an ordinary record.
+pub const UNSIGNED_SOLO_GROUP: &str = "entrega_solo_grupo_unsigned_total";
+
+/// Counts one record of `group` whose `entrega-solo-grupo` did not verify.
+pub(crate) fn unsigned_solo_group(group: &str) {
+    metrics::counter!(UNSIGNED_SOLO_GROUP, "group" => group.to_owned()).increment(1);
+}
+
 /// Counts one dead letter of `group`.
 pub(crate) fn dead_letter(group: &str, reason: &entrega_core::DeadReason) {
     metrics::counter!(

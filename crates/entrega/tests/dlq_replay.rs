@@ -4,10 +4,12 @@
 
 mod dlq_support;
 
-use entrega::dlq::{DiscardOptions, DlqError, DlqFilter, ReplayOptions};
+use std::sync::Arc;
+
+use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, DlqFilter, ReplayOptions};
 use entrega_core::headers::{
     CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_OFFSET, ORIGIN_TOPIC, REENVIOS, SOLO_GRUPO,
-    TIPO,
+    SOLO_GRUPO_FIRMA, TIPO,
 };
 use entrega_core::{DeadLetterState, DlqStore};
 
@@ -62,6 +64,7 @@ async fn replay_publishes_in_order_marks_and_audits_once() {
             ORIGIN_TOPIC,
             ORIGIN_OFFSET,
             SOLO_GRUPO,
+            SOLO_GRUPO_FIRMA,
         ] {
             assert_eq!(record.headers.get(gone), None, "{gone} left on the replay");
         }
@@ -200,6 +203,25 @@ async fn replay_to_one_group_and_discard_with_a_reason() {
         .unwrap();
     let published = origin_records(&fx);
     assert_eq!(published[0].headers.get(SOLO_GRUPO), Some("inventario"));
+    // Signed for that group, that key and that payload: the consumers' key verifies it.
+    assert_eq!(
+        dlq_support::replay_key().solo_group(
+            &published[0].headers,
+            published[0].key.as_deref(),
+            &published[0].payload
+        ),
+        Some(Ok("inventario"))
+    );
+    // Without the key, a replay to one group is refused before anything is published.
+    let unsigned = DeadLetters::new(
+        Arc::new(fx.log.clone()),
+        Arc::new(fx.log.clone()),
+        Arc::new(fx.store.clone()),
+        vec![DLQ.to_owned()],
+    );
+    let refused = unsigned.replay(&DlqFilter::all(), &options).await;
+    assert!(matches!(refused, Err(DlqError::NoReplayKey)), "{refused:?}");
+    assert_eq!(origin_records(&fx).len(), 1);
 
     let discard = DiscardOptions::new("luis", "tipo retirado");
     let report = fx.tool.discard(&DlqFilter::all(), &discard).await.unwrap();

@@ -55,6 +55,7 @@ pub(super) fn consumer_worker_keyed(
     let mut config = WorkerConfig::new(group, topic).with_key_concurrency(key_concurrency);
     config.member = member;
     config.max_batch = system.max_batch();
+    config.replay_key = system.replay_key().cloned();
     system.retry().apply(&mut config);
     config.retry_partitions = PARTITIONS;
     // A dead letter the broker refuses is held in the consumer's own database.
@@ -167,8 +168,9 @@ pub(super) async fn spawn_analitica(
         .await
         .context("starting analitica's transactional clients")?;
     tracing::info!(instance, "analitica started");
+    let replay_key = system.replay_key().cloned();
     Ok(tokio::spawn(async move {
-        let transform = SalesTransform::new(TOPIC);
+        let transform = SalesTransform::new(TOPIC).with_replay_key(replay_key);
         transformer
             .run(&transform, stop.cancelled_owned())
             .await

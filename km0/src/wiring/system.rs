@@ -53,6 +53,7 @@ pub struct System {
     max_batch: usize,
     retry: RetryArgs,
     saga: Option<SagaTimings>,
+    replay_key: Option<entrega_core::ReplayKey>,
 }
 
 impl System {
@@ -67,6 +68,7 @@ impl System {
             max_batch: 100,
             retry: RetryArgs::default(),
             saga: None,
+            replay_key: None,
         }
     }
 
@@ -95,6 +97,18 @@ impl System {
             .migrate(&[entrega_core::MigrationSet::Inbox])
             .await?;
         Ok(sagas)
+    }
+
+    /// Sets the operators' replay key: `km0 dlq replay --group` signs with it, and the
+    /// consumers obey `entrega-solo-grupo` only when it verifies.
+    pub fn with_replay_key(mut self, key: entrega_core::ReplayKey) -> Self {
+        self.replay_key = Some(key);
+        self
+    }
+
+    /// The operators' replay key, if one is set.
+    pub fn replay_key(&self) -> Option<&entrega_core::ReplayKey> {
+        self.replay_key.as_ref()
     }
 
     /// Sets how the consumers retry (strategy, attempts, backoff).
@@ -324,6 +338,7 @@ impl System {
             max_batch: self.max_batch,
             retry: self.retry.clone(),
             saga: self.saga,
+            replay_key: self.replay_key.clone(),
         })
     }
 

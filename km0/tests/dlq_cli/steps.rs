@@ -16,6 +16,9 @@ use uuid::Uuid;
 
 use crate::common::state::eventually;
 
+/// The operators' replay key of the deployment: its consumers and its `km0` commands share it.
+pub const REPLAY_KEY: &str = "dlq-cli-tests-replay-key";
+
 /// What must not change when a request is refused or dry-run.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -63,7 +66,8 @@ impl Deployment {
             Databases::new(DataPlace::SqliteDir(dir.clone())),
             broker_url.to_owned(),
         )
-        .with_lease_ttl(Duration::from_secs(3));
+        .with_lease_ttl(Duration::from_secs(3))
+        .with_replay_key(entrega_core::ReplayKey::new(REPLAY_KEY).unwrap());
         let broker = system.broker().await.unwrap();
         ensure_topics(&broker).await.unwrap();
         let stock = system.inventario().await.unwrap();
@@ -126,9 +130,16 @@ impl Deployment {
         .await;
     }
 
-    /// Runs `km0 --database .. --broker .. <args>`: exit code, stdout, stderr.
+    /// Runs `km0 --database .. --broker .. <args>` with the deployment's replay key: exit
+    /// code, stdout, stderr.
     pub async fn km0(&self, args: &[&str]) -> (i32, String, String) {
+        self.km0_keyed(args, REPLAY_KEY).await
+    }
+
+    /// [`Deployment::km0`] with `replay_key` as `KM0_REPLAY_KEY` (empty: none).
+    pub async fn km0_keyed(&self, args: &[&str], replay_key: &str) -> (i32, String, String) {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_km0"))
+            .env("KM0_REPLAY_KEY", replay_key)
             .arg("--database")
             .arg(format!("sqlite://{}", self.dir.display()))
             .args(["--broker", &self.broker_url])

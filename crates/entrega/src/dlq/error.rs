@@ -52,6 +52,10 @@ pub enum DlqError {
     /// A replay limit of 0 would refuse every dead letter.
     #[error("the replay limit must be at least 1")]
     ZeroReplayLimit,
+    /// A replay to one group needs the replay key to sign it: without a valid signature
+    /// every group's consumers would handle it.
+    #[error("a replay to one group needs the replay key (KM0_REPLAY_KEY) to sign it")]
+    NoReplayKey,
     /// Reading or publishing records failed.
     #[error("the transport failed")]
     Transport(#[from] TransportError),

@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use entrega_core::{
     Clock, DeadLetterId, DeadLetterMark, DlqAuditEntry, DlqStore, LogInspector, Publisher,
-    SystemClock,
+    ReplayKey, SystemClock,
 };
 
 pub(crate) use compose::truncate;
@@ -62,6 +62,7 @@ pub struct DeadLetters {
     store: Arc<dyn DlqStore>,
     clock: Arc<dyn Clock>,
     topics: Vec<String>,
+    replay_key: Option<ReplayKey>,
 }
 
 impl std::fmt::Debug for DeadLetters {
@@ -87,7 +88,15 @@ impl DeadLetters {
             store,
             clock: Arc::new(SystemClock),
             topics,
+            replay_key: None,
         }
+    }
+
+    /// Signs replays to one group ([`ReplayOptions::group`]) with `key`, the key the
+    /// consumers verify `entrega-solo-grupo` with. Without it such a replay is refused.
+    pub fn with_replay_key(mut self, key: ReplayKey) -> Self {
+        self.replay_key = Some(key);
+        self
     }
 
     /// Reads time from `clock` (marks and audit entries).

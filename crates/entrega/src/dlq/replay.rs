@@ -11,9 +11,11 @@ use std::collections::HashSet;
 
 use entrega_core::headers::{
     CLASE, CODIGO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
-    REENVIOS, SOLO_GRUPO,
+    REENVIOS, SOLO_GRUPO, SOLO_GRUPO_FIRMA,
 };
-use entrega_core::{DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, OutgoingMessage};
+use entrega_core::{
+    DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, OutgoingMessage, ReplayKey,
+};
 use serde::Serialize;
 
 use super::error::DlqError;
@@ -134,6 +136,11 @@ impl DeadLetters {
         if options.max_replays == 0 {
             return Err(DlqError::ZeroReplayLimit);
         }
+        let signer = match (&options.group, &self.replay_key) {
+            (Some(group), Some(key)) => Some((group.as_str(), key)),
+            (Some(_), None) => return Err(DlqError::NoReplayKey),
+            (None, _) => None,
+        };
         let selected = self.select_pending(filter).await?;
         let mut held = HeldKeys::default();
         let mut report = ActionReport {
@@ -150,7 +157,7 @@ impl DeadLetters {
                 report.refused.push(refused);
                 continue;
             }
-            let message = replay_message(letter, options.group.as_deref());
+            let message = replay_message(letter, signer);
             report.applied.push(Applied {
                 id: letter.id.to_string(),
                 topic: message.topic.clone(),
@@ -257,7 +264,7 @@ impl DeadLetters {
 }
 
 /// The message a replay publishes for `letter`.
-fn replay_message(letter: &DeadLetter, group: Option<&str>) -> OutgoingMessage {
+fn replay_message(letter: &DeadLetter, signer: Option<(&str, &ReplayKey)>) -> OutgoingMessage {
     let mut headers = letter.headers.clone();
     let dead_letter_only = [
         INTENTOS,
@@ -270,6 +277,7 @@ fn replay_message(letter: &DeadLetter, group: Option<&str>) -> OutgoingMessage {
         ORIGIN_GROUP,
         REENVIOS,
         SOLO_GRUPO,
+        SOLO_GRUPO_FIRMA,
     ];
     headers = headers
         .iter()
@@ -277,15 +285,16 @@ fn replay_message(letter: &DeadLetter, group: Option<&str>) -> OutgoingMessage {
         .map(|(n, v)| (n.to_owned(), v.to_owned()))
         .collect();
     headers.set(REENVIOS, (letter.replays + 1).to_string());
-    if let Some(group) = group {
-        headers.set(SOLO_GRUPO, group);
-    }
-    OutgoingMessage {
+    let mut message = OutgoingMessage {
         topic: letter.origin.topic.clone(),
         key: letter.key.clone(),
         headers,
         payload: letter.payload.clone(),
+    };
+    if let Some((group, key)) = signer {
+        key.stamp(&mut message, group);
     }
+    message
 }
 
 /// Keys a replay refused a dead letter of: their later dead letters are refused too, so a

@@ -99,14 +99,9 @@ pub(super) fn prepare(ctx: &Context<'_>, record: Record) -> Item {
     {
         return item;
     }
-    // A replay aimed at another group (`entrega-solo-grupo`): acknowledged, never handled,
-    // not even parsed, so it cannot be dead-lettered here either.
-    if item
-        .record
-        .headers
-        .get(SOLO_GRUPO)
-        .is_some_and(|only| only != ctx.worker.config.group)
-    {
+    // A replay aimed at another group (`entrega-solo-grupo`, signed with the replay key):
+    // acknowledged, never handled, not even parsed, so it cannot be dead-lettered here either.
+    if solo_for_another_group(ctx.worker, &item.record) {
         item.target = Target::Ignored;
         return item;
     }
@@ -266,4 +261,32 @@ fn message_span(group: &str, msg: &Message) -> tracing::Span {
         id_evento = %msg.envelope.id,
         attempt = msg.attempt,
     )
+}
+
+/// Whether `record` is a replay meant for another group only: its `entrega-solo-grupo` names
+/// another group and its signature verifies with the worker's replay key. A header without a
+/// valid signature, or any header when the worker has no key, is ignored (and counted): the
+/// record is handled as any other, so nobody who can publish can make a consumer skip one.
+fn solo_for_another_group(worker: &Worker, record: &Record) -> bool {
+    if record.headers.get(SOLO_GRUPO).is_none() {
+        return false;
+    }
+    let cfg = &worker.config;
+    let verified = cfg
+        .replay_key
+        .as_ref()
+        .and_then(|key| key.solo_group(&record.headers, record.key.as_deref(), &record.payload));
+    match verified {
+        Some(Ok(group)) => group != cfg.group,
+        _ => {
+            crate::metrics::unsigned_solo_group(&cfg.group);
+            tracing::warn!(
+                topic = %record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                "entrega-solo-grupo without a valid signature; handling the record as any other"
+            );
+            false
+        }
+    }
 }

@@ -42,8 +42,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use entrega_core::{
-    Clock, HeldLetterStore, Limits, ParkingStore, Publisher, SideQueues, Subscriber, SystemClock,
-    TopicAdmin, TransportError,
+    Clock, HeldLetterStore, Limits, ParkingStore, Publisher, ReplayKey, SideQueues, Subscriber,
+    SystemClock, TopicAdmin, TransportError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -91,6 +91,10 @@ pub struct WorkerConfig {
     /// offset order and still batched. Handlers then run concurrently, interleaved on the
     /// worker's task, so they must tolerate concurrent calls.
     pub key_concurrency: usize,
+    /// The operators' replay key: a record's `entrega-solo-grupo` is obeyed only when its
+    /// signature verifies with it. Without a key (or with a bad signature) the header is
+    /// ignored and the record handled as any other.
+    pub replay_key: Option<ReplayKey>,
 }
 
 impl WorkerConfig {
@@ -115,6 +119,7 @@ impl WorkerConfig {
             dlq_partitions: 1,
             retry_partitions: 1,
             key_concurrency: 1,
+            replay_key: None,
         }
     }
 

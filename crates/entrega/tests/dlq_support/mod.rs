@@ -39,13 +39,19 @@ pub async fn fixture() -> Fixture {
         Arc::new(store.clone()),
         vec![DLQ.to_owned()],
     )
-    .with_clock(clock.clone());
+    .with_clock(clock.clone())
+    .with_replay_key(replay_key());
     Fixture {
         log,
         store,
         clock,
         tool,
     }
+}
+
+/// The replay key the tool signs replays to one group with.
+pub fn replay_key() -> entrega_core::ReplayKey {
+    entrega_core::ReplayKey::new("dlq-tests-replay-key").unwrap()
 }
 
 /// A dead letter as the worker writes it, `replays` times replayed before.

@@ -69,7 +69,10 @@ pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCod
         Ok(store) if broker.is_amqp() => queue::execute(&broker, store, command).await,
         Ok(store) => {
             let topics = tended_topics().into_iter().map(|(t, _)| t).collect();
-            let tool = DeadLetters::new(broker.inspector(), broker.publisher(), store, topics);
+            let mut tool = DeadLetters::new(broker.inspector(), broker.publisher(), store, topics);
+            if let Some(key) = system.replay_key() {
+                tool = tool.with_replay_key(key.clone());
+            }
             execute(&tool, command).await
         }
         Err(e) => Err(e),

@@ -30,6 +30,7 @@ pub const ORDER_CREATED_VERSION: u32 = 1;
 pub struct SalesTransform {
     input: String,
     dlq: String,
+    replay_key: Option<entrega_core::ReplayKey>,
 }
 
 impl SalesTransform {
@@ -38,7 +39,24 @@ impl SalesTransform {
         Self {
             input: input.to_owned(),
             dlq: format!("{input}.dlq"),
+            replay_key: None,
         }
+    }
+
+    /// Obeys `entrega-solo-grupo` only when its signature verifies with `key`; without a key
+    /// every record is counted, whatever its headers say.
+    pub fn with_replay_key(mut self, key: Option<entrega_core::ReplayKey>) -> Self {
+        self.replay_key = key;
+        self
+    }
+
+    /// Whether `record` is a signed replay meant for another group.
+    fn for_another_group(&self, record: &Record) -> bool {
+        record.headers.get(SOLO_GRUPO).is_some()
+            && self.replay_key.as_ref().is_some_and(|key| {
+                key.solo_group(&record.headers, record.key.as_deref(), &record.payload)
+                    .is_some_and(|g| g.is_ok_and(|g| g != GROUP))
+            })
     }
 
     /// The sale of one record: `Ok(None)` for an event that is not a sale, `Err` with the
@@ -81,7 +99,7 @@ impl Transform for SalesTransform {
         let mut out = Vec::new();
         for record in batch {
             // A dead letter replayed to another group is not ours to count.
-            if record.headers.get(SOLO_GRUPO).is_some_and(|g| g != GROUP) {
+            if self.for_another_group(record) {
                 continue;
             }
             match Self::sale(record) {
