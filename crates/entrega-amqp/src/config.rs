@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::layout::QueueLayout;
 
-/// How to reach RabbitMQ and how entrega uses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How to reach RabbitMQ and how entrega uses it. Its `Debug` hides the URI's password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct AmqpConfig {
     /// `amqp://USER:PASS@HOST:PORT/VHOST`, without entrega's parameters.
     pub uri: String,
@@ -45,6 +45,24 @@ pub struct ManagementApi {
     pub user: String,
     /// Password.
     pub password: String,
+}
+
+impl std::fmt::Debug for AmqpConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpConfig")
+            .field("uri", &entrega_core::redact_url(&self.uri))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("confirm_timeout", &self.confirm_timeout)
+            .field("reconnect_base", &self.reconnect_base)
+            .field("reconnect_max", &self.reconnect_max)
+            .field("prefetch", &self.prefetch)
+            .field("shards", &self.shards)
+            .field("delivery_limit", &self.delivery_limit)
+            .field("dead_letter_exchange", &self.dead_letter_exchange)
+            .field("layout", &self.layout)
+            .field("management", &self.management)
+            .finish()
+    }
 }
 
 impl std::fmt::Debug for ManagementApi {
@@ -101,7 +119,7 @@ impl AmqpConfig {
     pub fn from_url(url: &str) -> Result<Self, AmqpUrlError> {
         let lower = url.to_ascii_lowercase();
         if !lower.starts_with("amqp://") && !lower.starts_with("amqps://") {
-            return Err(AmqpUrlError::Scheme(url.to_owned()));
+            return Err(AmqpUrlError::Scheme(entrega_core::redact_url(url)));
         }
         let mut config = Self {
             uri: String::new(),

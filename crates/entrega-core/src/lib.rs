@@ -18,6 +18,7 @@ mod outbox_blocked;
 mod parking;
 mod partition;
 mod raw_json;
+mod redact;
 mod replay_key;
 mod rpc;
 mod side_queues;
@@ -48,6 +49,7 @@ pub use outbox_blocked::{
 pub use parking::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore, StoredParked};
 pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
+pub use redact::{is_secret_name, redact_settings, redact_url, REDACTED};
 pub use replay_key::{ReplayKey, ShortReplayKey, MIN_REPLAY_KEY_BYTES};
 pub use rpc::{RpcDelivery, RpcInbox, RpcMessage, RpcTransport};
 pub use side_queues::SideQueues;

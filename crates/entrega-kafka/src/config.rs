@@ -11,7 +11,7 @@ use crate::scope::Role;
 /// Build it with [`KafkaConfig::new`] or [`KafkaConfig::from_url`], then adjust it with the
 /// `with_*` methods. Properties in [`KafkaConfig::overrides`] are applied last, over every
 /// property this crate sets.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct KafkaConfig {
     /// Bootstrap brokers, `host:port`, comma separated.
@@ -28,6 +28,21 @@ pub struct KafkaConfig {
     pub replication_factor: u16,
     /// Extra librdkafka properties, applied last to every client.
     pub overrides: Vec<(String, String)>,
+}
+
+/// Shows every setting but the values of secret overrides (`sasl.password`, ...).
+impl std::fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap", &self.bootstrap)
+            .field("client_id", &self.client_id)
+            .field("session_timeout", &self.session_timeout)
+            .field("delivery_timeout", &self.delivery_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .field("replication_factor", &self.replication_factor)
+            .field("overrides", &entrega_core::redact_settings(&self.overrides))
+            .finish()
+    }
 }
 
 /// A `kafka://` URL that could not be read; names the part that was wrong.
@@ -102,7 +117,7 @@ impl KafkaConfig {
     /// librdkafka as a property (e.g. `max.poll.interval.ms=10000`).
     pub fn from_url(url: &str) -> Result<Self, KafkaUrlError> {
         let rest = strip_scheme(url).ok_or_else(|| KafkaUrlError::Scheme {
-            url: url.to_owned(),
+            url: entrega_core::redact_url(url),
         })?;
         let (authority, query) = match rest.split_once('?') {
             Some((a, q)) => (a, Some(q)),

@@ -83,7 +83,10 @@ fn database_url(server_url: &str, name: &str) -> Result<String, StoreError> {
         None => (server_url, None),
     };
     let Some(scheme_end) = base.find("://") else {
-        return Err(invalid(format!("not a postgres URL: `{server_url}`")));
+        return Err(invalid(format!(
+            "not a postgres URL: `{}`",
+            entrega_core::redact_url(server_url)
+        )));
     };
     let authority_start = scheme_end + 3;
     let authority_end = base[authority_start..]

@@ -121,7 +121,7 @@ impl Broker {
         }
         if Backend::of_url(url).is_none() {
             return Err(BrokerError::UnknownScheme {
-                url: url.to_owned(),
+                url: entrega_core::redact_url(url),
             });
         }
         let db = Db::connect(url).await?;
@@ -133,7 +133,7 @@ impl Broker {
     fn connect_kafka(url: &str) -> Result<Self, BrokerError> {
         let config =
             entrega_kafka::KafkaConfig::from_url(url).map_err(|source| BrokerError::KafkaUrl {
-                url: url.to_owned(),
+                url: entrega_core::redact_url(url),
                 source,
             })?;
         Ok(Self::kafka(entrega_kafka::Kafka::connect(config)?))
@@ -143,7 +143,7 @@ impl Broker {
     fn connect_amqp(url: &str) -> Result<Self, BrokerError> {
         let config =
             entrega_amqp::AmqpConfig::from_url(url).map_err(|source| BrokerError::AmqpUrl {
-                url: url.to_owned(),
+                url: entrega_core::redact_url(url),
                 source,
             })?;
         Ok(Self {
@@ -154,14 +154,14 @@ impl Broker {
     #[cfg(not(feature = "amqp"))]
     fn connect_amqp(url: &str) -> Result<Self, BrokerError> {
         Err(BrokerError::AmqpDisabled {
-            url: url.to_owned(),
+            url: entrega_core::redact_url(url),
         })
     }
 
     #[cfg(not(feature = "kafka"))]
     fn connect_kafka(url: &str) -> Result<Self, BrokerError> {
         Err(BrokerError::KafkaDisabled {
-            url: url.to_owned(),
+            url: entrega_core::redact_url(url),
         })
     }
 

@@ -74,7 +74,7 @@ pub(super) async fn spawn_pagos(
     let server = RpcServer::new(broker.rpc(PARTITIONS), handler, rpc);
 
     let relay = relay_of(system, &store, &broker, &instance);
-    tracing::info!(%instance, gateway = url, "pagos started");
+    tracing::info!(%instance, gateway = %entrega_core::redact_url(url), "pagos started");
     let child = stop.child_token();
     let (c1, c2, c3, c4) = (child.clone(), child.clone(), child.clone(), child.clone());
     Ok(run_together(

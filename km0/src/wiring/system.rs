@@ -183,13 +183,15 @@ impl System {
     pub fn describe(&self) -> String {
         let place = match &self.databases.place {
             DataPlace::SqliteDir(dir) => format!("sqlite dir {}", dir.display()),
-            DataPlace::PostgresServer(server) => format!("postgres {server}"),
+            DataPlace::PostgresServer(server) => {
+                format!("postgres {}", entrega_core::redact_url(server))
+            }
         };
         format!(
             "{place} ({}, {}), broker {}",
             self.databases.name(Service::Pedidos),
             self.databases.name(Service::Inventario),
-            self.broker_url
+            entrega_core::redact_url(&self.broker_url)
         )
     }
 

@@ -122,7 +122,9 @@ impl Db {
         match Backend::of_url(url) {
             Some(Backend::Sqlite) => Ok(entrega_sqlite::connect(url).await?.into()),
             Some(Backend::Postgres) => Ok(entrega_postgres::connect(url).await?.into()),
-            None => Err(StoreError::rejected(UnsupportedUrl(url.to_owned()))),
+            None => Err(StoreError::rejected(UnsupportedUrl(
+                entrega_core::redact_url(url),
+            ))),
         }
     }
 

@@ -69,7 +69,7 @@ impl BrokerUrl {
         if let Some(path) = sqlite_path(url) {
             if path.is_empty() {
                 return Err(BrokerUrlError::MissingFile {
-                    url: url.to_owned(),
+                    url: entrega_core::redact_url(url),
                 });
             }
             return Ok(Self::SqliteLog(url.to_owned()));
@@ -81,7 +81,7 @@ impl BrokerUrl {
             return KafkaConfig::from_url(url)
                 .map(|config| Self::Kafka(url.to_owned(), config))
                 .map_err(|source| BrokerUrlError::Kafka {
-                    url: url.to_owned(),
+                    url: entrega_core::redact_url(url),
                     source,
                 });
         }
@@ -90,12 +90,12 @@ impl BrokerUrl {
             return AmqpConfig::from_url(&full)
                 .map(|config| Self::Amqp(full, config))
                 .map_err(|source| BrokerUrlError::Amqp {
-                    url: url.to_owned(),
+                    url: entrega_core::redact_url(url),
                     source,
                 });
         }
         Err(BrokerUrlError::UnknownScheme {
-            url: url.to_owned(),
+            url: entrega_core::redact_url(url),
         })
     }
 

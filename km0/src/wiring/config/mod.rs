@@ -67,13 +67,13 @@ impl DataPlace {
     pub fn parse(url: &str) -> Result<Self, UnsupportedUrl> {
         if let Some(dir) = sqlite_path(url) {
             if dir.is_empty() {
-                return Err(UnsupportedUrl(url.to_owned()));
+                return Err(UnsupportedUrl(entrega_core::redact_url(url)));
             }
             Ok(Self::SqliteDir(PathBuf::from(dir)))
         } else if is_postgres(url) {
             Ok(Self::PostgresServer(split_database(url).0))
         } else {
-            Err(UnsupportedUrl(url.to_owned()))
+            Err(UnsupportedUrl(entrega_core::redact_url(url)))
         }
     }
 }
