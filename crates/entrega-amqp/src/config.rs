@@ -108,6 +108,9 @@ const OWN: [&str; 10] = [
     "shards",
 ];
 
+/// The heartbeat asked of the broker when the URL names none (seconds).
+const DEFAULT_HEARTBEAT: &str = "heartbeat=10";
+
 impl AmqpConfig {
     /// Reads `amqp://USER:PASS@HOST:PORT[/VHOST][?PARAMS]`. entrega's parameters
     /// (`connect_timeout_ms`, default 5000; `confirm_timeout_ms`, 30000;
@@ -115,7 +118,7 @@ impl AmqpConfig {
     /// `delivery_limit`, 20; `dead_letter_exchange`, `entrega.dlx`; `layout`, `sharded` or
     /// `shared`; `management`, the management API's `http://HOST:PORT`, default the broker's
     /// host on port 15672, or `off`) are taken out;
-    /// any other parameter (`heartbeat`, `frame_max`, ...) is left for lapin.
+    /// any other parameter (`heartbeat`, default 10 s; `frame_max`, ...) is left for lapin.
     pub fn from_url(url: &str) -> Result<Self, AmqpUrlError> {
         let lower = url.to_ascii_lowercase();
         if !lower.starts_with("amqp://") && !lower.starts_with("amqps://") {
@@ -187,11 +190,12 @@ impl AmqpConfig {
                 _ => config.prefetch = u16::try_from(n).map_err(|_| bad())?,
             }
         }
-        config.uri = if kept.is_empty() {
-            base.to_owned()
-        } else {
-            format!("{base}?{}", kept.join("&"))
-        };
+        // Heartbeats every 10 s unless the URL says otherwise: a half-open connection is
+        // noticed after two missed ones, not after the broker's default of 60 s each.
+        if !kept.iter().any(|p| p.starts_with("heartbeat=")) {
+            kept.push(DEFAULT_HEARTBEAT);
+        }
+        config.uri = format!("{base}?{}", kept.join("&"));
         config.management = management.and_then(|given| management_api(&config.uri, given));
         Ok(config)
     }
@@ -238,7 +242,10 @@ mod tests {
             AmqpConfig::from_url("amqp://h?dead_letter_exchange=km0.dlx&layout=shared").unwrap();
         assert_eq!(seed.dead_letter_exchange, "km0.dlx");
         assert_eq!(seed.layout, QueueLayout::Shared);
-        assert_eq!(seed.uri, "amqp://h");
+        assert_eq!(
+            seed.uri, "amqp://h?heartbeat=10",
+            "a 10 s heartbeat by default"
+        );
         assert!(AmqpConfig::from_url("amqp://h?layout=ring").is_err());
         let api = AmqpConfig::from_url("amqp://u:p@rabbit:5672/%2f")
             .unwrap()
@@ -246,6 +253,8 @@ mod tests {
             .unwrap();
         assert_eq!(api.base, "http://rabbit:15672");
         assert_eq!((api.vhost.as_str(), api.user.as_str()), ("/", "u"));
+        let slow = AmqpConfig::from_url("amqp://h?heartbeat=30").unwrap();
+        assert_eq!(slow.uri, "amqp://h?heartbeat=30");
         let off = AmqpConfig::from_url("amqp://h?management=off").unwrap();
         assert_eq!(off.management, None);
         assert!(!format!("{api:?}").contains("\"p\""));

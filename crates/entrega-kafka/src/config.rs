@@ -208,7 +208,10 @@ impl KafkaConfig {
             .set("client.id", client_id)
             // Never let a metadata request create a topic: publishing to a missing topic must
             // fail with `UnknownTopic`, and topics are made only through `TopicAdmin`.
-            .set("allow.auto.create.topics", "false");
+            .set("allow.auto.create.topics", "false")
+            // TCP keepalive probes on every broker connection, so a half-open one (a broker
+            // gone without a FIN, a dropped NAT entry) is found and reconnected.
+            .set("socket.keepalive.enable", "true");
         c
     }
 
@@ -384,6 +387,14 @@ mod tests {
         assert_eq!(member.get("max.poll.interval.ms"), Some("10000"));
         assert_eq!(member.get("session.timeout.ms"), Some("7000"));
         assert_eq!(member.get("client.id"), Some("m"));
+    }
+
+    #[test]
+    fn every_client_probes_its_connections() {
+        let c = KafkaConfig::new("127.0.0.1:9092");
+        for client in [c.member("g", "m"), c.producer(), c.admin()] {
+            assert_eq!(client.get("socket.keepalive.enable"), Some("true"));
+        }
     }
 
     #[test]

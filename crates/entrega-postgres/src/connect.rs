@@ -13,6 +13,16 @@ use crate::errors::{classify, invalid, sqlstate};
 /// outbox or log handle keeps open, without crowding a default server (100 connections).
 const MAX_CONNECTIONS: u32 = 20;
 
+/// Session settings entrega's pools set unless the URL's `options` set them: statement and
+/// idle-in-transaction timeouts, and the server's TCP keepalive probes.
+pub const SESSION_LIMITS: [(&str, &str); 5] = [
+    ("statement_timeout", "1min"),
+    ("idle_in_transaction_session_timeout", "1min"),
+    ("tcp_keepalives_idle", "10"),
+    ("tcp_keepalives_interval", "5"),
+    ("tcp_keepalives_count", "3"),
+];
+
 /// Opens a pool on a full database URL (`postgres://user@host:port/db`), checking that the
 /// server answers.
 ///
@@ -20,10 +30,20 @@ const MAX_CONNECTIONS: u32 = 20;
 /// relay's lane read estimates above `jit_above_cost` (its `LIMIT` inside a lateral join),
 /// so each of a connection's first custom plans spent about 15 ms compiling a statement that
 /// runs in under 20 ms, on the cores the rest of the round needs.
+///
+/// They also run with limits, so a stuck client or a half-open connection holds nothing
+/// for long ([`SESSION_LIMITS`]): a statement is cancelled after 60 s, a transaction left
+/// idle is ended after 60 s (its locks and leases released), and the server probes an idle
+/// connection after 10 s of silence, dropping it after 3 unanswered probes 5 s apart. A
+/// setting the URL's `options` names itself (`?options=-c%20statement_timeout%3D5s`) is
+/// left as the URL says.
 pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
-    let options = PgConnectOptions::from_str(url)
-        .map_err(classify)?
-        .options([("jit", "off")]);
+    let mut options = PgConnectOptions::from_str(url).map_err(classify)?;
+    let given = options.get_options().unwrap_or("").to_owned();
+    let defaults = std::iter::once(("jit", "off"))
+        .chain(SESSION_LIMITS.iter().copied())
+        .filter(|(name, _)| !given.contains(name));
+    options = options.options(defaults);
     PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .acquire_timeout(Duration::from_secs(10))

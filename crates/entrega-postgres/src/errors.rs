@@ -6,11 +6,14 @@ use entrega_core::{StoreError, TransportError};
 ///
 /// `40001` serialization failure and `40P01` deadlock: the transaction lost a race;
 /// `53300` too many connections; `57P01`-`57P03` the server is shutting down or starting.
-const TRANSIENT_CODES: [&str; 6] = ["40001", "40P01", "53300", "57P01", "57P02", "57P03"];
+const TRANSIENT_CODES: [&str; 8] = [
+    "40001", "40P01", "53300", "57P01", "57P02", "57P03", "57014", "25P03",
+];
 
 /// Classifies a driver error: connection-level failures (I/O, pool timeout or closed,
-/// SQLSTATE class `08`) and lost races (`40001`, `40P01`), overload (`53300`) and
-/// shutdown (`57P01`-`57P03`) are [`StoreError::Unavailable`]; everything else is
+/// SQLSTATE class `08`) and lost races (`40001`, `40P01`), overload (`53300`), shutdown
+/// (`57P01`-`57P03`), and a statement or idle transaction ended by its timeout (`57014`,
+/// `25P03`) are [`StoreError::Unavailable`]; everything else is
 /// [`StoreError::Rejected`].
 pub fn classify(e: sqlx::Error) -> StoreError {
     if is_transient(&e) {

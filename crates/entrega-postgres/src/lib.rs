@@ -32,7 +32,7 @@ mod outbox_lanes;
 mod parking;
 mod wakeup;
 
-pub use connect::{connect, ensure_database};
+pub use connect::{connect, ensure_database, SESSION_LIMITS};
 pub use dlq::PgDlqStore;
 pub use errors::classify;
 pub use inbox::PgInbox;

@@ -56,6 +56,7 @@ async fn only_the_requested_sets_are_created() -> TestResult {
             "entrega_migrations",
             "entrega_peticiones",
             "entrega_respuestas",
+            "entrega_retenidos",
             "mensajes_procesados"
         ]
     );
@@ -173,4 +174,73 @@ async fn pooled_sessions_run_without_jit() -> TestResult {
         assert_eq!(jit, "off");
     }
     Ok(())
+}
+
+#[tokio::test]
+async fn pooled_sessions_run_with_timeouts_and_keepalives() -> TestResult {
+    let db = TestDb::with(&[]).await?;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(db.pool.acquire().await?);
+    }
+    for conn in &mut held {
+        for (name, value) in entrega_postgres::SESSION_LIMITS {
+            let shown: String = sqlx::query_scalar(&format!("SHOW {name}"))
+                .fetch_one(&mut **conn)
+                .await?;
+            assert_eq!((name, shown.as_str()), (name, value));
+        }
+    }
+    drop(held);
+    db.drop().await
+}
+
+#[tokio::test]
+async fn a_url_sets_its_own_limits_and_they_are_enforced() -> TestResult {
+    let db = TestDb::with(&[]).await?;
+    let url = format!(
+        "{}?options=-c%20statement_timeout%3D300ms%20-c%20idle_in_transaction_session_timeout%3D300ms",
+        db.url
+    );
+    let pool = entrega_postgres::connect(&url).await?;
+    let shown: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(shown, "300ms");
+    // A statement past its limit is cancelled, as a transient failure (57014).
+    let slow = sqlx::query("SELECT pg_sleep(5)").execute(&pool).await;
+    let Err(e) = slow else {
+        return Err("a 5 s statement ran under a 300 ms limit".into());
+    };
+    let code = e
+        .as_database_error()
+        .and_then(|d| d.code().map(|c| c.into_owned()));
+    assert_eq!(code.as_deref(), Some("57014"));
+    assert!(classify(e).is_transient());
+    // A transaction left idle is ended by the server: its row lock is released, and the
+    // client finds its connection gone.
+    sqlx::query("CREATE TABLE t (id INT PRIMARY KEY)")
+        .execute(&pool)
+        .await?;
+    sqlx::query("INSERT INTO t VALUES (1)")
+        .execute(&pool)
+        .await?;
+    let mut idle = pool.begin().await?;
+    sqlx::query("UPDATE t SET id = 1 WHERE id = 1")
+        .execute(&mut *idle)
+        .await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    let other = sqlx::query("UPDATE t SET id = 1 WHERE id = 1")
+        .execute(&pool)
+        .await?;
+    assert_eq!(
+        other.rows_affected(),
+        1,
+        "the idle transaction still held its lock"
+    );
+    let after = sqlx::query("SELECT 1").execute(&mut *idle).await;
+    assert!(after.is_err(), "the idle transaction survived its limit");
+    drop(idle);
+    pool.close().await;
+    db.drop().await
 }
