@@ -135,6 +135,35 @@ pub struct Cli {
     #[arg(skip = std::env::var("KM0_REPLAY_KEY").ok().filter(|k| !k.is_empty()))]
     pub replay_key: Option<String>,
 
+    /// Longest wait in milliseconds for a request's headers on km0's HTTP servers; a client
+    /// slower than that has its connection closed.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_HTTP_HEADER_TIMEOUT_MS",
+        default_value_t = 10_000
+    )]
+    pub http_header_timeout_ms: u64,
+
+    /// Longest time in milliseconds to answer an HTTP request, its body included; past it
+    /// the answer is `408`.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_HTTP_REQUEST_TIMEOUT_MS",
+        default_value_t = 30_000
+    )]
+    pub http_request_timeout_ms: u64,
+
+    /// HTTP requests each server handles at once; more are answered `503` at once.
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_HTTP_MAX_IN_FLIGHT",
+        default_value_t = 256
+    )]
+    pub http_max_in_flight: usize,
+
     /// Exports the spans of every traced request and message to an OpenTelemetry collector
     /// (OTLP over HTTP, JSON), e.g. http://127.0.0.1:4318.
     #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -418,6 +447,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
+    system = system.with_http_limits(wiring::http_server::HttpLimits {
+        header_timeout: Duration::from_millis(cli.http_header_timeout_ms.max(1)),
+        request_timeout: Duration::from_millis(cli.http_request_timeout_ms.max(1)),
+        max_in_flight: cli.http_max_in_flight.max(1),
+        ..Default::default()
+    });
     if let Some(secret) = &cli.replay_key {
         let key = entrega_core::ReplayKey::new(secret.as_bytes()).context("KM0_REPLAY_KEY")?;
         system = system.with_replay_key(key);

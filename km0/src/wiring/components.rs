@@ -217,13 +217,13 @@ impl System {
                 }
                 None => PedidosState::new(store),
             };
-            let stop = stop.clone();
-            let task = tokio::spawn(async move {
-                axum::serve(listener, app(state))
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
-                    .await
-                    .context("serving HTTP")
-            });
+            let limits = self.http_limits();
+            let task = tokio::spawn(super::http_server::serve(
+                listener,
+                app(state),
+                limits,
+                stop.clone(),
+            ));
             running.tasks.push(("pedidos", task));
         }
         if let Some(faults) = &components.pasarela {
@@ -242,13 +242,13 @@ impl System {
             tracing::info!(%addr, "pasarela listening");
             running.http_addr = Some(addr);
             let state = PasarelaState::new(ledger, faults.clone());
-            let stop = stop.clone();
-            let task = tokio::spawn(async move {
-                axum::serve(listener, pasarela::app(state))
-                    .with_graceful_shutdown(async move { stop.cancelled().await })
-                    .await
-                    .context("serving HTTP")
-            });
+            let limits = self.http_limits();
+            let task = tokio::spawn(super::http_server::serve(
+                listener,
+                pasarela::app(state),
+                limits,
+                stop.clone(),
+            ));
             running.tasks.push(("pasarela", task));
         }
         if components.relay {
@@ -294,7 +294,8 @@ impl System {
                 }
                 None => None,
             };
-            let (bound, task) = ops_server::serve(addr, sources, console, stop.clone()).await?;
+            let (bound, task) =
+                ops_server::serve(addr, sources, console, self.http_limits(), stop.clone()).await?;
             tracing::info!(addr = %bound, "operations endpoint listening");
             running.ops_addr = Some(bound);
             running.tasks.push(("ops", task));

@@ -6,6 +6,7 @@ pub mod config;
 
 mod broker;
 mod components;
+pub mod http_server;
 mod ops_server;
 mod spawn;
 mod spawn_inventario;

@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -170,18 +169,16 @@ fn describe() {
     );
 }
 
-/// Binds `addr` and serves the endpoint until `stop`; returns the bound address and the task.
+/// Binds `addr` and serves the endpoint until `stop`, with `limits`; returns the bound
+/// address and the task.
 pub(crate) async fn serve(
     addr: SocketAddr,
     sources: OpsSources,
     console: Option<Router>,
+    limits: super::http_server::HttpLimits,
     stop: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, Task)> {
     recorder();
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
-    let bound = listener.local_addr()?;
     let app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
@@ -191,16 +188,7 @@ pub(crate) async fn serve(
         Some(console) => app.merge(console),
         None => app,
     };
-    let task = tokio::spawn(async move {
-        axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await
-        .context("serving the operations endpoint")
-    });
-    Ok((bound, task))
+    super::http_server::spawn(addr, app, limits, stop).await
 }
 
 async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {

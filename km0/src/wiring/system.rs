@@ -54,6 +54,7 @@ pub struct System {
     retry: RetryArgs,
     saga: Option<SagaTimings>,
     replay_key: Option<entrega_core::ReplayKey>,
+    http_limits: super::http_server::HttpLimits,
 }
 
 impl System {
@@ -69,6 +70,7 @@ impl System {
             retry: RetryArgs::default(),
             saga: None,
             replay_key: None,
+            http_limits: super::http_server::HttpLimits::default(),
         }
     }
 
@@ -109,6 +111,17 @@ impl System {
     /// The operators' replay key, if one is set.
     pub fn replay_key(&self) -> Option<&entrega_core::ReplayKey> {
         self.replay_key.as_ref()
+    }
+
+    /// Sets the limits of every HTTP server the deployment runs.
+    pub fn with_http_limits(mut self, limits: super::http_server::HttpLimits) -> Self {
+        self.http_limits = limits;
+        self
+    }
+
+    /// The limits of every HTTP server the deployment runs.
+    pub fn http_limits(&self) -> super::http_server::HttpLimits {
+        self.http_limits
     }
 
     /// Sets how the consumers retry (strategy, attempts, backoff).
@@ -341,6 +354,7 @@ impl System {
             retry: self.retry.clone(),
             saga: self.saga,
             replay_key: self.replay_key.clone(),
+            http_limits: self.http_limits,
         })
     }
 
