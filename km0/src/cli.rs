@@ -135,6 +135,13 @@ pub struct Cli {
     #[arg(skip = std::env::var("KM0_REPLAY_KEY").ok().filter(|k| !k.is_empty()))]
     pub replay_key: Option<String>,
 
+    /// Lets `km0 up`, `km0 run` and the operator commands create missing databases and
+    /// apply pending migrations when they open them. Without it they expect `km0 migrate`
+    /// to have run (as the databases' owner), and need only read and write rows. The demo
+    /// always migrates the databases it makes.
+    #[arg(long, global = true, env = "KM0_MIGRATE")]
+    pub migrate: bool,
+
     /// Longest wait in milliseconds for a request's headers on km0's HTTP servers; a client
     /// slower than that has its connection closed.
     #[arg(
@@ -201,8 +208,16 @@ pub enum Command {
     },
     /// One component per process (scale out, crash tests).
     Run(RunArgs),
-    /// Applies entrega's and the services' migrations to every database.
-    Migrate,
+    /// Creates every database and applies entrega's and the services' migrations, as their
+    /// owner; services then run without migrating (see `--migrate`).
+    Migrate {
+        /// On PostgreSQL, also make each service's role (named as its database, e.g.
+        /// `km0_inventario`; created with LOGIN if missing) the least-privileged user of its
+        /// database: rows of its own tables only, no DDL, append-only audit. Run services
+        /// with `--database 'postgres://km0_{service}@HOST:PORT'`.
+        #[arg(long)]
+        roles: bool,
+    },
     /// The outbox of pedidos.
     Outbox {
         /// What to show.
@@ -447,6 +462,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
+    // Only what the operator asked for creates or alters schema; the demo makes its own.
+    let migrates = cli.migrate
+        || matches!(&cli.command, Command::Demo(args) if !args.reuse)
+        || matches!(cli.command, Command::Bench(_) | Command::Migrate { .. });
+    system = system.with_schema(if migrates {
+        wiring::SchemaMode::Migrate
+    } else {
+        wiring::SchemaMode::Expect
+    });
     system = system.with_http_limits(wiring::http_server::HttpLimits {
         header_timeout: Duration::from_millis(cli.http_header_timeout_ms.max(1)),
         request_timeout: Duration::from_millis(cli.http_request_timeout_ms.max(1)),
@@ -538,8 +562,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             wiring::run_until_signal(&system, components, args.http).await?;
         }
-        Command::Migrate => {
-            let migrated = system.migrate().await.context("migrating")?;
+        Command::Migrate { roles } => {
+            let migrated = system.migrate(roles).await.context("migrating")?;
             println!("migrated: {}", migrated.join(", "));
         }
         Command::Outbox { command } => match command {

@@ -20,6 +20,8 @@ impl Km0 {
     /// Starts `km0 <args>` on the data in `dir` and waits (bounded) for its ready line.
     fn start(dir: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
+            // Test deployments migrate as they open (production runs `km0 migrate` first).
+            .env("KM0_MIGRATE", "1")
             .arg("--database")
             .arg(format!("sqlite://{}", dir.display()))
             .arg("--broker")
@@ -106,6 +108,8 @@ async fn run_pedidos_serves_on_the_announced_port_and_stops_cleanly_on_sigterm()
 
     // The order outlived the process: it is in the database the next process opens.
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
+        // Test deployments migrate as they open (production runs `km0 migrate` first).
+        .env("KM0_MIGRATE", "1")
         .arg("--database")
         .arg(format!("sqlite://{}", dir.display()))
         .arg("--broker")

@@ -11,6 +11,8 @@ fn every_log_line_is_a_json_object() {
     let dir = std::env::temp_dir().join(format!("km0-log-json-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
+        // Test deployments migrate as they open (production runs `km0 migrate` first).
+        .env("KM0_MIGRATE", "1")
         .arg("--database")
         .arg(format!("sqlite://{}", dir.display()))
         .arg("--broker")

@@ -30,6 +30,7 @@ mod outbox;
 mod outbox_blocked;
 mod outbox_lanes;
 mod parking;
+mod roles;
 mod wakeup;
 
 pub use connect::{connect, ensure_database, SESSION_LIMITS};
@@ -40,6 +41,7 @@ pub use log::{LogConfig, PgLog, PgSubscription};
 pub use migrations::{apply_migrations, latest_version, migrate};
 pub use outbox::PgOutbox;
 pub use parking::PgParking;
+pub use roles::{grant_service_role, APPEND_ONLY, READ_ONLY};
 
 /// The driver types callers need to hold pools and pass transactions.
 pub use sqlx::postgres::{PgConnection, PgPool};

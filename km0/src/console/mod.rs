@@ -33,7 +33,6 @@ use axum::routing::{get, post};
 use axum::Router;
 use entrega::saga::Sagas;
 use entrega::Db;
-use entrega_core::MigrationSet;
 
 pub use auth::{BadToken, Operators};
 
@@ -56,14 +55,9 @@ pub(crate) struct Console {
 pub async fn router(system: System, operators: Operators) -> anyhow::Result<Router> {
     let broker = system.broker().await.context("opening the broker")?;
     let inventario = system
-        .databases()
-        .connect(Service::Inventario)
+        .service_db(Service::Inventario)
         .await
         .context("opening the inventario database")?;
-    inventario
-        .migrate(&[MigrationSet::Dlq])
-        .await
-        .context("migrating the dead-letter tables")?;
     let letters = letters::Letters::new(&broker, inventario.dead_letters());
     let store = system
         .pedidos()
@@ -83,8 +77,7 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         Service::Reparto,
     ] {
         let db = system
-            .databases()
-            .connect(service)
+            .database(service)
             .await
             .with_context(|| format!("opening the {} database", service.name()))?;
         trace_dbs.push((service, db));

@@ -16,8 +16,8 @@ pub enum BrokerError {
     /// The `--broker` URL is not one km0 can use.
     #[error(transparent)]
     Url(#[from] BrokerUrlError),
-    /// The log transport's PostgreSQL database could not be created.
-    #[error("creating the log broker's database")]
+    /// The log transport's database could not be created, opened or checked.
+    #[error("opening the log broker's database")]
     Store(#[from] StoreError),
     /// The broker could not be opened.
     #[error(transparent)]
@@ -31,7 +31,7 @@ pub async fn connect(url: &BrokerUrl, lease_ttl: Duration) -> Result<Broker, Bro
     let full = match url {
         BrokerUrl::PostgresLog(url) => {
             let (server, name) = split_database(url);
-            let name = name.unwrap_or_else(|| "km0_broker".to_owned());
+            let name = name.unwrap_or_else(|| LOG_DATABASE.to_owned());
             entrega_postgres::ensure_database(&server, &name).await?
         }
         BrokerUrl::SqliteLog(url) | BrokerUrl::Kafka(url, _) | BrokerUrl::Amqp(url, _) => {
@@ -43,4 +43,45 @@ pub async fn connect(url: &BrokerUrl, lease_ttl: Duration) -> Result<Broker, Bro
         super::name_amqp_groups(amqp);
     }
     Ok(broker)
+}
+
+/// Opens the broker named by `url` without creating or migrating anything: the log
+/// transport's database must exist with its schema current (`km0 migrate`), so a role that
+/// may only read and write its rows can use it.
+pub async fn connect_existing(url: &BrokerUrl, lease_ttl: Duration) -> Result<Broker, BrokerError> {
+    let log_url = match url {
+        BrokerUrl::PostgresLog(url) => {
+            let (server, name) = split_database(url);
+            super::config::with_database(&server, &name.unwrap_or_else(|| LOG_DATABASE.to_owned()))
+        }
+        BrokerUrl::SqliteLog(url) => url.clone(),
+        BrokerUrl::Kafka(..) | BrokerUrl::Amqp(..) => return connect(url, lease_ttl).await,
+    };
+    let db = entrega::Db::connect(&log_url).await?;
+    let behind = db.schema_behind().await?;
+    if !behind.is_empty() {
+        db.close().await;
+        return Err(BrokerError::Store(StoreError::rejected(
+            super::system::SchemaBehind {
+                service: "broker",
+                behind: behind.join(", "),
+            },
+        )));
+    }
+    Ok(Broker::log(&db, lease_ttl))
+}
+
+/// The log transport's PostgreSQL database when the URL names none.
+pub const LOG_DATABASE: &str = "km0_broker";
+
+/// The database the log transport keeps its records in, when `url` names one in PostgreSQL.
+pub fn log_database(url: &BrokerUrl) -> Option<String> {
+    match url {
+        BrokerUrl::PostgresLog(url) => Some(
+            split_database(url)
+                .1
+                .unwrap_or_else(|| LOG_DATABASE.to_owned()),
+        ),
+        _ => None,
+    }
 }

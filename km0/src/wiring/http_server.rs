@@ -66,7 +66,9 @@ pub fn limited(router: Router, limits: HttpLimits) -> Router {
         ServiceBuilder::new()
             .layer(HandleErrorLayer::new(refusal))
             .load_shed()
-            .layer(GlobalConcurrencyLimitLayer::new(limits.max_in_flight.max(1)))
+            .layer(GlobalConcurrencyLimitLayer::new(
+                limits.max_in_flight.max(1),
+            ))
             .timeout(limits.request_timeout),
     )
 }

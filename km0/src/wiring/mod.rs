@@ -22,7 +22,7 @@ pub use spawn::ASSIGN_EVERY;
 pub use spawn_inventario::{inventario_routing, INVENTARIO_SOURCE};
 pub use spawn_pagos::DEFAULT_PASARELA_URL;
 pub use spawn_saga::SAGA_GROUP;
-pub use system::{Retention, System, DEFAULT_LEASE_TTL};
+pub use system::{Retention, SchemaBehind, SchemaMode, System, DEFAULT_LEASE_TTL};
 pub use topics::{
     dead_letter_topic, dead_letters_of, ensure_topic_and_dlq, ensure_topics, name_amqp_groups,
     AMQP_GROUPS, TOPICS,

@@ -55,6 +55,41 @@ pub struct System {
     saga: Option<SagaTimings>,
     replay_key: Option<entrega_core::ReplayKey>,
     http_limits: super::http_server::HttpLimits,
+    schema: SchemaMode,
+}
+
+/// Whether a deployment's processes create and migrate the databases they open, or expect
+/// them created and migrated already (by `km0 migrate`, run as their owner) and only read and
+/// write rows, as a least-privileged role can.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchemaMode {
+    /// Create missing databases and apply pending migrations on opening (the embedded
+    /// default, the demo, `km0 migrate`, tests).
+    #[default]
+    Migrate,
+    /// Open existing databases only; one whose schema is behind this build is an error that
+    /// names `km0 migrate`.
+    Expect,
+}
+
+/// Grants `role` least privilege on `db` (PostgreSQL only).
+async fn grant(db: &Db, role: &str) -> anyhow::Result<()> {
+    match db.postgres() {
+        Some(pool) => Ok(entrega_postgres::grant_service_role(pool, role).await?),
+        None => anyhow::bail!(
+            "service roles are PostgreSQL's; an SQLite file is guarded by its file permissions"
+        ),
+    }
+}
+
+/// A database whose schema is behind this build, opened by a process that does not migrate.
+#[derive(Debug, thiserror::Error)]
+#[error("the {service} database is not ready ({behind}): run `km0 migrate` as its owner first")]
+pub struct SchemaBehind {
+    /// The service.
+    pub service: &'static str,
+    /// What is behind (`inbox at 4 of 5`, ...).
+    pub behind: String,
 }
 
 impl System {
@@ -71,6 +106,7 @@ impl System {
             saga: None,
             replay_key: None,
             http_limits: super::http_server::HttpLimits::default(),
+            schema: SchemaMode::default(),
         }
     }
 
@@ -93,11 +129,13 @@ impl System {
             Arc::new(OrderSaga::new(timings)),
             Arc::new(entrega_core::SystemClock),
         );
-        sagas.migrate().await?;
-        store
-            .db()
-            .migrate(&[entrega_core::MigrationSet::Inbox])
-            .await?;
+        if self.schema == SchemaMode::Migrate {
+            sagas.migrate().await?;
+            store
+                .db()
+                .migrate(&[entrega_core::MigrationSet::Inbox])
+                .await?;
+        }
         Ok(sagas)
     }
 
@@ -111,6 +149,55 @@ impl System {
     /// The operators' replay key, if one is set.
     pub fn replay_key(&self) -> Option<&entrega_core::ReplayKey> {
         self.replay_key.as_ref()
+    }
+
+    /// Sets whether opening a database migrates it ([`SchemaMode`]).
+    pub fn with_schema(mut self, schema: SchemaMode) -> Self {
+        self.schema = schema;
+        self
+    }
+
+    /// Whether opening a database migrates it.
+    pub fn schema(&self) -> SchemaMode {
+        self.schema
+    }
+
+    /// `service`'s database: created if missing under [`SchemaMode::Migrate`], required to
+    /// exist under [`SchemaMode::Expect`]. Not migrated here.
+    pub async fn database(&self, service: Service) -> Result<Db, StoreError> {
+        match self.schema {
+            SchemaMode::Migrate => self.databases.connect(service).await,
+            SchemaMode::Expect => self.databases.connect_existing(service).await,
+        }
+    }
+
+    /// Under [`SchemaMode::Expect`], fails unless `db`'s entrega schema is this build's.
+    async fn expect_current(&self, service: Service, db: &Db) -> Result<(), StoreError> {
+        let behind = if service == Service::Pasarela {
+            // The gateway simulator keeps no entrega tables, only its own ledger's.
+            let applied: Result<Option<i64>, StoreError> = db
+                .scalar(
+                    query("SELECT COUNT(*) FROM entrega_migrations WHERE set_name = $1")
+                        .bind(service.name()),
+                )
+                .await;
+            match applied {
+                Ok(Some(n)) if n > 0 => Vec::new(),
+                Ok(_) | Err(StoreError::Rejected { .. }) => {
+                    vec![format!("no {} migrations applied", service.name())]
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            db.schema_behind().await?
+        };
+        if behind.is_empty() {
+            return Ok(());
+        }
+        Err(StoreError::rejected(SchemaBehind {
+            service: service.name(),
+            behind: behind.join(", "),
+        }))
     }
 
     /// Sets the limits of every HTTP server the deployment runs.
@@ -208,51 +295,78 @@ impl System {
         )
     }
 
-    /// The orders store, migrated.
+    /// `service`'s database, opened as its store opens it: migrated, or checked under
+    /// [`SchemaMode::Expect`].
+    pub async fn service_db(&self, service: Service) -> Result<Db, StoreError> {
+        Ok(match service {
+            Service::Pedidos => self.pedidos().await?.db().clone(),
+            Service::Inventario => self.inventario().await?.db().clone(),
+            Service::Reparto => self.reparto().await?.db().clone(),
+            Service::Pagos => self.pagos().await?.db().clone(),
+            Service::Catalogo => self.catalogo().await?.db().clone(),
+            Service::Pasarela => self.pasarela().await?.db().clone(),
+        })
+    }
+
+    /// The orders store, migrated (or checked, under [`SchemaMode::Expect`]).
     pub async fn pedidos(&self) -> Result<OrderStore, StoreError> {
-        let store = OrderStore::new(self.databases.connect(Service::Pedidos).await?);
-        store.migrate().await?;
+        let store = OrderStore::new(self.database(Service::Pedidos).await?);
+        match self.schema {
+            SchemaMode::Migrate => store.migrate().await?,
+            SchemaMode::Expect => self.expect_current(Service::Pedidos, store.db()).await?,
+        }
         Ok(store)
     }
 
-    /// The stock store, migrated.
+    /// The stock store, migrated (or checked).
     pub async fn inventario(&self) -> Result<StockStore, StoreError> {
-        let store = StockStore::new(self.databases.connect(Service::Inventario).await?);
-        store.migrate().await?;
+        let store = StockStore::new(self.database(Service::Inventario).await?);
+        match self.schema {
+            SchemaMode::Migrate => store.migrate().await?,
+            SchemaMode::Expect => self.expect_current(Service::Inventario, store.db()).await?,
+        }
         Ok(store)
     }
 
-    /// The delivery store, migrated.
+    /// The delivery store, migrated (or checked).
     pub async fn reparto(&self) -> Result<DeliveryStore, StoreError> {
-        let store = DeliveryStore::new(self.databases.connect(Service::Reparto).await?);
-        store.migrate().await?;
+        let store = DeliveryStore::new(self.database(Service::Reparto).await?);
+        match self.schema {
+            SchemaMode::Migrate => store.migrate().await?,
+            SchemaMode::Expect => self.expect_current(Service::Reparto, store.db()).await?,
+        }
         Ok(store)
     }
 
-    /// The payments store, migrated.
+    /// The payments store, migrated (or checked).
     pub async fn pagos(&self) -> Result<crate::services::pagos::PaymentStore, StoreError> {
-        let store = crate::services::pagos::PaymentStore::new(
-            self.databases.connect(Service::Pagos).await?,
-        );
-        store.migrate().await?;
+        let store = crate::services::pagos::PaymentStore::new(self.database(Service::Pagos).await?);
+        match self.schema {
+            SchemaMode::Migrate => store.migrate().await?,
+            SchemaMode::Expect => self.expect_current(Service::Pagos, store.db()).await?,
+        }
         Ok(store)
     }
 
-    /// The catalogue's store, migrated.
+    /// The catalogue's store, migrated (or checked).
     pub async fn catalogo(&self) -> Result<crate::services::catalogo::CatalogStore, StoreError> {
-        let store = crate::services::catalogo::CatalogStore::new(
-            self.databases.connect(Service::Catalogo).await?,
-        );
-        store.migrate().await?;
+        let store =
+            crate::services::catalogo::CatalogStore::new(self.database(Service::Catalogo).await?);
+        match self.schema {
+            SchemaMode::Migrate => store.migrate().await?,
+            SchemaMode::Expect => self.expect_current(Service::Catalogo, store.db()).await?,
+        }
         Ok(store)
     }
 
-    /// The payment gateway simulator's ledger, migrated.
+    /// The payment gateway simulator's ledger, migrated (or checked).
     pub async fn pasarela(&self) -> Result<crate::services::pasarela::Ledger, StoreError> {
-        let ledger = crate::services::pasarela::Ledger::new(
-            self.databases.connect(Service::Pasarela).await?,
-        );
-        ledger.migrate().await?;
+        let ledger =
+            crate::services::pasarela::Ledger::new(self.database(Service::Pasarela).await?);
+        match self.schema {
+            SchemaMode::Migrate => ledger.migrate().await?,
+            SchemaMode::Expect => self.expect_current(Service::Pasarela, ledger.db()).await?,
+        }
         Ok(ledger)
     }
 
@@ -263,7 +377,14 @@ impl System {
 
     /// The broker, connected (the log transport's database created if missing and migrated).
     pub async fn broker(&self) -> Result<Broker, BrokerError> {
-        super::broker::connect(&self.broker_kind()?, self.lease_ttl).await
+        match self.schema {
+            SchemaMode::Migrate => {
+                super::broker::connect(&self.broker_kind()?, self.lease_ttl).await
+            }
+            SchemaMode::Expect => {
+                super::broker::connect_existing(&self.broker_kind()?, self.lease_ttl).await
+            }
+        }
     }
 
     /// The same as [`System::broker`].
@@ -271,17 +392,93 @@ impl System {
         self.broker().await
     }
 
-    /// Migrates every database of the deployment (the broker's too, when it is the log
-    /// transport in a database); returns what it migrated.
-    pub async fn migrate(&self) -> Result<Vec<&'static str>, BrokerError> {
-        self.pedidos().await?.db().close().await;
-        self.inventario().await?.db().close().await;
-        self.reparto().await?.db().close().await;
-        self.catalogo().await?.db().close().await;
-        let mut done = vec!["pedidos", "inventario", "reparto", "catalogo"];
-        if !self.broker_kind()?.is_server() {
-            self.broker().await?.close().await;
-            done.push("broker");
+    /// Creates and migrates every database of the deployment (the broker's too, when it is
+    /// the log transport in a database), whatever this deployment's [`SchemaMode`]; with
+    /// `roles` on PostgreSQL, then makes each service's role (named as its database) the
+    /// least-privileged user of its database ([`entrega_postgres::grant_service_role`]), and
+    /// the log database's role that of the log. Returns what it migrated.
+    pub async fn migrate(&self, roles: bool) -> anyhow::Result<Vec<String>> {
+        use anyhow::Context as _;
+        let owner = self.clone().with_schema(SchemaMode::Migrate);
+        let mut done = Vec::new();
+        let pedidos = owner.pedidos().await.context("migrating pedidos")?;
+        owner
+            .sagas(&pedidos)
+            .await
+            .context("migrating the order sagas")?;
+        let mut opened = vec![(Service::Pedidos, pedidos.db().clone())];
+        opened.push((
+            Service::Inventario,
+            owner
+                .inventario()
+                .await
+                .context("migrating inventario")?
+                .db()
+                .clone(),
+        ));
+        opened.push((
+            Service::Reparto,
+            owner
+                .reparto()
+                .await
+                .context("migrating reparto")?
+                .db()
+                .clone(),
+        ));
+        opened.push((
+            Service::Pagos,
+            owner.pagos().await.context("migrating pagos")?.db().clone(),
+        ));
+        opened.push((
+            Service::Catalogo,
+            owner
+                .catalogo()
+                .await
+                .context("migrating catalogo")?
+                .db()
+                .clone(),
+        ));
+        opened.push((
+            Service::Pasarela,
+            owner
+                .pasarela()
+                .await
+                .context("migrating pasarela")?
+                .db()
+                .clone(),
+        ));
+        for (service, db) in opened {
+            if roles {
+                let role = self.databases.name(service);
+                grant(&db, &role)
+                    .await
+                    .with_context(|| format!("granting {role}"))?;
+                done.push(format!("{} (role {role})", service.name()));
+            } else {
+                done.push(service.name().to_owned());
+            }
+            db.close().await;
+        }
+        let kind = self.broker_kind()?;
+        if !kind.is_server() {
+            let broker = owner.broker().await.context("migrating the log broker")?;
+            broker.close().await;
+            match (roles, super::broker::log_database(&kind)) {
+                (true, Some(name)) => {
+                    let url = match &kind {
+                        BrokerUrl::PostgresLog(url) => super::config::with_database(url, &name),
+                        _ => String::new(),
+                    };
+                    let db = Db::connect(&url)
+                        .await
+                        .context("opening the log database")?;
+                    let granted = grant(&db, &name).await;
+                    db.close().await;
+                    granted.with_context(|| format!("granting {name}"))?;
+                    done.push(format!("broker (role {name})"));
+                }
+                _ => done.push("broker".to_owned()),
+            }
         }
         Ok(done)
     }
@@ -355,6 +552,8 @@ impl System {
             saga: self.saga,
             replay_key: self.replay_key.clone(),
             http_limits: self.http_limits,
+            // A fresh run makes its own databases.
+            schema: SchemaMode::Migrate,
         })
     }
 

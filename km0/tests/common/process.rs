@@ -133,6 +133,8 @@ impl Deployment {
             .expect("process log file");
         let mut command = Command::new(env!("CARGO_BIN_EXE_km0"));
         command
+            // Test deployments migrate as they open (production runs `km0 migrate` first).
+            .env("KM0_MIGRATE", "1")
             .args(&self.args)
             .args(args)
             .env_remove("KM0_DATABASE")
@@ -178,6 +180,8 @@ impl Deployment {
     /// `outbox status --json`) and returns its output.
     pub async fn cli(&self, args: &[&str]) -> std::process::Output {
         let run = Command::new(env!("CARGO_BIN_EXE_km0"))
+            // Test deployments migrate as they open (production runs `km0 migrate` first).
+            .env("KM0_MIGRATE", "1")
             .args(&self.args)
             .args(args)
             .env_remove("KM0_DATABASE")

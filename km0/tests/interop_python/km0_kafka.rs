@@ -86,6 +86,8 @@ impl Km0Kafka {
     pub async fn start(&self, component: &str) -> Km0 {
         let log = std::fs::File::create(self.logs.join(format!("{component}.log"))).expect("log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
+            // Test deployments migrate as they open (production runs `km0 migrate` first).
+            .env("KM0_MIGRATE", "1")
             .args([
                 "--database",
                 &common::pg_server(),

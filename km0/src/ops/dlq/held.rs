@@ -7,7 +7,7 @@
 use anyhow::Context as _;
 use entrega::dlq::send_held;
 use entrega::Db;
-use entrega_core::{now_ms, DlqAction, DlqAuditEntry, HeldLetter, MigrationSet};
+use entrega_core::{now_ms, DlqAction, DlqAuditEntry, HeldLetter};
 use serde_json::{json, Value};
 
 use super::emit;
@@ -32,15 +32,10 @@ pub const HOLDING_SERVICES: [&str; 5] = ["pedidos", "inventario", "pagos", "repa
 const LIMIT: usize = 1_000;
 
 async fn open(system: &System, service: Service) -> anyhow::Result<Db> {
-    let db = system
-        .databases()
-        .connect(service)
+    system
+        .service_db(service)
         .await
-        .with_context(|| format!("opening the {} database", service.name()))?;
-    db.migrate(&[MigrationSet::Inbox, MigrationSet::Dlq])
-        .await
-        .with_context(|| format!("migrating the {} database", service.name()))?;
-    Ok(db)
+        .with_context(|| format!("opening the {} database", service.name()))
 }
 
 fn letter_json(service: Service, h: &HeldLetter) -> Value {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, ReplayOptions};
-use entrega_core::{DlqStore, MigrationSet};
+use entrega_core::DlqStore;
 
 pub use args::{DlqCommand, FilterArgs};
 pub use held::HOLDING_SERVICES;
@@ -40,14 +40,6 @@ pub fn tended_topics() -> Vec<(String, Service)> {
     vec![(dead_letter_topic(), Service::Inventario)]
 }
 
-/// The dead-letter operator store in `db` (migrated).
-async fn store_in(db: &Db) -> anyhow::Result<Arc<dyn DlqStore>> {
-    db.migrate(&[MigrationSet::Dlq])
-        .await
-        .context("migrating the dead-letter tables")?;
-    Ok(db.dead_letters())
-}
-
 /// Runs one `km0 dlq` command; a refused request prints why and exits with [`USAGE_EXIT`].
 pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCode> {
     let held = match command {
@@ -61,11 +53,11 @@ pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCod
     }
     let broker = system.broker().await.context("opening the broker")?;
     let db = system
-        .databases()
-        .connect(Service::Inventario)
+        .service_db(Service::Inventario)
         .await
         .context("opening the inventario database")?;
-    let outcome = match store_in(&db).await {
+    let store: anyhow::Result<Arc<dyn DlqStore>> = Ok(db.dead_letters());
+    let outcome = match store {
         Ok(store) if broker.is_amqp() => queue::execute(&broker, store, command).await,
         Ok(store) => {
             let topics = tended_topics().into_iter().map(|(t, _)| t).collect();

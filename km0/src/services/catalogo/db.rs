@@ -43,7 +43,9 @@ impl CatalogStore {
 
     /// Creates the catalogue table (and the parking table its ordered retries use).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db.migrate(&[MigrationSet::Inbox]).await?;
+        self.db
+            .migrate(&[MigrationSet::Inbox, MigrationSet::Dlq])
+            .await?;
         self.db.apply_migrations("catalogo", MIGRATIONS).await
     }
 

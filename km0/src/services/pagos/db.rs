@@ -134,7 +134,7 @@ impl PaymentStore {
     /// Creates entrega's tables (outbox, inbox and stored answers) and pagos' own.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
             .await?;
         self.db.apply_migrations("pagos", MIGRATIONS).await
     }

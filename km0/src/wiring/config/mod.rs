@@ -116,7 +116,21 @@ impl Databases {
                 dir.join(format!("{name}.db")).display()
             )),
             DataPlace::PostgresServer(server) => {
-                entrega_postgres::ensure_database(server, &name).await
+                entrega_postgres::ensure_database(&for_service(server, service), &name).await
+            }
+        }
+    }
+
+    /// The full URL of `service`'s database, which must exist: nothing is created, so a
+    /// role without `CREATEDB` (or without access to other databases) can use it.
+    pub fn existing_url(&self, service: Service) -> String {
+        let name = self.name(service);
+        match &self.place {
+            DataPlace::SqliteDir(dir) => {
+                format!("sqlite://{}", dir.join(format!("{name}.db")).display())
+            }
+            DataPlace::PostgresServer(server) => {
+                with_database(&for_service(server, service), &name)
             }
         }
     }
@@ -125,6 +139,21 @@ impl Databases {
     pub async fn connect(&self, service: Service) -> Result<Db, StoreError> {
         Db::connect(&self.url(service).await?).await
     }
+
+    /// Connects to `service`'s existing database, creating nothing.
+    pub async fn connect_existing(&self, service: Service) -> Result<Db, StoreError> {
+        Db::connect(&self.existing_url(service)).await
+    }
+}
+
+/// The placeholder a `--database` URL may hold, replaced by each service's name, so that
+/// every service connects as a role of its own:
+/// `postgres://km0_{service}@db:5432` → `postgres://km0_inventario@db:5432/km0_inventario`.
+pub const SERVICE_PLACEHOLDER: &str = "{service}";
+
+/// `server` with [`SERVICE_PLACEHOLDER`] replaced by `service`'s name.
+pub fn for_service(server: &str, service: Service) -> String {
+    server.replace(SERVICE_PLACEHOLDER, service.name())
 }
 
 /// Whether a URL names an SQLite database or directory.
