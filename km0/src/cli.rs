@@ -171,6 +171,20 @@ pub struct Cli {
     )]
     pub http_max_in_flight: usize,
 
+    /// Serves km0's HTTP (pedidos, the gateway simulator, the operations endpoint) over TLS
+    /// with this certificate chain (PEM); needs `--tls-key`.
+    #[arg(long, global = true, env = "KM0_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key (PEM) of `--tls-cert`.
+    #[arg(long, global = true, env = "KM0_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+
+    /// A certificate authority (PEM) trusted for outgoing HTTPS (the gateway, the maps
+    /// service), besides the public roots.
+    #[arg(long, global = true, env = "KM0_TLS_CA")]
+    pub tls_ca: Option<std::path::PathBuf>,
+
     /// Exports the spans of every traced request and message to an OpenTelemetry collector
     /// (OTLP over HTTP, JSON), e.g. http://127.0.0.1:4318.
     #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
@@ -477,6 +491,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         max_in_flight: cli.http_max_in_flight.max(1),
         ..Default::default()
     });
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        let tls = wiring::tls::ServerTls {
+            cert: cert.clone(),
+            key: key.clone(),
+        };
+        // A bad certificate or key is reported before anything starts.
+        tls.acceptor()?;
+        system = system.with_http_tls(tls);
+    }
+    if let Some(ca) = &cli.tls_ca {
+        // An unreadable authority is reported before anything starts.
+        let _checked = wiring::tls::client_builder(Some(ca))?;
+        system = system.with_tls_ca(ca.clone());
+    }
     if let Some(secret) = &cli.replay_key {
         let key = entrega_core::ReplayKey::new(secret.as_bytes()).context("KM0_REPLAY_KEY")?;
         system = system.with_replay_key(key);
@@ -533,7 +561,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("the gateway simulator serves HTTP")?;
             components.pagos = true;
             components.reparto = true;
-            components.pasarela_url = Some(format!("http://{gateway_addr}"));
+            let scheme = if system.http_tls()?.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            components.pasarela_url = Some(format!("{scheme}://{gateway_addr}"));
             let outcome = wiring::run_until_signal(&system, components, http).await;
             let stopped = gateway.stop().await;
             outcome?;

@@ -21,7 +21,7 @@ impl Km0 {
     fn start(dir: &Path, args: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
-            .env("KM0_MIGRATE", "1")
+            .env("KM0_MIGRATE", "true")
             .arg("--database")
             .arg(format!("sqlite://{}", dir.display()))
             .arg("--broker")
@@ -109,7 +109,7 @@ async fn run_pedidos_serves_on_the_announced_port_and_stops_cleanly_on_sigterm()
     // The order outlived the process: it is in the database the next process opens.
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         // Test deployments migrate as they open (production runs `km0 migrate` first).
-        .env("KM0_MIGRATE", "1")
+        .env("KM0_MIGRATE", "true")
         .arg("--database")
         .arg(format!("sqlite://{}", dir.display()))
         .arg("--broker")

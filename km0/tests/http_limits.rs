@@ -47,9 +47,15 @@ async fn start(limits: HttpLimits) -> Server {
             post(|Json(body): Json<serde_json::Value>| async move { Json(body) }),
         );
     let stop = CancellationToken::new();
-    let (addr, _task) = spawn("127.0.0.1:0".parse().unwrap(), router, limits, stop.clone())
-        .await
-        .unwrap();
+    let (addr, _task) = spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        router,
+        limits,
+        None,
+        stop.clone(),
+    )
+    .await
+    .unwrap();
     Server { addr, stop, gate }
 }
 

@@ -173,7 +173,7 @@ fn message(topic: &str, key: String) -> OutgoingMessage {
 fn km0_lag(dir: &std::path::Path, broker_url: &str, extra: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         // Test deployments migrate as they open (production runs `km0 migrate` first).
-        .env("KM0_MIGRATE", "1")
+        .env("KM0_MIGRATE", "true")
         .arg("--database")
         .arg(format!("sqlite://{}", dir.display()))
         .args(["--broker", broker_url, "lag"])

@@ -12,7 +12,7 @@ fn every_log_line_is_a_json_object() {
     std::fs::create_dir_all(&dir).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         // Test deployments migrate as they open (production runs `km0 migrate` first).
-        .env("KM0_MIGRATE", "1")
+        .env("KM0_MIGRATE", "true")
         .arg("--database")
         .arg(format!("sqlite://{}", dir.display()))
         .arg("--broker")

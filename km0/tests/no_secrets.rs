@@ -24,7 +24,7 @@ fn with_password(server: &str, password: &str) -> String {
 fn km0(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         // Test deployments migrate as they open (production runs `km0 migrate` first).
-        .env("KM0_MIGRATE", "1")
+        .env("KM0_MIGRATE", "true")
         .args(args)
         .env_remove("KM0_DATABASE")
         .env_remove("KM0_BROKER")

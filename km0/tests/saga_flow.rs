@@ -189,7 +189,7 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
     let km0 = |args: &[&str]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
-            .env("KM0_MIGRATE", "1")
+            .env("KM0_MIGRATE", "true")
             .args(["--database", database, "--broker", broker, "saga"])
             .args(args)
             .output()

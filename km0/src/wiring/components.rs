@@ -222,6 +222,7 @@ impl System {
                 listener,
                 app(state),
                 limits,
+                self.http_tls()?,
                 stop.clone(),
             ));
             running.tasks.push(("pedidos", task));
@@ -247,6 +248,7 @@ impl System {
                 listener,
                 pasarela::app(state),
                 limits,
+                self.http_tls()?,
                 stop.clone(),
             ));
             running.tasks.push(("pasarela", task));
@@ -294,8 +296,15 @@ impl System {
                 }
                 None => None,
             };
-            let (bound, task) =
-                ops_server::serve(addr, sources, console, self.http_limits(), stop.clone()).await?;
+            let (bound, task) = ops_server::serve(
+                addr,
+                sources,
+                console,
+                self.http_limits(),
+                self.http_tls()?,
+                stop.clone(),
+            )
+            .await?;
             tracing::info!(addr = %bound, "operations endpoint listening");
             running.ops_addr = Some(bound);
             running.tasks.push(("ops", task));

@@ -7,7 +7,8 @@
 //!   `408` (its handler is dropped, so a transaction it held rolls back);
 //! - at most `max_in_flight` requests are handled at once; one more gets `503` at once with
 //!   `Retry-After`, rather than queueing without bound;
-//! - at most `max_connections` connections are open at once; one more is closed on accept.
+//! - at most `max_connections` connections are open at once; one more is closed on accept;
+//! - with a certificate and key, HTTPS only (rustls), the handshake bounded like the headers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::limit::GlobalConcurrencyLimitLayer;
 use tower::{ServiceBuilder, ServiceExt as _};
@@ -93,13 +95,15 @@ async fn refusal(error: BoxError) -> Response {
     (StatusCode::INTERNAL_SERVER_ERROR, Json(body)).into_response()
 }
 
-/// Serves `router` on `listener` with `limits` until `stop`; then lets open connections
-/// finish their requests for a while. Handlers see the peer's address as
+/// Serves `router` on `listener` with `limits` until `stop` (HTTPS when `tls` is given: a
+/// handshake must finish within the header timeout); then lets open connections finish
+/// their requests for a while. Handlers see the peer's address as
 /// [`ConnectInfo<SocketAddr>`].
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
     stop: CancellationToken,
 ) -> anyhow::Result<()> {
     let router = limited(router, limits);
@@ -135,12 +139,33 @@ pub async fn serve(
             request.extensions_mut().insert(ConnectInfo(peer));
             app.clone().oneshot(request)
         });
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
-            .into_owned();
-        let watched = graceful.watch(connection);
+        let service = TowerToHyperService::new(service);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        let handshake = limits.header_timeout;
         tokio::spawn(async move {
-            if let Err(e) = watched.await {
+            let served = match tls {
+                None => {
+                    let conn =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    watcher.watch(conn.into_owned()).await
+                }
+                Some(acceptor) => {
+                    // The handshake is bounded like the headers: a client that stalls in it
+                    // holds nothing for long.
+                    match tokio::time::timeout(handshake, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            let conn = builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service);
+                            watcher.watch(conn.into_owned()).await
+                        }
+                        Ok(Err(e)) => Err(e.into()),
+                        Err(_) => Err("the TLS handshake took too long".into()),
+                    }
+                }
+            };
+            if let Err(e) = served {
                 tracing::debug!(%peer, error = %e, "connection ended");
             }
             drop(permit);
@@ -159,6 +184,7 @@ pub async fn spawn(
     addr: SocketAddr,
     router: Router,
     limits: HttpLimits,
+    tls: Option<TlsAcceptor>,
     stop: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<anyhow::Result<()>>)> {
     let listener = TcpListener::bind(addr)
@@ -166,7 +192,7 @@ pub async fn spawn(
         .with_context(|| format!("binding {addr}"))?;
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {
-        serve(listener, router, limits, stop)
+        serve(listener, router, limits, tls, stop)
             .await
             .context("serving HTTP")
     });

@@ -13,6 +13,7 @@ mod spawn_inventario;
 mod spawn_pagos;
 mod spawn_saga;
 mod system;
+pub mod tls;
 mod together;
 mod topics;
 

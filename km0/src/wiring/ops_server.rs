@@ -176,6 +176,7 @@ pub(crate) async fn serve(
     sources: OpsSources,
     console: Option<Router>,
     limits: super::http_server::HttpLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     stop: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, Task)> {
     recorder();
@@ -188,7 +189,7 @@ pub(crate) async fn serve(
         Some(console) => app.merge(console),
         None => app,
     };
-    super::http_server::spawn(addr, app, limits, stop).await
+    super::http_server::spawn(addr, app, limits, tls, stop).await
 }
 
 async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {

@@ -88,7 +88,10 @@ pub(super) async fn spawn_reparto(
     let broker = system.broker().await.context("opening the broker")?;
     ensure_topics(&broker).await?;
     let maps: Arc<dyn Maps> = match &components.mapas_url {
-        Some(url) => Arc::new(HttpMaps::new(url).context("the maps service")?),
+        Some(url) => Arc::new(
+            HttpMaps::with_builder(url, super::tls::client_builder(system.tls_ca())?)
+                .context("the maps service")?,
+        ),
         None => Arc::new(LocalMaps),
     };
     spawn_assignment(store.clone(), stop.clone());

@@ -42,7 +42,9 @@ pub(super) async fn spawn_pagos(
         .pasarela_url
         .as_deref()
         .unwrap_or(DEFAULT_PASARELA_URL);
-    let gateway = Gateway::new(url, GATEWAY_TIMEOUT).context("the payment gateway")?;
+    let client = super::tls::client_builder(system.tls_ca())?;
+    let gateway =
+        Gateway::with_builder(url, GATEWAY_TIMEOUT, client).context("the payment gateway")?;
 
     let consumer = Arc::new(ChargeConsumer::new(store.clone(), gateway.clone()));
     let names = (pagos::GROUP, pagos::TOPIC, instance.clone());

@@ -56,6 +56,8 @@ pub struct System {
     replay_key: Option<entrega_core::ReplayKey>,
     http_limits: super::http_server::HttpLimits,
     schema: SchemaMode,
+    http_tls: Option<super::tls::ServerTls>,
+    tls_ca: Option<PathBuf>,
 }
 
 /// Whether a deployment's processes create and migrate the databases they open, or expect
@@ -107,6 +109,8 @@ impl System {
             replay_key: None,
             http_limits: super::http_server::HttpLimits::default(),
             schema: SchemaMode::default(),
+            http_tls: None,
+            tls_ca: None,
         }
     }
 
@@ -149,6 +153,31 @@ impl System {
     /// The operators' replay key, if one is set.
     pub fn replay_key(&self) -> Option<&entrega_core::ReplayKey> {
         self.replay_key.as_ref()
+    }
+
+    /// Serves every HTTP server of the deployment over TLS with this certificate and key.
+    pub fn with_http_tls(mut self, tls: super::tls::ServerTls) -> Self {
+        self.http_tls = Some(tls);
+        self
+    }
+
+    /// The acceptor of the deployment's HTTPS servers, when they serve TLS.
+    pub fn http_tls(&self) -> anyhow::Result<Option<tokio_rustls::TlsAcceptor>> {
+        self.http_tls
+            .as_ref()
+            .map(super::tls::ServerTls::acceptor)
+            .transpose()
+    }
+
+    /// Trusts the certificates in `ca` (PEM) for outgoing HTTPS, besides the public roots.
+    pub fn with_tls_ca(mut self, ca: PathBuf) -> Self {
+        self.tls_ca = Some(ca);
+        self
+    }
+
+    /// The extra certificate authority of outgoing HTTPS, if any.
+    pub fn tls_ca(&self) -> Option<&std::path::Path> {
+        self.tls_ca.as_deref()
     }
 
     /// Sets whether opening a database migrates it ([`SchemaMode`]).
@@ -554,6 +583,8 @@ impl System {
             http_limits: self.http_limits,
             // A fresh run makes its own databases.
             schema: SchemaMode::Migrate,
+            http_tls: self.http_tls.clone(),
+            tls_ca: self.tls_ca.clone(),
         })
     }
 

@@ -11,6 +11,7 @@ pub mod ledger;
 pub mod process;
 pub mod proxy;
 pub mod state;
+pub mod tls;
 
 use std::path::PathBuf;
 

@@ -134,7 +134,7 @@ impl Deployment {
         let mut command = Command::new(env!("CARGO_BIN_EXE_km0"));
         command
             // Test deployments migrate as they open (production runs `km0 migrate` first).
-            .env("KM0_MIGRATE", "1")
+            .env("KM0_MIGRATE", "true")
             .args(&self.args)
             .args(args)
             .env_remove("KM0_DATABASE")
@@ -181,7 +181,7 @@ impl Deployment {
     pub async fn cli(&self, args: &[&str]) -> std::process::Output {
         let run = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
-            .env("KM0_MIGRATE", "1")
+            .env("KM0_MIGRATE", "true")
             .args(&self.args)
             .args(args)
             .env_remove("KM0_DATABASE")

@@ -140,7 +140,7 @@ impl Deployment {
     pub async fn km0_keyed(&self, args: &[&str], replay_key: &str) -> (i32, String, String) {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
-            .env("KM0_MIGRATE", "1")
+            .env("KM0_MIGRATE", "true")
             .env("KM0_REPLAY_KEY", replay_key)
             .arg("--database")
             .arg(format!("sqlite://{}", self.dir.display()))

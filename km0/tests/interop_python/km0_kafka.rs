@@ -87,7 +87,7 @@ impl Km0Kafka {
         let log = std::fs::File::create(self.logs.join(format!("{component}.log"))).expect("log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
-            .env("KM0_MIGRATE", "1")
+            .env("KM0_MIGRATE", "true")
             .args([
                 "--database",
                 &common::pg_server(),

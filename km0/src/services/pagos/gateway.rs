@@ -60,7 +60,17 @@ pub struct Gateway {
 impl Gateway {
     /// A client of the gateway at `base` (e.g. `http://127.0.0.1:8095`).
     pub fn new(base: &str, timeout: Duration) -> Result<Self, GatewayError> {
-        let http = reqwest::Client::builder()
+        Self::with_builder(base, timeout, reqwest::Client::builder())
+    }
+
+    /// A client of the gateway at `base` built from `builder` (e.g. one that trusts a
+    /// private certificate authority for `https://`), each call bounded by `timeout`.
+    pub fn with_builder(
+        base: &str,
+        timeout: Duration,
+        builder: reqwest::ClientBuilder,
+    ) -> Result<Self, GatewayError> {
+        let http = builder
             .timeout(timeout)
             .build()
             .map_err(|e| GatewayError::Refused(format!("building the HTTP client: {e}")))?;

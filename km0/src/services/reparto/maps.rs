@@ -45,7 +45,13 @@ pub struct HttpMaps {
 impl HttpMaps {
     /// A client of the service at `base` (e.g. `http://127.0.0.1:8090`).
     pub fn new(base: &str) -> Result<Self, MapsError> {
-        let client = reqwest::Client::builder()
+        Self::with_builder(base, reqwest::Client::builder())
+    }
+
+    /// A client of the service at `base` built from `builder` (e.g. one that trusts a
+    /// private certificate authority for `https://`), with the maps timeout.
+    pub fn with_builder(base: &str, builder: reqwest::ClientBuilder) -> Result<Self, MapsError> {
+        let client = builder
             .timeout(TIMEOUT)
             .build()
             .map_err(|e| MapsError::Refused(format!("building the HTTP client: {e}")))?;
