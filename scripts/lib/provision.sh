@@ -3,7 +3,8 @@
 # Every step says what it does; a failing step names itself and the log file to read.
 #
 #   ensure_rust        cargo with rustfmt and clippy
-#   ensure_postgres    a PostgreSQL server on 127.0.0.1:5432 (Debian's packages), loopback trust
+#   ensure_postgres    a PostgreSQL server on 127.0.0.1:5432 (Debian's packages), loopback trust,
+#                      TLS with the test suite's own CA (tls.sh)
 #   ensure_rabbitmq    RabbitMQ on 127.0.0.1:5672 with the consistent-hash exchange (rabbitmq.sh)
 #   ensure_kafka       Apache Kafka on 127.0.0.1:9092 from Maven Central jars (kafka.sh)
 
@@ -132,6 +133,20 @@ ensure_postgres() {
     "$KM0_LOGS/apt-postgresql-client.log" apt_install postgresql-client
   psql_admin -c 'select 1' >/dev/null ||
     fail "PostgreSQL" "cannot connect to $(pg_url_base) without a password; a server already running there must trust loopback for postgres, or set ENTREGA_TEST_PG"
+  # TLS with the test suite's own CA, also on a server an earlier run started without it.
+  local version
+  version=$(pg_server_version)
+  if [ -n "$version" ] && [ -d "/etc/postgresql/$version/main" ]; then
+    ensure_test_pki
+    pg_configure_tls "/etc/postgresql/$version/main"
+    if [ "$(psql_admin -c 'show ssl')" != "on" ] ||
+      [ "$(psql_admin -c 'show ssl_cert_file')" != "/etc/postgresql/$version/main/km0-server.pem" ]; then
+      echo "turning TLS on in PostgreSQL $version"
+      psql_admin -c 'select pg_reload_conf()' >/dev/null
+      for _ in $(seq 1 20); do [ "$(psql_admin -c 'show ssl')" = "on" ] && break; sleep 0.25; done
+      [ "$(psql_admin -c 'show ssl')" = "on" ] || fail "PostgreSQL TLS" "ssl is still off after a reload; read the server log"
+    fi
+  fi
 }
 
 # Stops the cluster ensure_postgres started (a server it did not start is left alone).
@@ -156,8 +171,19 @@ drop_databases_like() {
 drop_stale_test_databases() {
   drop_databases_like 'entrega_t_%'
   drop_databases_like 'km0ci%'
+  drop_databases_like 'km0lp%'
+  drop_databases_like 'km0tls%'
+  drop_databases_like 'km0nosecret%'
+  # Service roles the least-privilege test made (they own nothing once their databases are
+  # gone).
+  local role
+  for role in $(psql_admin -c "select rolname from pg_roles where rolname like 'km0lp%'"); do
+    psql_admin -c "drop role if exists \"$role\"" || true
+  done
 }
 
+# shellcheck source=scripts/lib/tls.sh
+. "$KM0_ROOT/scripts/lib/tls.sh"
 # shellcheck source=scripts/lib/rabbitmq.sh
 . "$KM0_ROOT/scripts/lib/rabbitmq.sh"
 # shellcheck source=scripts/lib/kafka.sh
