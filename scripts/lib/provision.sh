@@ -50,6 +50,15 @@ ensure_rust() {
       run_step "adding the $component component" "$KM0_LOGS/rustup-$component.log" \
         rustup component add "$component"
   done
+  # librdkafka is built with TLS and SCRAM against the system's OpenSSL (rdkafka's `ssl`).
+  local missing=()
+  dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  command -v cmake >/dev/null || missing+=(cmake)
+  if [ ${#missing[@]} -gt 0 ]; then
+    run_step "installing ${missing[*]} (librdkafka's build)" "$KM0_LOGS/apt-build-deps.log" \
+      apt_install "${missing[@]}"
+  fi
 }
 
 # --- PostgreSQL --------------------------------------------------------------------------

@@ -84,35 +84,105 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(15)..].join("\n")
 }
 
+/// `properties` with `SSL` and `SASL_SSL` listeners on `ports`, advertised as `localhost`,
+/// serving `secure`'s certificate from a PEM key store written in `dir`.
+fn secure_properties(properties: &str, dir: &Path, secure: &Secure, ports: SecurePorts) -> String {
+    let store = dir.join("keystore.pem");
+    let key = fs::read_to_string(&secure.key).expect("key");
+    let cert = fs::read_to_string(&secure.cert).expect("certificate");
+    fs::write(&store, format!("{key}{cert}")).expect("keystore.pem");
+    let mut out = String::new();
+    for line in properties.lines() {
+        let line = if line.starts_with("listeners=") {
+            format!(
+                "{line},SSL://127.0.0.1:{},SASL_SSL://127.0.0.1:{}",
+                ports.ssl, ports.sasl_ssl
+            )
+        } else if line.starts_with("advertised.listeners=") {
+            format!(
+                "{line},SSL://localhost:{},SASL_SSL://localhost:{}",
+                ports.ssl, ports.sasl_ssl
+            )
+        } else if line.starts_with("listener.security.protocol.map=") {
+            format!("{line},SSL:SSL,SASL_SSL:SASL_SSL")
+        } else {
+            line.to_owned()
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "ssl.keystore.type=PEM\nssl.keystore.location={}\n\
+         sasl.enabled.mechanisms=SCRAM-SHA-256\n\
+         listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=\
+         org.apache.kafka.common.security.scram.ScramLoginModule required;\n",
+        store.display()
+    ));
+    out
+}
+
 /// A running Apache Kafka node owned by one test.
 pub struct KafkaBroker {
     child: Option<Child>,
     port: u16,
     advertised: u16,
     dir: PathBuf,
+    secure: Option<SecurePorts>,
+}
+
+/// What a node with TLS listeners serves, besides its plain one.
+#[derive(Debug, Clone)]
+pub struct Secure {
+    /// The node's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PKCS#8 PEM).
+    pub key: PathBuf,
+    /// The SCRAM-SHA-256 user made at format time, and its password.
+    pub scram: (String, String),
+}
+
+/// The ports of a node's TLS listeners, advertised as `localhost` (the name its
+/// certificate carries).
+#[derive(Debug, Clone, Copy)]
+pub struct SecurePorts {
+    /// `SSL`: TLS, no authentication.
+    pub ssl: u16,
+    /// `SASL_SSL`: TLS and SCRAM-SHA-256.
+    pub sasl_ssl: u16,
 }
 
 impl KafkaBroker {
     /// Starts a broker on a free port and waits until it answers a Metadata request.
     pub fn start() -> Self {
-        Self::launch(None)
+        Self::launch(None, None)
+    }
+
+    /// Starts a broker that also serves `SSL` and `SASL_SSL` (SCRAM-SHA-256) listeners with
+    /// `secure`'s certificate and user.
+    pub fn start_secure(secure: &Secure) -> Self {
+        Self::launch(None, Some(secure))
+    }
+
+    /// The ports of the TLS listeners of a node started with [`Self::start_secure`].
+    pub fn secure_ports(&self) -> SecurePorts {
+        self.secure.expect("a broker started with start_secure")
     }
 
     /// Starts a broker on a free port that tells clients to connect to
     /// `127.0.0.1:<advertised>` instead (a [`super::proxy::Proxy`] in front of it, say).
     pub fn start_advertising(advertised: u16) -> Self {
-        Self::launch(Some(advertised))
+        Self::launch(Some(advertised), None)
     }
 
     /// A node on free ports. Tests start brokers in parallel, and a port found free may be
     /// taken by another before this node binds it: a node that exits at start-up is tried
     /// again on other ports.
-    fn launch(advertised: Option<u16>) -> Self {
+    fn launch(advertised: Option<u16>, secure: Option<&Secure>) -> Self {
         const ATTEMPTS: usize = 3;
         let mut failures = Vec::new();
         for _ in 0..ATTEMPTS {
             let port = free_port();
-            let mut broker = Self::format(port, advertised.unwrap_or(port));
+            let mut broker = Self::format(port, advertised.unwrap_or(port), secure);
             match broker.spawn_and_wait() {
                 Ok(()) => return broker,
                 Err(why) => failures.push(why),
@@ -125,7 +195,7 @@ impl KafkaBroker {
     }
 
     /// A formatted log dir and the settings of a node on `port`, not started yet.
-    fn format(port: u16, advertised: u16) -> Self {
+    fn format(port: u16, advertised: u16, secure: Option<&Secure>) -> Self {
         let dir = std::env::temp_dir().join(format!("km0-kafka-{}-{port}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(dir.join("data")).expect("broker dir");
@@ -136,14 +206,28 @@ impl KafkaBroker {
             .replace("@CONTROLLER_PORT@", &free_port().to_string())
             .replace("@ADVERTISED_PORT@", &advertised.to_string())
             .replace("@DATA_DIR@", &dir.join("data").to_string_lossy());
+        let ports = secure.map(|_| SecurePorts {
+            ssl: free_port(),
+            sasl_ssl: free_port(),
+        });
+        let properties = match (secure, ports) {
+            (Some(secure), Some(ports)) => secure_properties(&properties, &dir, secure, ports),
+            _ => properties,
+        };
         fs::write(dir.join("server.properties"), properties).expect("server.properties");
-        let format = Self::java(&dir, "format.log")
+        let mut format = Self::java(&dir, "format.log");
+        format
             .args(["kafka.tools.StorageTool", "format", "--standalone", "-t"])
             .arg(cluster_id())
             .arg("-c")
-            .arg(dir.join("server.properties"))
-            .status()
-            .expect("run kafka.tools.StorageTool");
+            .arg(dir.join("server.properties"));
+        if let Some(secure) = secure {
+            let (user, password) = &secure.scram;
+            format
+                .arg("--add-scram")
+                .arg(format!("SCRAM-SHA-256=[name={user},password={password}]"));
+        }
+        let format = format.status().expect("run kafka.tools.StorageTool");
         assert!(
             format.success(),
             "formatting Kafka storage failed: {}",
@@ -154,6 +238,7 @@ impl KafkaBroker {
             port,
             advertised,
             dir,
+            secure: ports,
         }
     }
 
