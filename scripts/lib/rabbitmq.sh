@@ -1,24 +1,42 @@
 # RabbitMQ from Debian's packages for the tests and scripts/services: one node named
 # rabbit@localhost, listening on 127.0.0.1:5672 only, with rabbitmq_consistent_hash_exchange
 # and rabbitmq_management (its HTTP API on 127.0.0.1:15672, for unacked counts) enabled;
-# `amqp://guest:guest@127.0.0.1:5672` (guest may connect from loopback only).
+# `amqp://guest:guest@127.0.0.1:5672` (guest may connect from loopback only), and amqps on
+# 127.0.0.1:5671 with the test suite's own certificate authority (tls.sh).
 # Needs provision.sh (run_step, fail, apt_install, port_open) sourced first.
 
 RABBITMQ_PID_FILE=/var/run/rabbitmq/pid
 RABBITMQ_ENV_CONF=/etc/rabbitmq/rabbitmq-env.conf
 RABBITMQ_CONF=/etc/rabbitmq/rabbitmq.conf
+RABBITMQ_TLS_DIR=/etc/rabbitmq/km0-tls
+
+# The test certificate and key where the rabbitmq user can read them.
+rabbitmq_tls_files() {
+  ensure_test_pki
+  mkdir -p "$RABBITMQ_TLS_DIR"
+  install -o rabbitmq -g rabbitmq -m 0644 "$KM0_TLS_DIR/ca.pem" "$RABBITMQ_TLS_DIR/ca.pem"
+  install -o rabbitmq -g rabbitmq -m 0644 "$KM0_TLS_DIR/server.pem" "$RABBITMQ_TLS_DIR/server.pem"
+  install -o rabbitmq -g rabbitmq -m 0600 "$KM0_TLS_DIR/server-key.pem" "$RABBITMQ_TLS_DIR/server-key.pem"
+}
 
 # The node's name and address, read by rabbitmq-server and rabbitmqctl alike. A fixed name
 # keeps the node independent of whether this machine's hostname resolves.
 rabbitmq_configure() {
-  local marker="# km0 (scripts/lib/rabbitmq.sh)"
+  local marker="# km0 (scripts/lib/rabbitmq.sh), with TLS"
   if ! grep -qF "$marker" "$RABBITMQ_CONF" 2>/dev/null; then
-    echo "configuring RabbitMQ in $RABBITMQ_CONF: management API on 127.0.0.1:15672"
+    echo "configuring RabbitMQ in $RABBITMQ_CONF: management API on 127.0.0.1:15672, TLS on 127.0.0.1:5671"
     mkdir -p "$(dirname "$RABBITMQ_CONF")"
     cat >"$RABBITMQ_CONF" <<CONF
 $marker
 management.tcp.ip = 127.0.0.1
 management.tcp.port = 15672
+# amqps with the test suite's own certificate authority (scripts/lib/tls.sh).
+listeners.ssl.1 = 127.0.0.1:5671
+ssl_options.cacertfile = $RABBITMQ_TLS_DIR/ca.pem
+ssl_options.certfile = $RABBITMQ_TLS_DIR/server.pem
+ssl_options.keyfile = $RABBITMQ_TLS_DIR/server-key.pem
+ssl_options.verify = verify_none
+ssl_options.fail_if_no_peer_cert = false
 CONF
   fi
   grep -qF "$marker" "$RABBITMQ_ENV_CONF" 2>/dev/null && return 0
@@ -45,6 +63,14 @@ ensure_rabbitmq() {
     run_step "installing RabbitMQ from Debian's packages" "$KM0_LOGS/apt-rabbitmq.log" \
       apt_install rabbitmq-server
   fi
+  rabbitmq_tls_files
+  if rabbitmq_running && ! port_open 5671; then
+    # Started by an earlier run without the TLS listener: it reads its configuration at boot.
+    echo "RabbitMQ runs without its TLS listener; restarting it with one"
+    rabbitmq_configure
+    stop_rabbitmq
+    for _ in $(seq 1 60); do rabbitmq_running || break; sleep 0.5; done
+  fi
   if rabbitmq_running; then
     echo "RabbitMQ already runs"
   else
@@ -70,6 +96,7 @@ ensure_rabbitmq() {
   run_step "checking that guest/guest may log in" "$KM0_LOGS/rabbitmq-auth.log" \
     rabbitmqctl authenticate_user guest guest
   port_open 5672 || fail "RabbitMQ" "nothing listens on 127.0.0.1:5672; read /var/log/rabbitmq/"
+  port_open 5671 || fail "RabbitMQ" "nothing listens on 127.0.0.1:5671 (TLS); read /var/log/rabbitmq/"
   export ENTREGA_TEST_AMQP="${ENTREGA_TEST_AMQP:-amqp://guest:guest@127.0.0.1:5672}"
 }
 

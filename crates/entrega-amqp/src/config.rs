@@ -32,6 +32,9 @@ pub struct AmqpConfig {
     pub layout: QueueLayout,
     /// The management plugin's HTTP API, for unacknowledged counts; `None` when turned off.
     pub management: Option<ManagementApi>,
+    /// A certificate authority (PEM file) trusted for `amqps://`, besides the public roots
+    /// (URL parameter `tls_ca`).
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 /// Where RabbitMQ's management HTTP API answers, and as whom.
@@ -61,6 +64,7 @@ impl std::fmt::Debug for AmqpConfig {
             .field("dead_letter_exchange", &self.dead_letter_exchange)
             .field("layout", &self.layout)
             .field("management", &self.management)
+            .field("tls_ca", &self.tls_ca)
             .finish()
     }
 }
@@ -95,7 +99,8 @@ pub enum AmqpUrlError {
 }
 
 /// entrega's parameters, taken off the URL before lapin reads it.
-const OWN: [&str; 10] = [
+const OWN: [&str; 11] = [
+    "tls_ca",
     "management",
     "dead_letter_exchange",
     "layout",
@@ -115,7 +120,8 @@ impl AmqpConfig {
     /// Reads `amqp://USER:PASS@HOST:PORT[/VHOST][?PARAMS]`. entrega's parameters
     /// (`connect_timeout_ms`, default 5000; `confirm_timeout_ms`, 30000;
     /// `reconnect_base_ms`, 100; `reconnect_max_ms`, 10000; `prefetch`, 100; `shards`, 6;
-    /// `delivery_limit`, 20; `dead_letter_exchange`, `entrega.dlx`; `layout`, `sharded` or
+    /// `delivery_limit`, 20; `dead_letter_exchange`, `entrega.dlx`; `tls_ca`, a PEM file of
+    /// certificate authorities trusted for `amqps://`; `layout`, `sharded` or
     /// `shared`; `management`, the management API's `http://HOST:PORT`, default the broker's
     /// host on port 15672, or `off`) are taken out;
     /// any other parameter (`heartbeat`, default 10 s; `frame_max`, ...) is left for lapin.
@@ -136,6 +142,7 @@ impl AmqpConfig {
             dead_letter_exchange: "entrega.dlx".to_owned(),
             layout: QueueLayout::Sharded,
             management: None,
+            tls_ca: None,
         };
         let mut management = Some(None);
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
@@ -166,6 +173,11 @@ impl AmqpConfig {
                     continue;
                 }
                 "management" => return Err(bad_as("`off` or http://HOST:PORT")),
+                "tls_ca" if !value.is_empty() => {
+                    config.tls_ca = Some(std::path::PathBuf::from(value));
+                    continue;
+                }
+                "tls_ca" => return Err(bad_as("the path of a PEM file")),
                 "layout" => {
                     config.layout = match value {
                         "sharded" => QueueLayout::Sharded,

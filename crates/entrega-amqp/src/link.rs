@@ -155,9 +155,7 @@ impl Amqp {
             }
         }
         let attempt = async {
-            let connection = Connection::connect(&config.uri, ConnectionProperties::default())
-                .await
-                .map_err(classify)?;
+            let connection = open(config).await?;
             let channel = connection.create_channel().await.map_err(classify)?;
             Ok::<_, TransportError>((connection, channel))
         };
@@ -245,4 +243,24 @@ mod tests {
         let late = backoff(&config, 30);
         assert!(late <= Duration::from_millis(1000) && late >= Duration::from_millis(800));
     }
+}
+
+/// A connection to `config`'s broker: over TLS for `amqps://`, trusting `config.tls_ca` too
+/// when given (an unreadable file is refused, not retried).
+async fn open(config: &AmqpConfig) -> Result<Connection, TransportError> {
+    let tls = match &config.tls_ca {
+        Some(path) => lapin::tcp::OwnedTLSConfig {
+            identity: None,
+            cert_chain: Some(std::fs::read_to_string(path).map_err(|e| {
+                TransportError::Rejected {
+                    reason: format!("reading the certificate authority {}: {e}", path.display()),
+                }
+            })?),
+        },
+        None => lapin::tcp::OwnedTLSConfig::default(),
+    };
+    let runtime = lapin::runtime::default_runtime().map_err(classify)?;
+    Connection::connect_with_config(&config.uri, ConnectionProperties::default(), tls, runtime)
+        .await
+        .map_err(classify)
 }
