@@ -227,24 +227,6 @@ fn backoff(config: &AmqpConfig, failures: u32) -> Duration {
     full.mul_f64(1.0 - cut)
 }
 
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reconnect_waits_double_up_to_the_cap_with_jitter() {
-        let config =
-            AmqpConfig::from_url("amqp://h?reconnect_base_ms=100&reconnect_max_ms=1000").unwrap();
-        let first = backoff(&config, 1);
-        assert!(first <= Duration::from_millis(100) && first >= Duration::from_millis(80));
-        let third = backoff(&config, 3);
-        assert!(third <= Duration::from_millis(400) && third >= Duration::from_millis(320));
-        let late = backoff(&config, 30);
-        assert!(late <= Duration::from_millis(1000) && late >= Duration::from_millis(800));
-    }
-}
-
 /// A connection to `config`'s broker: over TLS for `amqps://`, trusting `config.tls_ca` too
 /// when given (an unreadable file is refused, not retried).
 async fn open(config: &AmqpConfig) -> Result<Connection, TransportError> {
@@ -263,4 +245,22 @@ async fn open(config: &AmqpConfig) -> Result<Connection, TransportError> {
     Connection::connect_with_config(&config.uri, ConnectionProperties::default(), tls, runtime)
         .await
         .map_err(classify)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_waits_double_up_to_the_cap_with_jitter() {
+        let config =
+            AmqpConfig::from_url("amqp://h?reconnect_base_ms=100&reconnect_max_ms=1000").unwrap();
+        let first = backoff(&config, 1);
+        assert!(first <= Duration::from_millis(100) && first >= Duration::from_millis(80));
+        let third = backoff(&config, 3);
+        assert!(third <= Duration::from_millis(400) && third >= Duration::from_millis(320));
+        let late = backoff(&config, 30);
+        assert!(late <= Duration::from_millis(1000) && late >= Duration::from_millis(800));
+    }
 }
