@@ -8,9 +8,11 @@ pub mod amqp;
 pub mod kafka;
 pub mod kafka_state;
 pub mod ledger;
+pub mod own_pg;
 pub mod process;
 pub mod proxy;
 pub mod state;
+pub mod stream;
 pub mod tls;
 
 use std::path::PathBuf;

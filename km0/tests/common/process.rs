@@ -49,6 +49,20 @@ impl Deployment {
         Self::build(system, backend, lease_ttl_ms)
     }
 
+    /// Fresh databases on the PostgreSQL server at `server` (a test's own), the log
+    /// transport in one of them.
+    pub fn on_postgres(server: &str, lease_ttl_ms: u64) -> Self {
+        use km0::wiring::config::Databases;
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let databases = Databases {
+            place: DataPlace::PostgresServer(server.to_owned()),
+            prefix: Some(format!("entrega_t_{id}_")),
+        };
+        let system = System::new(databases, format!("{server}/entrega_t_{id}_broker"))
+            .with_lease_ttl(Duration::from_millis(lease_ttl_ms));
+        Self::build(system, "postgres", lease_ttl_ms)
+    }
+
     fn build(system: System, backend: &str, lease_ttl_ms: u64) -> Self {
         let database = match &system.databases().place {
             DataPlace::SqliteDir(dir) => format!("sqlite://{}", dir.display()),
@@ -126,6 +140,40 @@ impl Deployment {
     /// Starts `km0 <deployment's arguments> <args>` (e.g. `--saga up --http ...`), its log
     /// named after `instance`, without waiting for it to be ready.
     pub fn spawn_args(&self, instance: &str, failpoints: &str, args: &[String]) -> Km0 {
+        self.spawn_args_env(instance, failpoints, args, &[])
+    }
+
+    /// Starts `km0 run <component>` with `env` set, and waits for its ready line (e.g.
+    /// `PGAPPNAME`, to find its database sessions).
+    pub async fn start_with_env(
+        &self,
+        component: &str,
+        instance: &str,
+        env: &[(&str, &str)],
+    ) -> Km0 {
+        let args: Vec<String> = [
+            "run",
+            component,
+            "--instance",
+            instance,
+            "--http",
+            "127.0.0.1:0",
+        ]
+        .map(str::to_owned)
+        .to_vec();
+        let mut process = self.spawn_args_env(instance, "", &args, env);
+        process.wait_ready().await;
+        process
+    }
+
+    /// [`Deployment::spawn_args`] with `env` set in the process.
+    pub fn spawn_args_env(
+        &self,
+        instance: &str,
+        failpoints: &str,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Km0 {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -142,6 +190,7 @@ impl Deployment {
             .env_remove("KM0_DB_PREFIX")
             .env_remove("KM0_LEASE_TTL_MS")
             .env_remove("KM0_KEY_CONCURRENCY")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
