@@ -13,20 +13,6 @@ use std::time::Duration;
 use common::amqp::Vhost;
 use common::tls::TestPki;
 
-fn test_ca() -> String {
-    let path = std::env::var("ENTREGA_TEST_TLS_CA").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/km0/tls/ca.pem",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "no test CA at {path}: run scripts/test, which makes it"
-    );
-    path
-}
-
 /// `amqps://guest:guest@localhost:5671/<vhost>?tls_ca=<ca>`.
 fn amqps(vhost: &Vhost, ca: &str) -> String {
     let path = vhost.url();
@@ -52,7 +38,7 @@ async fn the_demo_runs_over_amqps_and_a_foreign_ca_is_refused() {
             "--database",
             &format!("sqlite://{}", dir.join("data").display()),
         ])
-        .args(["--broker", &amqps(&vhost, &test_ca())])
+        .args(["--broker", &amqps(&vhost, &common::tls::test_ca())])
         .args(["demo", "--orders", "20", "--sin-saga", "--no-progress"])
         .env_remove("KM0_DATABASE")
         .env_remove("KM0_BROKER")

@@ -20,15 +20,12 @@ use common::process::{Deployment, Km0};
 use common::state::eventually;
 use common::stream::{assert_applied_once, plan_orders, post_all};
 use entrega_testkit::wait_until;
-use km0::services::inventario::INITIAL_STOCK;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const DEFAULT_SEED: u64 = 0x6b6d_3043;
 /// Order ids are `P-CHAOS-NNNN`.
 const PREFIX: &str = "P-CHAOS";
-/// Units of each product at the start: enough that no order is refused for stock.
-const START_UNITS: i32 = 100_000;
 const LEASE_TTL_MS: u64 = 1_000;
 /// Longest wait for everything accepted to be consumed once the chaos is over.
 const SETTLE: Duration = Duration::from_secs(45);
@@ -101,14 +98,7 @@ async fn every_accepted_order_is_applied_exactly_once(backend: &str, seed: u64, 
 
     let deployment = Deployment::new(backend, LEASE_TTL_MS);
     let state = deployment.state().await;
-    for (product, _) in INITIAL_STOCK {
-        state
-            .stock_store()
-            .set_units(product, START_UNITS)
-            .await
-            .unwrap();
-    }
-    let start = state.stock().await;
+    let start = common::kafka_state::orders::fill_stock(&state).await;
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let mut relay: Option<Km0> = Some(deployment.start("relay", "relay-0").await);

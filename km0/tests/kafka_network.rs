@@ -19,11 +19,9 @@ use std::time::{Duration, Instant};
 use common::kafka::KafkaBroker;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, wait_settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Placed};
-use common::kafka_state::{KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
+use common::kafka_state::{databases_without_kafka, KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
 use common::process::Deployment;
 use common::proxy::Proxy;
-use common::state::DbState;
-use km0::wiring::Broker;
 
 const PER_SECOND: u32 = 30;
 const SLOW: Duration = Duration::from_millis(150);
@@ -31,25 +29,6 @@ const SLOW_FOR: Duration = Duration::from_secs(8);
 /// Longer than the group's session and the clients' request timeouts.
 const HOLE_FOR: Duration = Duration::from_secs(15);
 const SETTLE: Duration = Duration::from_secs(120);
-
-/// The deployment's databases, without a Kafka client of the test's own (it would go through
-/// the proxy too); the test reads the broker with [`KafkaView`] once the network is healed.
-async fn databases(deployment: &Deployment) -> DbState {
-    let system = &deployment.system;
-    let pedidos = system.pedidos().await.expect("pedidos db").db().clone();
-    let inventario = system
-        .inventario()
-        .await
-        .expect("inventario db")
-        .db()
-        .clone();
-    let broker = Broker::log(&pedidos, Duration::from_millis(LEASE_TTL_MS));
-    DbState {
-        pedidos,
-        inventario,
-        broker,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_then_black_holed_network_loses_nothing_and_applies_once_in_order() {
@@ -62,7 +41,7 @@ async fn a_slow_then_black_holed_network_loses_nothing_and_applies_once_in_order
          &delivery_timeout_ms=10000"
     );
     let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
-    let state = databases(&deployment).await;
+    let state = databases_without_kafka(&deployment).await;
     let view = KafkaView::new(proxy_addr.to_string());
     let start = fill_stock(&state).await;
 

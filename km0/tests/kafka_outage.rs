@@ -24,11 +24,10 @@ use std::time::{Duration, Instant};
 use common::kafka::KafkaBroker;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, settled, wait_settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load, Outcome, Placed};
-use common::kafka_state::{KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
+use common::kafka_state::{databases_without_kafka, KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
 use common::process::{Deployment, Km0};
 use common::proxy::Proxy;
 use common::state::DbState;
-use km0::wiring::Broker;
 use serde_json::json;
 
 /// The outage asked for; `KM0_OUTAGE_SECS` overrides it.
@@ -96,27 +95,6 @@ fn cpu_time(pid: u32) -> Duration {
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(100);
     Duration::from_millis(ticks * 1000 / per_second)
-}
-
-/// The deployment's databases, without a Kafka client of the test's own: one would connect
-/// through the proxy too and count among the refused connections. The test reads the broker
-/// with [`KafkaView`] instead, only when the proxy forwards.
-async fn databases(deployment: &Deployment) -> DbState {
-    let system = &deployment.system;
-    let pedidos = system.pedidos().await.expect("pedidos db").db().clone();
-    let inventario = system
-        .inventario()
-        .await
-        .expect("inventario db")
-        .db()
-        .clone();
-    // Never used for Kafka reads; a log broker over the pedidos database costs no connection.
-    let broker = Broker::log(&pedidos, Duration::from_millis(LEASE_TTL_MS));
-    DbState {
-        pedidos,
-        inventario,
-        broker,
-    }
 }
 
 /// Time from `since` until `done` holds, or `None` after [`DRAIN_WITHIN`].
@@ -209,7 +187,7 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let proxy = Proxy::start_on(listener, proxy_addr, kafka.addr());
     let url = format!("kafka://{proxy_addr}?session_timeout_ms={SESSION_TIMEOUT_MS}");
     let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
-    let state = databases(&deployment).await;
+    let state = databases_without_kafka(&deployment).await;
     let view = KafkaView::new(proxy_addr.to_string());
     let start = fill_stock(&state).await;
 

@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::process::Command;
+use common::run_km0;
 
 use sqlx::{Connection, PgConnection};
 
@@ -30,23 +30,6 @@ fn as_user(user: &str) -> String {
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
     let host = host.split('/').next().unwrap();
     format!("{scheme}://{user}@{host}")
-}
-
-fn km0(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_km0"))
-        .args(args)
-        .env_remove("KM0_DATABASE")
-        .env_remove("KM0_BROKER")
-        .env_remove("KM0_DB_PREFIX")
-        .env_remove("KM0_MIGRATE")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
 }
 
 /// The SQLSTATE a statement failed with, or `None` if it ran.
@@ -96,16 +79,19 @@ async fn services_run_under_roles_that_can_only_touch_their_own_rows() {
     let broker_as = |user: &str| format!("{}/{prefix}broker", as_user(user));
 
     // Without --migrate, a service creates nothing: no database appears.
-    let (ok, text) = km0(&[
-        "--database",
-        &owner,
-        "--db-prefix",
-        &prefix,
-        "--broker",
-        &format!("{owner}/{prefix}broker"),
-        "outbox",
-        "status",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &owner,
+            "--db-prefix",
+            &prefix,
+            "--broker",
+            &format!("{owner}/{prefix}broker"),
+            "outbox",
+            "status",
+        ],
+        &[],
+    );
     assert!(!ok, "{text}");
     let mut admin = PgConnection::connect(&owner).await.unwrap();
     let made: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_database WHERE datname LIKE $1")
@@ -116,16 +102,19 @@ async fn services_run_under_roles_that_can_only_touch_their_own_rows() {
     assert_eq!(made, 0, "a process without --migrate created a database");
 
     // The owner migrates and grants.
-    let (ok, text) = km0(&[
-        "--database",
-        &owner,
-        "--db-prefix",
-        &prefix,
-        "--broker",
-        &format!("{owner}/{prefix}broker"),
-        "migrate",
-        "--roles",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &owner,
+            "--db-prefix",
+            &prefix,
+            "--broker",
+            &format!("{owner}/{prefix}broker"),
+            "migrate",
+            "--roles",
+        ],
+        &[],
+    );
     assert!(ok, "{text}");
     for service in SERVICES {
         assert!(
@@ -182,19 +171,22 @@ async fn services_run_under_roles_that_can_only_touch_their_own_rows() {
     // The whole order saga under those roles: each service as its own role, the log as the
     // broker's.
     let database = as_user(&format!("{prefix}{{service}}"));
-    let (ok, text) = km0(&[
-        "--database",
-        &database,
-        "--db-prefix",
-        &prefix,
-        "--broker",
-        &broker_as(&format!("{prefix}broker")),
-        "demo",
-        "--reuse",
-        "--orders",
-        "40",
-        "--no-progress",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &database,
+            "--db-prefix",
+            &prefix,
+            "--broker",
+            &broker_as(&format!("{prefix}broker")),
+            "demo",
+            "--reuse",
+            "--orders",
+            "40",
+            "--no-progress",
+        ],
+        &[],
+    );
     assert!(ok, "the demo failed under the service roles:\n{text}");
     let paid: i64 = {
         let url = format!("{owner}/{prefix}pedidos");

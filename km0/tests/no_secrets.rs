@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::process::Command;
+use common::run_km0;
 
 const DB_SECRET: &str = "pg-s3cret-pw";
 const SASL_SECRET: &str = "sasl-hunter2";
@@ -21,24 +21,6 @@ fn with_password(server: &str, password: &str) -> String {
     format!("{scheme}://{user}:{password}@{host}")
 }
 
-fn km0(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_km0"))
-        // Test deployments migrate as they open (production runs `km0 migrate` first).
-        .env("KM0_MIGRATE", "true")
-        .args(args)
-        .env_remove("KM0_DATABASE")
-        .env_remove("KM0_BROKER")
-        .env("RUST_LOG", "debug")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
 fn assert_clean(text: &str) {
     for secret in [DB_SECRET, SASL_SECRET, AMQP_SECRET] {
         assert!(!text.contains(secret), "`{secret}` printed:\n{text}");
@@ -50,19 +32,22 @@ fn the_demo_on_postgres_shows_no_password() {
     let server = with_password(&common::pg_server(), DB_SECRET);
     let prefix = format!("km0nosecret{}_", std::process::id());
     let broker = format!("{server}/{prefix}broker");
-    let (ok, text) = km0(&[
-        "--database",
-        &server,
-        "--db-prefix",
-        &prefix,
-        "--broker",
-        &broker,
-        "demo",
-        "--orders",
-        "3",
-        "--sin-saga",
-        "--no-progress",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &server,
+            "--db-prefix",
+            &prefix,
+            "--broker",
+            &broker,
+            "demo",
+            "--orders",
+            "3",
+            "--sin-saga",
+            "--no-progress",
+        ],
+        &[("RUST_LOG", "debug")],
+    );
     assert!(ok, "{text}");
     assert!(
         text.contains(":***@"),
@@ -80,17 +65,23 @@ fn broker_errors_and_logs_show_no_sasl_password() {
     );
     let dir = std::env::temp_dir().join(format!("km0-nosecret-{}", std::process::id()));
     let database = format!("sqlite://{}", dir.display());
-    let (ok, text) = km0(&["--database", &database, "--broker", &kafka, "lag"]);
+    let (ok, text) = run_km0(
+        &["--database", &database, "--broker", &kafka, "lag"],
+        &[("RUST_LOG", "debug")],
+    );
     assert!(!ok, "{text}");
     assert_clean(&text);
     // A URL km0 refuses is echoed without its password.
-    let (ok, text) = km0(&[
-        "--database",
-        &database,
-        "--broker",
-        &format!("amqps2://guest:{AMQP_SECRET}@127.0.0.1:5671"),
-        "lag",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &database,
+            "--broker",
+            &format!("amqps2://guest:{AMQP_SECRET}@127.0.0.1:5671"),
+            "lag",
+        ],
+        &[("RUST_LOG", "debug")],
+    );
     assert!(!ok, "{text}");
     assert!(text.contains("guest:***@"), "{text}");
     assert_clean(&text);

@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use entrega::db::query;
 use entrega_testkit::wait_until;
-use km0::services::inventario::INITIAL_STOCK;
 
 use common::own_pg::OwnPostgres;
 use common::process::{Deployment, Km0};
@@ -28,20 +27,12 @@ use common::state::{eventually, DbState};
 use common::stream::{assert_applied_once, plan_orders, post_all};
 
 const LEASE_TTL_MS: u64 = 1_000;
-const START_UNITS: i32 = 100_000;
 const SETTLE: Duration = Duration::from_secs(60);
 const PREFIX: &str = "P-PGF";
 
 async fn prepare(deployment: &Deployment) -> (DbState, std::collections::BTreeMap<String, i64>) {
     let state = deployment.state().await;
-    for (product, _) in INITIAL_STOCK {
-        state
-            .stock_store()
-            .set_units(product, START_UNITS)
-            .await
-            .unwrap();
-    }
-    let start = state.stock().await;
+    let start = common::kafka_state::orders::fill_stock(&state).await;
     (state, start)
 }
 

@@ -8,36 +8,7 @@
 
 mod common;
 
-use std::process::Command;
-
-fn test_ca() -> String {
-    let path = std::env::var("ENTREGA_TEST_TLS_CA").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/km0/tls/ca.pem",
-            std::env::var("HOME").unwrap_or_default()
-        )
-    });
-    assert!(
-        std::path::Path::new(&path).exists(),
-        "no test CA at {path}: run scripts/test, which makes it"
-    );
-    path
-}
-
-fn km0(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_km0"))
-        .args(args)
-        .env_remove("KM0_DATABASE")
-        .env_remove("KM0_BROKER")
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
+use common::run_km0;
 
 #[test]
 fn the_demo_runs_with_every_database_connection_verified_tls() {
@@ -51,22 +22,25 @@ fn the_demo_runs_with_every_database_connection_verified_tls() {
         .rsplit_once(':')
         .map_or("5432", |(_, p)| p)
         .to_owned();
-    let tls = format!("sslmode=verify-full&sslrootcert={}", test_ca());
+    let tls = format!("sslmode=verify-full&sslrootcert={}", common::tls::test_ca());
     let prefix = format!("km0tls{}_", std::process::id());
     let database = format!("postgres://{user}@localhost:{port}?{tls}");
     let broker = format!("postgres://{user}@localhost:{port}/{prefix}broker?{tls}");
-    let (ok, text) = km0(&[
-        "--database",
-        &database,
-        "--db-prefix",
-        &prefix,
-        "--broker",
-        &broker,
-        "demo",
-        "--orders",
-        "20",
-        "--no-progress",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &database,
+            "--db-prefix",
+            &prefix,
+            "--broker",
+            &broker,
+            "demo",
+            "--orders",
+            "20",
+            "--no-progress",
+        ],
+        &[],
+    );
     assert!(ok, "{text}");
     // Trusting only a CA that signed nothing here, the same demo cannot even start.
     let dir = std::env::temp_dir().join(format!("km0-pgtls-{}", std::process::id()));
@@ -76,18 +50,21 @@ fn the_demo_runs_with_every_database_connection_verified_tls() {
         "postgres://{user}@localhost:{port}?sslmode=verify-full&sslrootcert={}",
         other.display()
     );
-    let (ok, text) = km0(&[
-        "--database",
-        &wrong,
-        "--db-prefix",
-        &prefix,
-        "--broker",
-        &broker,
-        "demo",
-        "--orders",
-        "1",
-        "--no-progress",
-    ]);
+    let (ok, text) = run_km0(
+        &[
+            "--database",
+            &wrong,
+            "--db-prefix",
+            &prefix,
+            "--broker",
+            &broker,
+            "demo",
+            "--orders",
+            "1",
+            "--no-progress",
+        ],
+        &[],
+    );
     assert!(!ok, "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -8,15 +8,17 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use entrega::{CancellationToken, Relay};
-use entrega_core::{Clock, Envelope, NewEvent, SystemClock};
+use entrega_core::{Clock, NewEvent, SystemClock};
 use entrega_testkit::{wait_until, TxEnd};
-use support::relay_steps::{config, env_with_topic, events, published_ids, TOPIC};
+use support::relay_steps::{
+    assert_first_deliveries_in_order, config, env_with_topic, events, published_ids, TOPIC,
+};
 use support::{all_records, Backend};
 use uuid::Uuid;
 
@@ -84,23 +86,8 @@ async fn relays_with_skewed_clocks_lose_nothing_and_keep_order() {
         assert!(skewed.stats().published() > 0, "{backend:?}");
         // Nothing is lost, and first deliveries keep each aggregate's order.
         let records = all_records(env.log.as_ref(), TOPIC).await;
-        let mut seen = HashSet::new();
-        let mut order: HashMap<String, Vec<u64>> = HashMap::new();
-        for r in &records {
-            let envelope = Envelope::parse(&r.payload).unwrap();
-            if seen.insert(envelope.id) {
-                order
-                    .entry(r.key.clone().unwrap())
-                    .or_default()
-                    .push(envelope.data["n"].as_u64().unwrap());
-            }
-        }
+        let seen = assert_first_deliveries_in_order(&records, &format!("{backend:?}"));
         assert_eq!(seen, expected, "{backend:?}: events lost or unknown");
-        for (key, ns) in &order {
-            let mut sorted = ns.clone();
-            sorted.sort_unstable();
-            assert_eq!(ns, &sorted, "{backend:?}: order of {key} broken");
-        }
         eprintln!(
             "{backend:?}: {} events, {} records, {lost} leases lost by the relay on time",
             expected.len(),

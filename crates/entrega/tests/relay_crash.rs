@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +13,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega::{CancellationToken, Relay};
 use entrega_core::{
-    now_ms, Clock, Envelope, LaneLeases, ManualClock, NewEvent, OutgoingMessage, Publisher,
-    SystemClock, TransportError,
+    now_ms, Clock, LaneLeases, ManualClock, NewEvent, OutgoingMessage, Publisher, SystemClock,
+    TransportError,
 };
 use entrega_testkit::{wait_until, Fault, FlakyPublisher, TxEnd};
-use support::relay_steps::{config, env_with_topic, events, published, published_ids, TOPIC, TTL};
+use support::relay_steps::{
+    assert_first_deliveries_in_order, config, env_with_topic, events, published, published_ids,
+    TOPIC, TTL,
+};
 use support::{all_records, Env, BACKENDS};
 use uuid::Uuid;
 
@@ -235,22 +238,6 @@ async fn three_relays_keep_per_aggregate_order_and_publish_a_late_commit() {
             );
         }
         let records = all_records(env.log.as_ref(), TOPIC).await;
-        let mut seen = HashSet::new();
-        let mut order: HashMap<String, Vec<u64>> = HashMap::new();
-        for r in &records {
-            let envelope = Envelope::parse(&r.payload).unwrap();
-            // Consumers skip repeats by id; the order that matters is of first deliveries.
-            if seen.insert(envelope.id) {
-                order
-                    .entry(r.key.clone().unwrap())
-                    .or_default()
-                    .push(envelope.data["n"].as_u64().unwrap());
-            }
-        }
-        for (key, ns) in &order {
-            let mut sorted = ns.clone();
-            sorted.sort_unstable();
-            assert_eq!(ns, &sorted, "{backend:?}: order of {key} broken");
-        }
+        assert_first_deliveries_in_order(&records, &format!("{backend:?}"));
     }
 }

@@ -277,3 +277,26 @@ impl KafkaRig {
         }
     }
 }
+
+/// The deployment's databases, without a Kafka client of the test's own: one would connect
+/// through a test's proxy too (and count among its connections). The test reads the broker
+/// with [`KafkaView`] instead, when the proxy forwards.
+pub async fn databases_without_kafka(
+    deployment: &super::process::Deployment,
+) -> super::state::DbState {
+    let system = &deployment.system;
+    let pedidos = system.pedidos().await.expect("pedidos db").db().clone();
+    let inventario = system
+        .inventario()
+        .await
+        .expect("inventario db")
+        .db()
+        .clone();
+    // Never used for Kafka reads; a log broker over the pedidos database costs no connection.
+    let broker = km0::wiring::Broker::log(&pedidos, std::time::Duration::from_millis(LEASE_TTL_MS));
+    super::state::DbState {
+        pedidos,
+        inventario,
+        broker,
+    }
+}

@@ -115,3 +115,23 @@ pub fn test_system(backend: &str) -> km0::wiring::System {
     };
     km0::wiring::System::new(databases, broker).with_lease_ttl(std::time::Duration::from_secs(2))
 }
+
+/// Runs `km0 <args>` to completion with none of km0's variables from the environment (and
+/// `env` set): whether it succeeded, and its stdout followed by its stderr.
+pub fn run_km0(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_km0"))
+        .args(args)
+        .env_remove("KM0_DATABASE")
+        .env_remove("KM0_BROKER")
+        .env_remove("KM0_DB_PREFIX")
+        .env_remove("KM0_MIGRATE")
+        .envs(env.iter().copied())
+        .output()
+        .expect("run km0");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}

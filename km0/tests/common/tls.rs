@@ -55,3 +55,19 @@ impl TestPki {
         reqwest::Certificate::from_pem(&std::fs::read(&self.ca).unwrap()).unwrap()
     }
 }
+
+/// The certificate authority `scripts/test` makes for the shared PostgreSQL and RabbitMQ:
+/// `ENTREGA_TEST_TLS_CA`, else where the script keeps it.
+pub fn test_ca() -> String {
+    let path = std::env::var("ENTREGA_TEST_TLS_CA").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/km0/tls/ca.pem",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    assert!(
+        Path::new(&path).exists(),
+        "no test CA at {path}: run scripts/test (or scripts/services start), which makes it"
+    );
+    path
+}

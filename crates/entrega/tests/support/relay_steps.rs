@@ -62,3 +62,28 @@ pub async fn published_ids(env: &Env) -> HashMap<Uuid, usize> {
     }
     ids
 }
+
+/// Asserts that the first delivery of each event (consumers skip repeats by id) comes in
+/// each aggregate's order (`datos.n`); returns the ids delivered.
+pub fn assert_first_deliveries_in_order(
+    records: &[entrega_core::Record],
+    label: &str,
+) -> std::collections::HashSet<Uuid> {
+    let mut seen = std::collections::HashSet::new();
+    let mut order: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in records {
+        let envelope = Envelope::parse(&r.payload).unwrap();
+        if seen.insert(envelope.id) {
+            order
+                .entry(r.key.clone().unwrap())
+                .or_default()
+                .push(envelope.data["n"].as_u64().unwrap());
+        }
+    }
+    for (key, ns) in &order {
+        let mut sorted = ns.clone();
+        sorted.sort_unstable();
+        assert_eq!(ns, &sorted, "{label}: order of {key} broken");
+    }
+    seen
+}
