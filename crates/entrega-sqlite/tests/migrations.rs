@@ -40,6 +40,7 @@ async fn migrating_again_and_concurrently_changes_nothing() {
             ("inbox".into(), 1),
             ("inbox".into(), 2),
             ("inbox".into(), 3),
+            ("inbox".into(), 4),
             ("inbox".into(), 5),
             ("log".into(), 1),
             ("outbox".into(), 1),
@@ -67,6 +68,7 @@ async fn only_the_requested_sets_are_created() {
     assert!(table_exists(&db.pool, "mensajes_procesados").await);
     assert!(table_exists(&db.pool, "entrega_respuestas").await);
     assert!(table_exists(&db.pool, "entrega_peticiones").await);
+    assert!(table_exists(&db.pool, "entrega_retenidos").await);
     assert!(!table_exists(&db.pool, "outbox").await);
     assert!(!table_exists(&db.pool, "entrega_log").await);
     assert_eq!(
@@ -75,6 +77,7 @@ async fn only_the_requested_sets_are_created() {
             ("inbox".into(), 1),
             ("inbox".into(), 2),
             ("inbox".into(), 3),
+            ("inbox".into(), 4),
             ("inbox".into(), 5)
         ]
     );
