@@ -84,7 +84,7 @@ async fn only_the_requested_sets_are_created() {
 
     migrate(&db.pool, &[MigrationSet::Log]).await.unwrap();
     assert!(table_exists(&db.pool, "entrega_log").await);
-    assert_eq!(versions(&db.pool).await.len(), 5);
+    assert_eq!(versions(&db.pool).await.len(), 6);
 }
 
 #[tokio::test]
