@@ -123,16 +123,7 @@ impl Deployment {
         failpoints: &str,
         extra: &[String],
     ) -> Km0 {
-        let mut args: Vec<String> = [
-            "run",
-            component,
-            "--instance",
-            instance,
-            "--http",
-            "127.0.0.1:0",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let mut args = run_args(component, instance);
         args.extend_from_slice(extra);
         self.spawn_args(instance, failpoints, &args)
     }
@@ -151,16 +142,7 @@ impl Deployment {
         instance: &str,
         env: &[(&str, &str)],
     ) -> Km0 {
-        let args: Vec<String> = [
-            "run",
-            component,
-            "--instance",
-            instance,
-            "--http",
-            "127.0.0.1:0",
-        ]
-        .map(str::to_owned)
-        .to_vec();
+        let args = run_args(component, instance);
         let mut process = self.spawn_args_env(instance, "", &args, env);
         process.wait_ready().await;
         process
@@ -327,6 +309,20 @@ impl Drop for Deployment {
         })
         .join();
     }
+}
+
+/// `run <component> --instance <instance> --http 127.0.0.1:0`.
+fn run_args(component: &str, instance: &str) -> Vec<String> {
+    [
+        "run",
+        component,
+        "--instance",
+        instance,
+        "--http",
+        "127.0.0.1:0",
+    ]
+    .map(str::to_owned)
+    .to_vec()
 }
 
 /// A running `km0` child process.

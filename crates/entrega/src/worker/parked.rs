@@ -212,14 +212,16 @@ async fn try_head(worker: &Worker, head: ParkedRecord, now_ms: i64) -> Option<De
         Decision::Ack | Decision::Ignore | Decision::Skip => Some(decision),
         Decision::Dead(reason) => {
             let letter = dead_letter(cfg, &item.record, item.attempt, &reason);
-            let outcome = match publish_set_aside(worker, std::slice::from_ref(&letter)).await {
-                Ok(()) => Settled::Published,
-                Err(_) if worker.held.is_some() => {
-                    let refused = vec![(&item.record, item.attempt, letter)];
-                    let mut settled = settle_refused(worker, refused).await;
-                    settled.pop().unwrap_or(Settled::Again(String::new()))
+            // One letter: `settle_refused` publishes it alone, and holds it if refused.
+            let outcome = if worker.held.is_some() {
+                let letters = vec![(&item.record, item.attempt, letter)];
+                let mut settled = settle_refused(worker, letters).await;
+                settled.pop().unwrap_or(Settled::Again(String::new()))
+            } else {
+                match publish_set_aside(worker, std::slice::from_ref(&letter)).await {
+                    Ok(()) => Settled::Published,
+                    Err(e) => Settled::Again(e.to_string()),
                 }
-                Err(e) => Settled::Again(e.to_string()),
             };
             match outcome {
                 Settled::Published => Some(Decision::Dead(reason)),

@@ -16,11 +16,9 @@ mod render;
 mod time;
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context as _;
 use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, ReplayOptions};
-use entrega_core::DlqStore;
 
 pub use args::{DlqCommand, FilterArgs};
 pub use held::HOLDING_SERVICES;
@@ -56,18 +54,16 @@ pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCod
         .service_db(Service::Inventario)
         .await
         .context("opening the inventario database")?;
-    let store: anyhow::Result<Arc<dyn DlqStore>> = Ok(db.dead_letters());
-    let outcome = match store {
-        Ok(store) if broker.is_amqp() => queue::execute(&broker, store, command).await,
-        Ok(store) => {
-            let topics = tended_topics().into_iter().map(|(t, _)| t).collect();
-            let mut tool = DeadLetters::new(broker.inspector(), broker.publisher(), store, topics);
-            if let Some(key) = system.replay_key() {
-                tool = tool.with_replay_key(key.clone());
-            }
-            execute(&tool, command).await
+    let store = db.dead_letters();
+    let outcome = if broker.is_amqp() {
+        queue::execute(&broker, store, command).await
+    } else {
+        let topics = tended_topics().into_iter().map(|(t, _)| t).collect();
+        let mut tool = DeadLetters::new(broker.inspector(), broker.publisher(), store, topics);
+        if let Some(key) = system.replay_key() {
+            tool = tool.with_replay_key(key.clone());
         }
-        Err(e) => Err(e),
+        execute(&tool, command).await
     };
     close(&broker, &db).await;
     match outcome {
