@@ -1,5 +1,5 @@
 // Drives the km0 console in headless Chromium (Debian's chromium, driven by playwright-core).
-// Called by km0/tests/console_browser.rs, which set up the state and checks the databases
+// Called by km0/tests/processes/console_browser.rs, which set up the state and checks the databases
 // afterwards. Environment: CONSOLE (base URL of /console), TOKEN (an operator's secret),
 // ORDER_DLQ (the key of the dead letter to replay), ORDER_SAGA (an order whose saga
 // completed), SHOTS (directory for screenshots), KM0_CHROMIUM, KM0_NODE_MODULES.

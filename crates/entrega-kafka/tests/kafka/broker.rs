@@ -1,0 +1,91 @@
+//! Publisher and admin behaviour on a real broker that the shared suite does not cover.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use crate::support;
+
+use entrega_core::{Headers, OutgoingMessage, TransportError};
+
+fn unique(name: &str) -> String {
+    format!("{name}.{}", uuid::Uuid::new_v4().simple())
+}
+
+fn message(topic: &str, payload: Vec<u8>) -> OutgoingMessage {
+    OutgoingMessage {
+        topic: topic.to_owned(),
+        key: Some("P-1".into()),
+        headers: Headers::new().with("tipo", "pedido.creado"),
+        payload,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_message_is_rejected_for_good() {
+    let kafka = support::connect(support::test_config()).await.unwrap();
+    let topic = unique("grande");
+    kafka.admin().ensure_topic(&topic, 1).await.unwrap();
+    let res = kafka
+        .publisher()
+        .publish(&[message(&topic, vec![b'x'; 2 * 1024 * 1024])])
+        .await;
+    let err = res.expect_err("a 2 MiB message was accepted");
+    assert!(
+        matches!(err, TransportError::Rejected { .. }) && !err.is_transient(),
+        "{err:?}"
+    );
+    assert_eq!(
+        kafka.inspector().end_offsets(&topic).await.unwrap(),
+        vec![(0, 0)]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_never_creates_a_topic() {
+    let kafka = support::connect(support::test_config()).await.unwrap();
+    let topic = unique("inexistente");
+    for _ in 0..2 {
+        let res = kafka
+            .publisher()
+            .publish(&[message(&topic, b"x".to_vec())])
+            .await;
+        assert!(
+            matches!(&res, Err(TransportError::UnknownTopic { topic: t }) if *t == topic),
+            "{res:?}"
+        );
+    }
+    assert!(kafka
+        .inspector()
+        .end_offsets(&topic)
+        .await
+        .unwrap()
+        .is_empty());
+    let sub = kafka.subscriber().subscribe("g", &topic, "m").await;
+    assert!(
+        matches!(&sub, Err(TransportError::UnknownTopic { .. })),
+        "subscribing to a missing topic"
+    );
+    // Once created through the admin, the same publisher can use it.
+    assert_eq!(kafka.admin().ensure_topic(&topic, 2).await.unwrap(), 2);
+    kafka
+        .publisher()
+        .publish(&[message(&topic, b"x".to_vec())])
+        .await
+        .unwrap();
+    let ends = kafka.inspector().end_offsets(&topic).await.unwrap();
+    assert_eq!(ends.iter().map(|(_, e)| e).sum::<i64>(), 1, "{ends:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_arguments_are_typed_errors() {
+    let kafka = support::connect(support::test_config()).await.unwrap();
+    let zero = kafka.admin().ensure_topic(&unique("cero"), 0).await;
+    assert!(
+        matches!(zero, Err(TransportError::Rejected { .. })),
+        "{zero:?}"
+    );
+    let empty = kafka.subscriber().subscribe("", "t", "m").await;
+    assert!(matches!(empty, Err(TransportError::Rejected { .. })));
+    let bad = entrega_kafka::Kafka::connect(
+        support::test_config().with_override("no.such.property", "1"),
+    );
+    assert!(matches!(bad, Err(TransportError::Rejected { .. })));
+}

@@ -1,0 +1,17 @@
+//! entrega on PostgreSQL: the store conformance suites, outbox, inbox, log transport and its
+//! groups, dead letters, migrations, the seed's tables and TLS.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod conformance;
+mod dlq;
+mod inbox;
+mod log;
+mod log_groups;
+mod migrations;
+mod outbox;
+mod seed_compat;
+mod tls;

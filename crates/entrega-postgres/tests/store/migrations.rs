@@ -1,0 +1,246 @@
+//! Migrations are idempotent, safe to run concurrently and refuse a newer schema; databases
+//! are created race-free; errors are classified.
+
+use crate::common;
+
+use common::{server_url, TestDb, TestResult};
+use entrega_core::{MigrationSet, StoreError};
+use entrega_postgres::{classify, connect, ensure_database, latest_version, migrate};
+use sqlx::Connection;
+
+const ALL: [MigrationSet; 3] = [MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Log];
+
+async fn recorded(pool: &sqlx::PgPool) -> Result<Vec<(String, i64)>, common::Error> {
+    Ok(sqlx::query_as(
+        "SELECT set_name, version FROM entrega_migrations ORDER BY set_name, version",
+    )
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Every step of every set, as `entrega_migrations` records them once all are applied.
+fn every_step() -> Vec<(String, i64)> {
+    [MigrationSet::Inbox, MigrationSet::Log, MigrationSet::Outbox]
+        .iter()
+        .flat_map(|set| (1..=latest_version(*set)).map(|v| (set.name().to_owned(), v)))
+        .collect()
+}
+
+#[tokio::test]
+async fn migrating_twice_changes_nothing() -> TestResult {
+    let db = TestDb::with(&ALL).await?;
+    let first = recorded(&db.pool).await?;
+    migrate(&db.pool, &ALL).await?;
+    migrate(&db.pool, &[MigrationSet::Log, MigrationSet::Log]).await?;
+    assert_eq!(recorded(&db.pool).await?, first);
+    assert_eq!(first, every_step());
+    let lanes: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_relay_lanes")
+        .fetch_one(&db.pool)
+        .await?;
+    assert_eq!(lanes, 64, "lane rows are created once");
+    db.drop().await
+}
+
+#[tokio::test]
+async fn only_the_requested_sets_are_created() -> TestResult {
+    let db = TestDb::with(&[MigrationSet::Inbox]).await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+    )
+    .fetch_all(&db.pool)
+    .await?;
+    assert_eq!(
+        tables,
+        vec![
+            "entrega_aparcados",
+            "entrega_migrations",
+            "entrega_peticiones",
+            "entrega_respuestas",
+            "entrega_retenidos",
+            "mensajes_procesados"
+        ]
+    );
+    db.drop().await
+}
+
+#[tokio::test]
+async fn concurrent_migrations_apply_each_step_once() -> TestResult {
+    let db = TestDb::empty().await?;
+    let (a, b, c) = tokio::join!(
+        migrate(&db.pool, &ALL),
+        migrate(&db.pool, &ALL),
+        migrate(&db.pool, &[MigrationSet::Outbox]),
+    );
+    a?;
+    b?;
+    c?;
+    assert_eq!(recorded(&db.pool).await?, every_step());
+    let lanes: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_relay_lanes")
+        .fetch_one(&db.pool)
+        .await?;
+    assert_eq!(lanes, 64);
+    db.drop().await
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused() -> TestResult {
+    let db = TestDb::with(&[MigrationSet::Outbox]).await?;
+    sqlx::query(
+        "INSERT INTO entrega_migrations (set_name, version, description, applied_at_ms)
+         VALUES ('outbox', 999, 'from the future', 0)",
+    )
+    .execute(&db.pool)
+    .await?;
+    let err = migrate(&db.pool, &[MigrationSet::Outbox]).await;
+    assert!(
+        matches!(err, Err(StoreError::SchemaTooNew { found: 999, .. })),
+        "{err:?}"
+    );
+    // Other sets are unaffected by the refusal of one only when asked alone.
+    migrate(&db.pool, &[MigrationSet::Inbox]).await?;
+    db.drop().await
+}
+
+#[tokio::test]
+async fn ensure_database_is_race_safe_and_returns_a_usable_url() -> TestResult {
+    let name = format!("entrega_t_{}", uuid::Uuid::new_v4().simple());
+    let server = server_url();
+    let (a, b) = tokio::join!(
+        ensure_database(&server, &name),
+        ensure_database(&server, &name)
+    );
+    let (a, b) = (a?, b?);
+    assert_eq!(a, b);
+    assert!(a.ends_with(&format!("/{name}")));
+    let pool = connect(&a).await?;
+    let current: String = sqlx::query_scalar("SELECT current_database()::text")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(current, name);
+    pool.close().await;
+    let mut admin = sqlx::PgConnection::connect(&server).await?;
+    sqlx::query(&format!("DROP DATABASE \"{name}\" WITH (FORCE)"))
+        .execute(&mut admin)
+        .await?;
+    assert!(ensure_database(&server, "bad\"name").await.is_err());
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_are_classified() -> TestResult {
+    // Nothing listens on port 1: a connection failure is worth retrying.
+    let refused = sqlx::PgConnection::connect("postgres://postgres@127.0.0.1:1/none").await;
+    let Err(refused) = refused else {
+        return Err("connected to port 1".into());
+    };
+    assert!(classify(refused).is_transient());
+
+    let db = TestDb::with(&[MigrationSet::Inbox]).await?;
+    let insert = "INSERT INTO mensajes_procesados (id_mensaje, consumidor) VALUES ('a', 'b')";
+    sqlx::query(insert).execute(&db.pool).await?;
+    let duplicate = sqlx::query(insert).execute(&db.pool).await;
+    let Err(duplicate) = duplicate else {
+        return Err("duplicate key accepted".into());
+    };
+    let classified = classify(duplicate);
+    assert!(matches!(classified, StoreError::Rejected { .. }));
+    assert!(!classified.is_transient());
+
+    // A serialization failure (40001) is transient.
+    let raised = sqlx::query(
+        "DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = 'serialization_failure'; END $$",
+    )
+    .execute(&db.pool)
+    .await;
+    let Err(raised) = raised else {
+        return Err("no error raised".into());
+    };
+    assert!(classify(raised).is_transient());
+    db.drop().await
+}
+
+#[tokio::test]
+async fn pooled_sessions_run_without_jit() -> TestResult {
+    let db = TestDb::with(&[]).await?;
+    // Every connection of the pool, not only the first: hold several at once.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(db.pool.acquire().await?);
+    }
+    for conn in &mut held {
+        let jit: String = sqlx::query_scalar("SHOW jit")
+            .fetch_one(&mut **conn)
+            .await?;
+        assert_eq!(jit, "off");
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn pooled_sessions_run_with_timeouts_and_keepalives() -> TestResult {
+    let db = TestDb::with(&[]).await?;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(db.pool.acquire().await?);
+    }
+    for conn in &mut held {
+        for (name, value) in entrega_postgres::SESSION_LIMITS {
+            let shown: String = sqlx::query_scalar(&format!("SHOW {name}"))
+                .fetch_one(&mut **conn)
+                .await?;
+            assert_eq!((name, shown.as_str()), (name, value));
+        }
+    }
+    drop(held);
+    db.drop().await
+}
+
+#[tokio::test]
+async fn a_url_sets_its_own_limits_and_they_are_enforced() -> TestResult {
+    let db = TestDb::with(&[]).await?;
+    let url = format!(
+        "{}?options=-c%20statement_timeout%3D300ms%20-c%20idle_in_transaction_session_timeout%3D300ms",
+        db.url
+    );
+    let pool = entrega_postgres::connect(&url).await?;
+    let shown: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(shown, "300ms");
+    // A statement past its limit is cancelled, as a transient failure (57014).
+    let slow = sqlx::query("SELECT pg_sleep(5)").execute(&pool).await;
+    let Err(e) = slow else {
+        return Err("a 5 s statement ran under a 300 ms limit".into());
+    };
+    let code = e
+        .as_database_error()
+        .and_then(|d| d.code().map(|c| c.into_owned()));
+    assert_eq!(code.as_deref(), Some("57014"));
+    assert!(classify(e).is_transient());
+    // A transaction left idle is ended by the server: its row lock is released, and the
+    // client finds its connection gone.
+    sqlx::query("CREATE TABLE t (id INT PRIMARY KEY)")
+        .execute(&pool)
+        .await?;
+    sqlx::query("INSERT INTO t VALUES (1)")
+        .execute(&pool)
+        .await?;
+    let mut idle = pool.begin().await?;
+    sqlx::query("UPDATE t SET id = 1 WHERE id = 1")
+        .execute(&mut *idle)
+        .await?;
+    tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+    let other = sqlx::query("UPDATE t SET id = 1 WHERE id = 1")
+        .execute(&pool)
+        .await?;
+    assert_eq!(
+        other.rows_affected(),
+        1,
+        "the idle transaction still held its lock"
+    );
+    let after = sqlx::query("SELECT 1").execute(&mut *idle).await;
+    assert!(after.is_err(), "the idle transaction survived its limit");
+    drop(idle);
+    pool.close().await;
+    db.drop().await
+}

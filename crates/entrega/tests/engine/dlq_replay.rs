@@ -1,0 +1,246 @@
+//! The dead-letter tooling acting: replay (order per key, headers, marks, the loop guard, one
+//! group), discard, dry runs, and the audit of each (in-memory log and state store).
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use crate::dlq_support;
+
+use std::sync::Arc;
+
+use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, DlqFilter, ReplayOptions};
+use entrega_core::headers::{
+    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_OFFSET, ORIGIN_TOPIC, REENVIOS, SOLO_GRUPO,
+    SOLO_GRUPO_FIRMA, TIPO,
+};
+use entrega_core::{DeadLetterState, DlqStore};
+
+use dlq_support::{dead, fixture, id, origin_records, put, DLQ};
+
+#[tokio::test]
+async fn replay_publishes_in_order_marks_and_audits_once() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        vec![
+            dead("K", "pedido.creado", "producto desconocido: a", 0),
+            dead("L", "pedido.creado", "producto desconocido: b", 0),
+            dead("K", "pedido.pagado", "producto desconocido: c", 0),
+            dead("K", "pedido.cancelado", "producto desconocido: d", 0),
+        ],
+    )
+    .await;
+    let letters = fx.tool.list(&DlqFilter::all(), false).await.unwrap();
+    let report = fx
+        .tool
+        .replay(&DlqFilter::all(), &ReplayOptions::new("ana"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.matched, report.applied.len(), report.refused.len()),
+        (4, 4, 0)
+    );
+
+    let published = origin_records(&fx);
+    assert_eq!(published.len(), 4);
+    let of_k: Vec<&str> = published
+        .iter()
+        .filter(|r| r.key.as_deref() == Some("K"))
+        .map(|r| r.headers.get(TIPO).unwrap())
+        .collect();
+    assert_eq!(of_k, ["pedido.creado", "pedido.pagado", "pedido.cancelado"]);
+    for record in &published {
+        let letter = letters
+            .iter()
+            .find(|l| l.payload == record.payload)
+            .unwrap();
+        assert_eq!(record.key, letter.key, "key kept");
+        assert_eq!(record.headers.get(REENVIOS), Some("1"));
+        assert_eq!(record.headers.get(ID_EVENTO), letter.event_id.as_deref());
+        assert_eq!(record.headers.get("traceparent"), Some("00-abc-def-01"));
+        for gone in [
+            INTENTOS,
+            MOTIVO,
+            CLASE,
+            CODIGO,
+            ORIGIN_TOPIC,
+            ORIGIN_OFFSET,
+            SOLO_GRUPO,
+            SOLO_GRUPO_FIRMA,
+        ] {
+            assert_eq!(record.headers.get(gone), None, "{gone} left on the replay");
+        }
+    }
+    let marks = fx.store.marks(DLQ).await.unwrap();
+    assert_eq!(marks.len(), 4);
+    assert!(marks
+        .iter()
+        .all(|m| m.state == DeadLetterState::Replayed && m.replays == 1 && m.operator == "ana"));
+    assert!(fx
+        .tool
+        .list(&DlqFilter::all(), false)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        fx.tool.list(&DlqFilter::all(), true).await.unwrap().len(),
+        4
+    );
+
+    // Again: nothing pending, nothing published; by id it is refused.
+    let again = fx
+        .tool
+        .replay(&DlqFilter::all(), &ReplayOptions::new("ana"))
+        .await
+        .unwrap();
+    assert_eq!((again.matched, again.applied.len()), (0, 0));
+    let by_id = fx
+        .tool
+        .replay(&DlqFilter::id(id(0)), &ReplayOptions::new("ana"))
+        .await;
+    assert!(
+        matches!(by_id, Err(DlqError::NotPending { .. })),
+        "{by_id:?}"
+    );
+    assert_eq!(origin_records(&fx).len(), 4);
+    let audit = fx.store.entries();
+    assert_eq!(audit.len(), 2);
+    assert_eq!(
+        (audit[0].matched, audit[0].applied, audit[0].dry_run),
+        (4, 4, false)
+    );
+    assert_eq!((audit[1].matched, audit[1].applied), (0, 0));
+}
+
+#[tokio::test]
+async fn loop_guard_refuses_at_the_limit_and_holds_the_rest_of_its_key() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        vec![
+            dead("K", "pedido.creado", "sin stock de x", 2),
+            dead("K", "pedido.pagado", "sin stock de x", 0),
+            dead("L", "pedido.creado", "sin stock de x", 0),
+        ],
+    )
+    .await;
+    let mut options = ReplayOptions::new("ana");
+    options.max_replays = 2;
+    let report = fx.tool.replay(&DlqFilter::all(), &options).await.unwrap();
+    let refused: Vec<(&str, &str)> = report
+        .refused
+        .iter()
+        .map(|r| (r.id.as_str(), r.reason.as_str()))
+        .collect();
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused[0].1.contains("replayed 2 times already (limit 2)"),
+        "{refused:?}"
+    );
+    assert!(refused[1].1.starts_with("held"), "{refused:?}");
+    let published = origin_records(&fx);
+    assert_eq!(published.len(), 1);
+    assert_eq!(published[0].key.as_deref(), Some("L"));
+    let pending = fx.tool.list(&DlqFilter::all(), false).await.unwrap();
+    assert_eq!(
+        pending.iter().map(|l| l.id.offset).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    assert_eq!(fx.store.entries()[0].refused, 2);
+
+    // The default limit (3) lets the first one go once more.
+    let report = fx
+        .tool
+        .replay(&DlqFilter::all(), &ReplayOptions::new("ana"))
+        .await
+        .unwrap();
+    assert_eq!(report.applied.len(), 2);
+    let all = origin_records(&fx);
+    let replays: Vec<&str> = all[1..]
+        .iter()
+        .map(|r| r.headers.get(REENVIOS).unwrap())
+        .collect();
+    assert_eq!(replays, ["3", "1"]);
+}
+
+#[tokio::test]
+async fn dry_runs_change_nothing_but_are_audited() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        vec![dead("K", "pedido.creado", "producto desconocido: a", 0)],
+    )
+    .await;
+    let mut replay = ReplayOptions::new("ana");
+    replay.dry_run = true;
+    let report = fx.tool.replay(&DlqFilter::all(), &replay).await.unwrap();
+    assert_eq!((report.applied.len(), report.dry_run), (1, true));
+    let mut discard = DiscardOptions::new("ana", "prueba");
+    discard.dry_run = true;
+    let report = fx.tool.discard(&DlqFilter::all(), &discard).await.unwrap();
+    assert_eq!(report.applied.len(), 1);
+    assert!(origin_records(&fx).is_empty());
+    assert!(fx.store.marks(DLQ).await.unwrap().is_empty());
+    let audit = fx.store.entries();
+    assert_eq!(audit.len(), 2);
+    assert!(audit.iter().all(|e| e.dry_run && e.applied == 1));
+}
+
+#[tokio::test]
+async fn replay_to_one_group_and_discard_with_a_reason() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        vec![
+            dead("K", "pedido.creado", "producto desconocido: a", 0),
+            dead("L", "pedido.raro", "unknown tipo `pedido.raro`", 0),
+        ],
+    )
+    .await;
+    let mut options = ReplayOptions::new("ana");
+    options.group = Some("inventario".into());
+    fx.tool
+        .replay(&DlqFilter::id(id(0)), &options)
+        .await
+        .unwrap();
+    let published = origin_records(&fx);
+    assert_eq!(published[0].headers.get(SOLO_GRUPO), Some("inventario"));
+    // Signed for that group, that key and that payload: the consumers' key verifies it.
+    assert_eq!(
+        dlq_support::replay_key().solo_group(
+            &published[0].headers,
+            published[0].key.as_deref(),
+            &published[0].payload
+        ),
+        Some(Ok("inventario"))
+    );
+    // Without the key, a replay to one group is refused before anything is published.
+    let unsigned = DeadLetters::new(
+        Arc::new(fx.log.clone()),
+        Arc::new(fx.log.clone()),
+        Arc::new(fx.store.clone()),
+        vec![DLQ.to_owned()],
+    );
+    let refused = unsigned.replay(&DlqFilter::all(), &options).await;
+    assert!(matches!(refused, Err(DlqError::NoReplayKey)), "{refused:?}");
+    assert_eq!(origin_records(&fx).len(), 1);
+
+    let discard = DiscardOptions::new("luis", "tipo retirado");
+    let report = fx.tool.discard(&DlqFilter::all(), &discard).await.unwrap();
+    assert_eq!(report.applied.len(), 1, "only the pending one");
+    let marks = fx.store.marks(DLQ).await.unwrap();
+    assert_eq!(marks[1].state, DeadLetterState::Discarded);
+    assert_eq!(marks[1].reason.as_deref(), Some("tipo retirado"));
+    assert_eq!(marks[1].operator, "luis");
+    assert!(fx
+        .tool
+        .list(&DlqFilter::all(), false)
+        .await
+        .unwrap()
+        .is_empty());
+    let audit = fx.store.entries();
+    assert_eq!(audit[1].detail.as_deref(), Some("tipo retirado"));
+    assert!(audit[0]
+        .detail
+        .as_deref()
+        .unwrap()
+        .contains("only group inventario"));
+}

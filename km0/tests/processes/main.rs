@@ -1,0 +1,24 @@
+//! km0 as real processes on the embedded default and PostgreSQL: crashes at failpoints, kills,
+//! restarts, the operator's commands, TLS, roles and the console.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod chaos;
+mod cli_processes;
+mod console_browser;
+mod crash_consumer;
+mod crash_producer;
+mod crash_relay;
+mod https;
+mod least_privilege;
+mod log_json;
+mod ops_endpoint;
+mod outbox_poison;
+mod pagos_crash;
+mod pg_faults;
+mod pg_tls;
+mod trace_order;
+mod up_saga;

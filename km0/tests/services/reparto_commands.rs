@@ -1,0 +1,159 @@
+//! reparto's assignments for the order saga, on SQLite and PostgreSQL: a courier assigned once
+//! and the same answer on a repeat, a city without couriers refused with its reason, a
+//! pending delivery answered when a courier frees up, and a delivery cancelled first refused.
+//! Assertions read `entregas`, the couriers and reparto's outbox.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use crate::common;
+
+use std::sync::Arc;
+
+use entrega::db::query_each;
+use entrega::{Handler, Message};
+use entrega_core::{now_ms, Envelope, Headers};
+use km0::services::reparto::{
+    AssignCommand, CommandConsumer, DeliveryState, DeliveryStore, LocalMaps, ASSIGN,
+};
+use serde_json::Value;
+
+use common::TestDb;
+
+struct Fixture {
+    store: DeliveryStore,
+    consumer: CommandConsumer,
+    db: TestDb,
+}
+
+impl Fixture {
+    async fn new(backend: &str) -> Self {
+        let db = TestDb::of(backend).await;
+        let store = DeliveryStore::new(db.db.clone());
+        store.migrate().await.unwrap();
+        let consumer = CommandConsumer::new(store.clone(), Arc::new(LocalMaps));
+        Self {
+            store,
+            consumer,
+            db,
+        }
+    }
+
+    async fn assign(&self, order: &str, city: &str) {
+        let command = AssignCommand {
+            order_id: order.into(),
+            key: format!("reparto-{order}"),
+            city: city.into(),
+            street: "Rambla Nova 1".into(),
+        };
+        let message = Message {
+            envelope: Envelope::new(ASSIGN, "pedidos", command.event().payload),
+            topic: "reparto.comandos".into(),
+            partition: 0,
+            offset: 0,
+            key: None,
+            headers: Headers::default(),
+            attempt: 1,
+            trace: entrega_core::TraceContext::root(),
+        };
+        self.consumer.handle(&message).await.unwrap();
+    }
+
+    async fn state(&self, order: &str) -> Option<DeliveryState> {
+        self.store.delivery(order).await.unwrap().map(|d| d.state)
+    }
+
+    async fn answers(&self, kind: &str, order: &str) -> Vec<Value> {
+        let q = query_each(
+            "SELECT carga FROM outbox WHERE tipo = $1 AND agregado_id = $2 ORDER BY rowid",
+            "SELECT carga::text FROM outbox WHERE tipo = $1 AND agregado_id = $2 ORDER BY seq",
+        )
+        .bind(kind)
+        .bind(order);
+        let rows: Vec<(String,)> = self.db.db.fetch_all(q).await.unwrap();
+        rows.into_iter()
+            .map(|(c,)| serde_json::from_str(&c).unwrap())
+            .collect()
+    }
+}
+
+async fn a_courier_is_assigned_once_and_answered_again(backend: &str) {
+    let f = Fixture::new(backend).await;
+    f.assign("P-1", "Madrid").await;
+    f.assign("P-1", "Madrid").await;
+    assert_eq!(f.state("P-1").await, Some(DeliveryState::Assigned));
+    let answers = f.answers("reparto.asignado", "P-1").await;
+    assert_eq!(answers.len(), 2);
+    assert_eq!(answers[0]["repartidor_id"], answers[1]["repartidor_id"]);
+    assert_eq!(answers[0]["clave"], "reparto-P-1");
+    // Madrid has two couriers: the repeat did not take the second.
+    f.assign("P-2", "Madrid").await;
+    assert_eq!(f.state("P-2").await, Some(DeliveryState::Assigned));
+    f.db.remove().await;
+}
+
+async fn a_city_without_couriers_is_refused_with_its_reason(backend: &str) {
+    let f = Fixture::new(backend).await;
+    f.assign("P-3", "Lleida").await;
+    f.assign("P-3", "Lleida").await;
+    assert_eq!(f.state("P-3").await, Some(DeliveryState::Refused));
+    let refused = f.answers("reparto.rechazado", "P-3").await;
+    assert_eq!(refused.len(), 2);
+    assert!(refused
+        .iter()
+        .all(|r| r["motivo"] == "ciudad_no_cubierta: Lleida" && r["clave"] == "reparto-P-3"));
+    f.db.remove().await;
+}
+
+async fn a_pending_delivery_is_answered_when_a_courier_frees_up(backend: &str) {
+    let f = Fixture::new(backend).await;
+    f.assign("P-4", "Tarragona").await;
+    f.assign("P-5", "Tarragona").await;
+    assert_eq!(f.state("P-5").await, Some(DeliveryState::Pending));
+    assert!(f.answers("reparto.asignado", "P-5").await.is_empty());
+    assert_eq!(f.store.assign_pending(now_ms()).await.unwrap(), 0);
+    assert!(f.store.complete("P-4", now_ms()).await.unwrap());
+    assert_eq!(f.store.assign_pending(now_ms()).await.unwrap(), 1);
+    assert_eq!(f.state("P-5").await, Some(DeliveryState::Assigned));
+    let answers = f.answers("reparto.asignado", "P-5").await;
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0]["clave"], "reparto-P-5");
+    f.db.remove().await;
+}
+
+async fn a_delivery_cancelled_first_is_refused(backend: &str) {
+    let f = Fixture::new(backend).await;
+    let cancelled = f
+        .store
+        .apply_cancelled("reparto.asignacion", "m-1", "P-6", now_ms())
+        .await
+        .unwrap();
+    assert_eq!(cancelled, entrega_core::Processed::Applied(()));
+    f.assign("P-6", "Madrid").await;
+    assert_eq!(f.state("P-6").await, Some(DeliveryState::Cancelled));
+    let refused = f.answers("reparto.rechazado", "P-6").await;
+    assert_eq!(refused[0]["motivo"], "entrega cancelada");
+    f.db.remove().await;
+}
+
+macro_rules! on_both_backends {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario("sqlite").await;
+            })*
+        }
+        mod postgres {
+            $(#[tokio::test]
+            async fn $scenario() {
+                super::$scenario("postgres").await;
+            })*
+        }
+    };
+}
+
+on_both_backends!(
+    a_courier_is_assigned_once_and_answered_again,
+    a_city_without_couriers_is_refused_with_its_reason,
+    a_pending_delivery_is_answered_when_a_courier_frees_up,
+    a_delivery_cancelled_first_is_refused,
+);
