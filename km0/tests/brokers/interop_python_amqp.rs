@@ -114,6 +114,7 @@ async fn the_seeds_consumer_and_dead_letter_queue_work_with_km0_on_rabbitmq() {
 /// limit refused with its reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seeds_rpc_client_gets_its_authorisations_from_pagos() {
+    let _broker = common::amqp::shared();
     let databases = common::test_system("sqlite").databases().clone();
     let system = System::new(databases, common::amqp::base_url());
     let mut components = Components::none("rpc-interop");

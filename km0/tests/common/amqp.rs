@@ -1,12 +1,37 @@
 //! A RabbitMQ virtual host of a test's own on the shared broker (`ENTREGA_TEST_AMQP`), so
 //! km0's fixed queue names (`inventario.pedidos.*`) never meet another test's; deleted, with
 //! everything in it, when dropped.
+//!
+//! Tests of one binary run at once, and one of them stops and starts the shared broker
+//! ([`Vhost::create_restartable`]): every other test that uses the broker holds a share of
+//! [`BROKER_IN_USE`] for as long as its virtual host lives ([`Vhost::create`], [`shared`]),
+//! and the restarting test waits for all of them to finish and keeps them out meanwhile.
 
 use std::process::Command;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+/// Held shared by the tests using the local RabbitMQ, exclusively by the one restarting it.
+pub static BROKER_IN_USE: RwLock<()> = RwLock::new(());
+
+/// The shared broker, kept running while the guard lives (for tests that use the default
+/// virtual host, as the seed's own scripts do).
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    BROKER_IN_USE
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The broker's use by a virtual host: shared, or exclusive for a test that restarts it.
+enum Use {
+    Shared(RwLockReadGuard<'static, ()>),
+    Exclusive(RwLockWriteGuard<'static, ()>),
+}
 
 /// A fresh virtual host on the local RabbitMQ, `guest` allowed everything in it.
 pub struct Vhost {
     name: String,
+    // Released after `drop` deleted the virtual host.
+    _use: Use,
 }
 
 fn rabbitmqctl(args: &[&str]) {
@@ -32,10 +57,26 @@ pub fn base_url() -> String {
 
 impl Vhost {
     pub fn create() -> Self {
+        Self::with_use(Use::Shared(shared()))
+    }
+
+    /// A virtual host for a test that stops and starts the broker: it waits until no other
+    /// test uses the broker, and keeps them waiting until it is dropped.
+    pub fn create_restartable() -> Self {
+        let exclusive = BROKER_IN_USE
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Self::with_use(Use::Exclusive(exclusive))
+    }
+
+    fn with_use(broker_use: Use) -> Self {
         let name = format!("km0-test-{}", uuid::Uuid::new_v4().simple());
         rabbitmqctl(&["add_vhost", &name]);
         rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"]);
-        Self { name }
+        Self {
+            name,
+            _use: broker_use,
+        }
     }
 
     /// `amqp://…/<vhost>`, without parameters.
