@@ -29,8 +29,8 @@ pub mod utc;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dead_reason::{DeadClass, DeadReason};
 pub use dlq::{
-    db_count, AuditRow, DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry,
-    DlqStore, InvalidDeadLetterId, MarkRow, StoredAudit, StoredMark,
+    DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore,
+    InvalidDeadLetterId,
 };
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
@@ -46,7 +46,7 @@ pub use outbox::{
 pub use outbox_blocked::{
     truncate_error, BlockedRow, Refusal, ReleaseError, BLOCKED_ROWS_LISTED, MAX_ERROR_CHARS,
 };
-pub use parking::{ParkedAt, ParkedRecord, ParkedRow, ParkingStore, StoredParked};
+pub use parking::{ParkedAt, ParkedRecord, ParkingStore};
 pub use partition::{murmur2, partition_for};
 pub use raw_json::RawJson;
 pub use redact::{is_secret_name, redact_settings, redact_url, REDACTED};

@@ -16,6 +16,75 @@ pub fn format_utc_ms(ms: i64) -> String {
     )
 }
 
+/// Epoch ms of a UTC timestamp as databases write it: `YYYY-MM-DD`, then `T` or a space,
+/// `HH:MM:SS`, an optional fraction (digits past milliseconds are dropped), then `Z`, an
+/// offset (`+HH`, `+HH:MM`, `-HHMM`) or nothing (read as UTC). `None` for anything else.
+pub fn parse_utc_ms(text: &str) -> Option<i64> {
+    let b = text.trim().as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let digits = b.get(from..from + len)?;
+        digits.iter().try_fold(0i64, |n, d| {
+            d.is_ascii_digit().then(|| n * 10 + i64::from(d - b'0'))
+        })
+    };
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    let separators = [(4, b'-'), (7, b'-'), (13, b':'), (16, b':')];
+    if separators.iter().any(|&(at, c)| b.get(at) != Some(&c))
+        || !matches!(b.get(10), Some(b'T' | b't' | b' '))
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut at = 19;
+    let mut millis = 0;
+    if b.get(at) == Some(&b'.') {
+        at += 1;
+        let start = at;
+        while b.get(at).is_some_and(u8::is_ascii_digit) {
+            if at - start < 3 {
+                millis = millis * 10 + i64::from(b[at] - b'0');
+            }
+            at += 1;
+        }
+        let read = at - start;
+        if read == 0 {
+            return None;
+        }
+        for _ in read..3 {
+            millis *= 10;
+        }
+    }
+    let offset_minutes = match b.get(at) {
+        None => 0,
+        Some(b'Z' | b'z') if at + 1 == b.len() => 0,
+        Some(&sign @ (b'+' | b'-')) => {
+            let hours = num(at + 1, 2)?;
+            let rest = &b[at + 3..];
+            let minutes = match rest {
+                [] => 0,
+                [b':', _, _] => num(at + 4, 2)?,
+                [_, _] => num(at + 3, 2)?,
+                _ => return None,
+            };
+            let total = hours * 60 + minutes;
+            if sign == b'+' {
+                total
+            } else {
+                -total
+            }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3_600 + minute * 60 + second - offset_minutes * 60;
+    Some(seconds * 1_000 + millis)
+}
+
 /// Days since 1970-01-01 of a date (Howard Hinnant's `days_from_civil`).
 pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -51,6 +120,35 @@ mod tests {
         assert_eq!(format_utc_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(format_utc_ms(1_767_225_599_999), "2025-12-31T23:59:59.999Z");
         assert_eq!(format_utc_ms(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn parses_what_it_formats_and_what_databases_write() {
+        for ms in [0, -1, 951_782_400_000, 1_767_225_599_999, 1_772_323_200_123] {
+            assert_eq!(parse_utc_ms(&format_utc_ms(ms)), Some(ms), "{ms}");
+        }
+        let at = 1_772_323_200_123;
+        for text in [
+            "2026-03-01 00:00:00.123",
+            "2026-03-01 00:00:00.123456+00",
+            "2026-03-01T01:00:00.123+01:00",
+            "2026-02-28T23:30:00.1239-0030",
+        ] {
+            assert_eq!(parse_utc_ms(text), Some(at), "{text}");
+        }
+        assert_eq!(parse_utc_ms("2026-03-01 00:00:00"), Some(at - 123));
+        for bad in [
+            "",
+            "2026-03-01",
+            "2026-13-01 00:00:00",
+            "2026-03-01 00:00:00.",
+            "2026-03-01 00:00:00Zx",
+            "2026-03-01 00:00:00+1",
+            "2026/03/01 00:00:00",
+            "2026-03-01 0a:00:00",
+        ] {
+            assert_eq!(parse_utc_ms(bad), None, "{bad}");
+        }
     }
 
     #[test]

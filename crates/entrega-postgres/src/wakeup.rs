@@ -13,13 +13,17 @@ use std::time::Duration;
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 
+/// Channel the outbox trigger notifies after every inserting statement.
+pub const OUTBOX_CHANNEL: &str = "entrega_outbox";
+
 /// Backoff bounds between failed connection attempts.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// A lazily started listener on one channel.
+/// A lazily started `LISTEN` on one channel, shared by its clones and fanned out to waiters
+/// per key (the notification's payload).
 #[derive(Clone, Debug)]
-pub(crate) struct Listener {
+pub struct Listener {
     inner: Arc<Inner>,
 }
 
@@ -57,7 +61,7 @@ impl Shared {
 
 impl Listener {
     /// A listener on `channel`; nothing connects until [`Listener::start`].
-    pub(crate) fn new(pool: PgPool, channel: &'static str) -> Self {
+    pub fn new(pool: PgPool, channel: &'static str) -> Self {
         Self {
             inner: Arc::new(Inner {
                 pool,
@@ -70,7 +74,7 @@ impl Listener {
 
     /// A receiver whose value changes whenever `key` is notified (or the connection is
     /// re-established). The current value counts as seen.
-    pub(crate) fn subscribe(&self, key: &str) -> watch::Receiver<u64> {
+    pub fn subscribe(&self, key: &str) -> watch::Receiver<u64> {
         let mut keys = self
             .inner
             .shared
@@ -83,13 +87,13 @@ impl Listener {
     }
 
     /// Whether notifications are currently being received.
-    pub(crate) fn healthy(&self) -> bool {
+    pub fn healthy(&self) -> bool {
         self.inner.shared.healthy.load(Ordering::Acquire)
     }
 
     /// Starts the background connection unless it runs already. Needs a tokio runtime; outside
     /// one it does nothing and waiters rely on their timeouts.
-    pub(crate) fn start(&self) {
+    pub fn start(&self) {
         let mut stop = self
             .inner
             .stop
@@ -113,7 +117,7 @@ impl Listener {
 
     /// Waits until `rx` changes or `timeout` passes; while the listener is down, waits at
     /// most `fallback`. Returns whether a change was seen.
-    pub(crate) async fn wait(
+    pub async fn wait(
         &self,
         rx: &mut watch::Receiver<u64>,
         timeout: Duration,

@@ -61,6 +61,67 @@ impl Signal {
     }
 }
 
+/// The table whose commits a [`CommitWaiter`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// `outbox`: the relay waits for new rows.
+    Outbox,
+    /// `entrega_log`: the log transport's subscribers wait for appended records.
+    Log,
+}
+
+/// Waits for commits to one table of a database, made through any pool of this process on
+/// the same file. Each handle keeps its own position, so a commit signalled between two waits
+/// still ends the next one; a clone starts from its original's position.
+#[derive(Debug)]
+pub struct CommitWaiter {
+    signals: Arc<DbSignals>,
+    watched: Watched,
+    seen: AtomicU64,
+}
+
+impl Clone for CommitWaiter {
+    fn clone(&self) -> Self {
+        Self {
+            signals: Arc::clone(&self.signals),
+            watched: self.watched,
+            seen: AtomicU64::new(self.seen.load(Ordering::SeqCst)),
+        }
+    }
+}
+
+impl CommitWaiter {
+    /// A waiter for commits to `watched` in the database of `pool`; commits before now count
+    /// as seen.
+    pub fn new(pool: &sqlx::SqlitePool, watched: Watched) -> Self {
+        let signals = signals_for(&pool.connect_options());
+        let seen = AtomicU64::new(Self::signal_of(&signals, watched).current());
+        Self {
+            signals,
+            watched,
+            seen,
+        }
+    }
+
+    fn signal_of(signals: &DbSignals, watched: Watched) -> &Signal {
+        match watched {
+            Watched::Outbox => &signals.outbox,
+            Watched::Log => &signals.log,
+        }
+    }
+
+    /// Waits until a commit this handle has not seen yet, or `timeout`; returns whether one
+    /// came. Commits from other processes are not signalled: callers poll as well.
+    pub async fn wait(&self, timeout: Duration) -> bool {
+        let seen = self.seen.load(Ordering::SeqCst);
+        let now = Self::signal_of(&self.signals, self.watched)
+            .wait_past(seen, timeout)
+            .await;
+        self.seen.store(now, Ordering::SeqCst);
+        now != seen
+    }
+}
+
 /// The signals of one database file, shared by every pool and handle on it in this process.
 #[derive(Debug, Default)]
 pub(crate) struct DbSignals {

@@ -44,6 +44,7 @@ mod relay_config;
 pub mod rpc;
 pub mod saga;
 mod shutdown;
+mod store;
 pub mod trace;
 mod worker;
 

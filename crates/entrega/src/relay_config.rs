@@ -23,7 +23,7 @@ pub struct OutboxPorts {
 }
 
 impl OutboxPorts {
-    /// All four ports from one outbox implementation (`SqliteOutbox`, `PgOutbox`, ...).
+    /// All four ports from one outbox implementation (such as [`crate::Db::outbox`]'s).
     pub fn new<T>(outbox: Arc<T>) -> Self
     where
         T: LaneLeases + OutboxReader + OutboxMaintenance + OutboxWakeup + 'static,

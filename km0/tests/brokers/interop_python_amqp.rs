@@ -113,6 +113,8 @@ async fn the_seeds_consumer_and_dead_letter_queue_work_with_km0_on_rabbitmq() {
 /// host: every authorisation answered, a repeat with the stored answer, an amount above the
 /// limit refused with its reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// The guard only keeps the test that restarts the broker out; nothing async waits on it.
+#[allow(clippy::await_holding_lock)]
 async fn the_seeds_rpc_client_gets_its_authorisations_from_pagos() {
     let _broker = common::amqp::shared();
     let databases = common::test_system("sqlite").databases().clone();

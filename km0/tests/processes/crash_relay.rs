@@ -34,7 +34,6 @@ use common::state::{count, enqueue, eventually, order, place, taken, DbState};
 use entrega::failpoint::RELAY_AFTER_PUBLISH;
 use entrega_core::headers::ID_EVENTO;
 use entrega_core::{now_ms, Envelope, NewEvent};
-use entrega_postgres::PgOutbox;
 use km0::services::pedidos::{AGGREGATE, ORDER_PAID, TOPIC};
 use serde_json::json;
 use sqlx::PgPool;
@@ -183,12 +182,12 @@ async fn assert_all_published_in_order(state: &DbState, produced: &[NewEvent], w
 /// and before `LATE-A`'s next event.
 async fn late_commit(pool: &PgPool, state: &DbState, produced: &mut Vec<NewEvent>) {
     let first = event("LATE-A", 0);
-    let mut held = pool.begin().await.unwrap();
-    PgOutbox::enqueue(&mut held, &first).await.unwrap();
+    let mut held = entrega::Db::from(pool.clone()).begin().await.unwrap();
+    held.enqueue(&first).await.unwrap();
     let (lane, seq): (i64, i64) =
         sqlx::query_as("SELECT CAST(lane AS BIGINT), seq FROM outbox WHERE id = $1")
             .bind(first.id)
-            .fetch_one(&mut *held)
+            .fetch_one(held.postgres().unwrap())
             .await
             .unwrap();
     // Aggregates hashed into LATE-A's lane: their rows commit after LATE-A's row and before

@@ -1,7 +1,8 @@
 //! inventario's reservation commands when their transaction fails to commit: nothing of
 //! theirs is left (stock, reservation, answer, `stock.actualizado`, key), and the command
-//! applies once when delivered again. A test binary of its own, since failpoints are
-//! process-wide.
+//! applies once when delivered again. Failpoints are process-wide and this binary runs other
+//! tests of inventario at the same time, so the test runs in a child process of its own (this
+//! binary again, asked for this test alone).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use crate::common;
@@ -54,8 +55,27 @@ async fn a_failed_commit_applies_nothing(backend: &str) {
     t.remove().await;
 }
 
+/// Set in the child process, which runs the scenario itself.
+const CHILD: &str = "KM0_TEST_FAILPOINT_CHILD";
+
 #[tokio::test]
 async fn a_failed_commit_applies_nothing_on_either_backend() {
-    a_failed_commit_applies_nothing("sqlite").await;
-    a_failed_commit_applies_nothing("postgres").await;
+    if std::env::var_os(CHILD).is_some() {
+        a_failed_commit_applies_nothing("sqlite").await;
+        a_failed_commit_applies_nothing("postgres").await;
+        return;
+    }
+    let name = "inventario_reservas_faults::a_failed_commit_applies_nothing_on_either_backend";
+    let out = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads", "1"])
+        .env(CHILD, "1")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "the child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -6,8 +6,8 @@ use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Row;
 
 use super::partition_u32;
+use super::slots_i32;
 use crate::errors::classify;
-use crate::lanes::slots_i32;
 
 /// A partition held after balancing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,7 @@ use crate::wakeup::Listener;
 pub use subscription::PgSubscription;
 
 /// Channel every append notifies, with the topic as payload.
-pub(crate) const LOG_CHANNEL: &str = "entrega_log";
+pub const LOG_CHANNEL: &str = "entrega_log";
 
 /// Tuning of the log transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,4 +245,17 @@ pub(crate) fn record_of(topic: &str, row: &PgRow) -> Result<Record, StoreError> 
         payload: row.try_get("payload").map_err(classify)?,
         timestamp_ms: row.try_get("appended_at_ms").map_err(classify)?,
     })
+}
+
+/// Slot numbers as stored (INT columns).
+pub(crate) fn slots_i32(slots: &[u32]) -> Vec<i32> {
+    slots
+        .iter()
+        .filter_map(|s| i32::try_from(*s).ok())
+        .collect()
+}
+
+/// Lease duration in ms, saturating for absurd values.
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 4)
 }

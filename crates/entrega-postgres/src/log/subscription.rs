@@ -9,8 +9,8 @@ use tokio::sync::watch;
 
 use super::group::{self, HeldPartition, Member};
 use super::{record_of, PgLog};
+use super::{slots_i32, ttl_ms};
 use crate::errors::transport;
-use crate::lanes::{slots_i32, ttl_ms};
 
 /// Reads the next records of every readable held partition with one statement. Rows are
 /// interleaved across partitions by distance from each read position, so one busy partition

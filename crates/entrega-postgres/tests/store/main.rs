@@ -8,10 +8,7 @@ mod common;
 
 mod conformance;
 mod dlq;
-mod inbox;
 mod log;
 mod log_groups;
 mod migrations;
-mod outbox;
-mod seed_compat;
 mod tls;

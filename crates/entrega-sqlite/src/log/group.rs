@@ -4,9 +4,9 @@
 use entrega_core::{plan_balance, SlotLease, StoreError};
 use sqlx::{Row, SqliteConnection, SqlitePool};
 
+use super::json_slots;
 use crate::connect::begin_immediate;
 use crate::errors::{classify, corrupt};
-use crate::lanes::json_slots;
 
 /// A partition this member holds after a balance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -119,3 +119,13 @@ impl Subscriber for SqliteLog {
         )))
     }
 }
+
+/// A list of slot numbers as a JSON array, for `IN (SELECT value FROM json_each(?))`.
+pub(crate) fn json_slots(slots: &[u32]) -> String {
+    serde_json::Value::from(slots.to_vec()).to_string()
+}
+
+/// Lease duration in ms, saturating instead of overflowing on absurd TTLs.
+pub(crate) fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
+}

@@ -9,8 +9,8 @@ use entrega_core::{Record, Subscription, TransportError};
 use tokio::time::Instant;
 
 use super::group::{self, Member};
+use super::ttl_ms;
 use super::SqliteLog;
-use crate::lanes::ttl_ms;
 
 /// A partition this member holds.
 #[derive(Debug, Clone, Copy)]

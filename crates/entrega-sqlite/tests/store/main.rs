@@ -9,7 +9,5 @@ mod common;
 mod concurrent_writers;
 mod conformance;
 mod dlq;
-mod inbox;
 mod log;
 mod migrations;
-mod outbox;

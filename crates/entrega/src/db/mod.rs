@@ -32,13 +32,12 @@ mod query;
 mod row_runs;
 mod rows;
 mod tx;
+pub(crate) mod types;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use entrega_core::{DlqStore, HeldLetterStore, MigrationSet, ParkingStore, StoreError};
-use entrega_postgres::{PgDlqStore, PgInbox, PgOutbox, PgParking};
-use entrega_sqlite::{SqliteDlqStore, SqliteInbox, SqliteOutbox, SqliteParking};
 use sqlx::{PgPool, SqlitePool};
 
 pub use migration::Migration;
@@ -46,6 +45,7 @@ pub use query::{query, query_each, Query, Sql, Value};
 pub use row_runs::{padded_len, row_runs};
 pub use rows::{Column, FromRow};
 pub use tx::Tx;
+pub use types::{IntList, JsonText, TextList, TimeMs};
 
 pub(crate) use answers::{insert_answers, Repeat};
 
@@ -260,18 +260,21 @@ impl Db {
 
     /// The outbox of this database through the relay's ports.
     pub fn outbox(&self) -> OutboxPorts {
-        match &self.pool {
-            Pool::Sqlite(pool) => OutboxPorts::new(Arc::new(SqliteOutbox::new(pool.clone()))),
-            Pool::Postgres(pool) => OutboxPorts::new(Arc::new(PgOutbox::new(pool.clone()))),
-        }
+        self.outbox_with_clock(Arc::new(entrega_core::SystemClock))
+    }
+
+    /// The outbox of this database through the relay's ports, reading time from `clock`
+    /// (which rows are due again, leases).
+    pub fn outbox_with_clock(&self, clock: Arc<dyn entrega_core::Clock>) -> OutboxPorts {
+        OutboxPorts::new(Arc::new(crate::store::outbox::DbOutbox::new(
+            self.clone(),
+            clock,
+        )))
     }
 
     /// Where ordered retries park their keys (needs [`MigrationSet::Inbox`]).
     pub fn parking(&self) -> Arc<dyn ParkingStore> {
-        match &self.pool {
-            Pool::Sqlite(pool) => Arc::new(SqliteParking::new(pool.clone())),
-            Pool::Postgres(pool) => Arc::new(PgParking::new(pool.clone())),
-        }
+        Arc::new(crate::store::parking::DbParking::new(self.clone()))
     }
 
     /// Where the worker holds dead letters the broker refused (needs
@@ -282,28 +285,21 @@ impl Db {
 
     /// Operator state of dead letters (needs [`MigrationSet::Dlq`]).
     pub fn dead_letters(&self) -> Arc<dyn DlqStore> {
-        match &self.pool {
-            Pool::Sqlite(pool) => Arc::new(SqliteDlqStore::new(pool.clone())),
-            Pool::Postgres(pool) => Arc::new(PgDlqStore::new(pool.clone())),
-        }
+        Arc::new(crate::store::dead_letters::DbDeadLetterMarks::new(
+            self.clone(),
+        ))
     }
 
     /// Deletes processed-message keys recorded more than `age` ago; returns how many. A
     /// message redelivered after its key is gone would be applied again, so `age` must exceed
     /// the broker's redelivery window.
     pub async fn purge_processed(&self, age: Duration) -> Result<u64, StoreError> {
-        match &self.pool {
-            Pool::Sqlite(pool) => SqliteInbox::purge_older_than(pool, age).await,
-            Pool::Postgres(pool) => PgInbox::purge_older_than(pool, age).await,
-        }
+        crate::store::inbox::purge_older_than(self, age).await
     }
 
     /// Keys recorded for `consumer`: messages it applied.
     pub async fn processed(&self, consumer: &str) -> Result<u64, StoreError> {
-        match &self.pool {
-            Pool::Sqlite(pool) => SqliteInbox::count(pool, consumer).await,
-            Pool::Postgres(pool) => PgInbox::count(pool, consumer).await,
-        }
+        crate::store::inbox::count(self, consumer).await
     }
 
     /// Checks that the database answers.

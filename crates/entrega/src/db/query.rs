@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use entrega_core::StoreError;
+use sqlx::error::BoxDynError;
 use sqlx::postgres::PgArguments;
 use sqlx::sqlite::SqliteArguments;
 use sqlx::{Arguments as _, Encode, Type};
@@ -52,6 +53,16 @@ pub enum Value {
     Bool(Option<bool>),
     /// `BYTEA` (SQLite's `BLOB`).
     Bytes(Option<Vec<u8>>),
+    /// `UUID` (SQLite's text, hyphenated).
+    Uuid(Option<uuid::Uuid>),
+    /// `JSONB` (SQLite's text): see [`JsonText`](super::JsonText).
+    Json(Option<String>),
+    /// `TIMESTAMPTZ` from epoch ms (SQLite's UTC text): see [`TimeMs`](super::TimeMs).
+    TimeMs(Option<i64>),
+    /// `TEXT[]` (SQLite's JSON array): see [`TextList`](super::TextList).
+    TextList(Vec<String>),
+    /// `BIGINT[]` (SQLite's JSON array): see [`IntList`](super::IntList).
+    IntList(Vec<i64>),
 }
 
 macro_rules! value_from {
@@ -155,20 +166,40 @@ impl Query {
     /// Splits into the text and the SQLite arguments.
     pub(super) fn into_sqlite<'q>(self) -> Result<(Sql, SqliteArguments<'q>), StoreError> {
         let mut args = SqliteArguments::default();
-        fill::<sqlx::Sqlite>(&mut args, self.args)?;
+        for value in self.args {
+            match value {
+                Value::Uuid(v) => args.add(v.map(|id| id.hyphenated().to_string())),
+                Value::Json(v) => args.add(v),
+                Value::TimeMs(v) => args.add(v.map(entrega_core::utc::format_utc_ms)),
+                Value::TextList(v) => args.add(serde_json::Value::from(v).to_string()),
+                Value::IntList(v) => args.add(serde_json::Value::from(v).to_string()),
+                scalar => add_scalar::<sqlx::Sqlite>(&mut args, scalar),
+            }
+            .map_err(StoreError::rejected)?;
+        }
         Ok((self.sql, args))
     }
 
     /// Splits into the text and the PostgreSQL arguments.
     pub(super) fn into_postgres(self) -> Result<(Sql, PgArguments), StoreError> {
         let mut args = PgArguments::default();
-        fill::<sqlx::Postgres>(&mut args, self.args)?;
+        for value in self.args {
+            match value {
+                Value::Uuid(v) => args.add(v),
+                Value::Json(v) => args.add(v.map(super::types::PgJsonb)),
+                Value::TimeMs(v) => args.add(v.map(super::types::PgTimestamptz)),
+                Value::TextList(v) => args.add(v),
+                Value::IntList(v) => args.add(v),
+                scalar => add_scalar::<sqlx::Postgres>(&mut args, scalar),
+            }
+            .map_err(StoreError::rejected)?;
+        }
         Ok((self.sql, args))
     }
 }
 
-/// Adds `values` to a backend's arguments, each with its own type.
-fn fill<'q, DB>(args: &mut DB::Arguments<'q>, values: Vec<Value>) -> Result<(), StoreError>
+/// Adds a value every backend stores alike (text, numbers, booleans, bytes) to its arguments.
+fn add_scalar<'q, DB>(args: &mut DB::Arguments<'q>, value: Value) -> Result<(), BoxDynError>
 where
     DB: sqlx::Database,
     Option<String>: Encode<'q, DB> + Type<DB>,
@@ -178,18 +209,15 @@ where
     Option<bool>: Encode<'q, DB> + Type<DB>,
     Option<Vec<u8>>: Encode<'q, DB> + Type<DB>,
 {
-    for value in values {
-        match value {
-            Value::Text(v) => args.add(v),
-            Value::I32(v) => args.add(v),
-            Value::I64(v) => args.add(v),
-            Value::F64(v) => args.add(v),
-            Value::Bool(v) => args.add(v),
-            Value::Bytes(v) => args.add(v),
-        }
-        .map_err(StoreError::rejected)?;
+    match value {
+        Value::Text(v) => args.add(v),
+        Value::I32(v) => args.add(v),
+        Value::I64(v) => args.add(v),
+        Value::F64(v) => args.add(v),
+        Value::Bool(v) => args.add(v),
+        Value::Bytes(v) => args.add(v),
+        other => Err(format!("{other:?} is bound by its backend, not as a scalar").into()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

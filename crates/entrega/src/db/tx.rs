@@ -1,8 +1,6 @@
 //! One open transaction on whichever backend its [`Db`](super::Db) holds.
 
 use entrega_core::{NewEvent, StoreError};
-use entrega_postgres::{PgInbox, PgOutbox};
-use entrega_sqlite::{SqliteInbox, SqliteOutbox};
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 
 use super::exec;
@@ -91,21 +89,13 @@ impl Tx {
     /// context as [`Tx::enqueue`] does.
     pub async fn enqueue_all(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
         let events = crate::trace::stamped(events);
-        match (&mut self.inner, &*events) {
-            (Inner::Sqlite(tx), [event]) => SqliteOutbox::enqueue(tx, event).await,
-            (Inner::Postgres(tx), [event]) => PgOutbox::enqueue(tx, event).await,
-            (Inner::Sqlite(tx), events) => SqliteOutbox::enqueue_all(tx, events).await,
-            (Inner::Postgres(tx), events) => PgOutbox::enqueue_all(tx, events).await,
-        }
+        crate::store::outbox::enqueue_all(self, &events).await
     }
 
     /// Records that `consumer` processed `message_id`, in this transaction. `true`: the key
     /// is new, apply the effect here. `false`: a duplicate, apply nothing.
     pub async fn claim(&mut self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => SqliteInbox::claim(tx, consumer, message_id).await,
-            Inner::Postgres(tx) => PgInbox::claim(tx, consumer, message_id).await,
-        }
+        crate::store::inbox::claim(self, consumer, message_id).await
     }
 
     /// Records every key of `message_ids` for `consumer` in one statement, and returns the
@@ -117,10 +107,7 @@ impl Tx {
         consumer: &str,
         message_ids: &[&str],
     ) -> Result<std::collections::HashSet<String>, StoreError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => SqliteInbox::claim_all(tx, consumer, message_ids).await,
-            Inner::Postgres(tx) => PgInbox::claim_all(tx, consumer, message_ids).await,
-        }
+        crate::store::inbox::claim_all(self, consumer, message_ids).await
     }
 
     /// Removes keys of `consumer` claimed earlier in this transaction (messages a batch
@@ -130,10 +117,7 @@ impl Tx {
         consumer: &str,
         message_ids: &[&str],
     ) -> Result<u64, StoreError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => SqliteInbox::unclaim_all(tx, consumer, message_ids).await,
-            Inner::Postgres(tx) => PgInbox::unclaim_all(tx, consumer, message_ids).await,
-        }
+        crate::store::inbox::unclaim_all(self, consumer, message_ids).await
     }
 
     /// The answer stored for request `key` of `consumer` by an earlier transaction

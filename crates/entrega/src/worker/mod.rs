@@ -215,7 +215,7 @@ impl Worker {
     }
 
     /// Where [`RetryStrategy::Ordered`] parks the records of a failed key: a store in the
-    /// consumer's own database (e.g. `PgParking`, `SqliteParking`).
+    /// consumer's own database (`Db::parking`).
     pub fn with_parking(mut self, parking: Arc<dyn ParkingStore>) -> Self {
         self.parking = Some(parking);
         self

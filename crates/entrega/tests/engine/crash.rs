@@ -11,15 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use entrega::db::{query, Db};
 use entrega::{
-    Backoff, CancellationToken, Handler, Message, OutboxPorts, Relay, RelayConfig, Router, Worker,
-    WorkerConfig,
+    Backoff, CancellationToken, Handler, Message, Relay, RelayConfig, Router, Worker, WorkerConfig,
 };
 use entrega_core::{
     now_ms, Clock, Envelope, HandlerError, ManualClock, MigrationSet, NewEvent, Publisher,
     SystemClock, TopicAdmin,
 };
-use entrega_sqlite::{begin_immediate, SqliteInbox, SqliteLog, SqliteOutbox};
+use entrega_sqlite::SqliteLog;
 use entrega_testkit::wait_until;
 use serde_json::json;
 use sqlx::SqlitePool;
@@ -39,7 +39,7 @@ async fn open(dir: &Path, file: &str, set: MigrationSet) -> SqlitePool {
 }
 
 fn relay(outbox: SqlitePool, broker: SqlitePool, clock: Arc<dyn Clock>) -> Relay {
-    let ports = OutboxPorts::new(Arc::new(SqliteOutbox::with_clock(outbox, clock.clone())));
+    let ports = Db::from(outbox).outbox_with_clock(clock.clone());
     Relay::new(
         ports,
         Arc::new(SqliteLog::new(broker)),
@@ -57,17 +57,14 @@ struct ApplyOnce {
 #[async_trait]
 impl Handler for ApplyOnce {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
-        let mut tx = begin_immediate(&self.pool).await?;
-        if SqliteInbox::claim(&mut tx, GROUP, &msg.id()).await? {
-            sqlx::query("INSERT INTO efectos (id_evento) VALUES (?)")
-                .bind(msg.id())
-                .execute(&mut *tx)
-                .await
-                .map_err(HandlerError::transient)?;
+        let mut tx = Db::from(self.pool.clone()).begin().await?;
+        if tx.claim(GROUP, &msg.id()).await? {
+            tx.execute(query("INSERT INTO efectos (id_evento) VALUES ($1)").bind(msg.id()))
+                .await?;
         } else {
             self.duplicates.fetch_add(1, Ordering::SeqCst);
         }
-        tx.commit().await.map_err(HandlerError::transient)?;
+        tx.commit().await?;
         Ok(())
     }
 }
@@ -166,8 +163,8 @@ async fn relay_killed_between_publish_and_mark_publishes_again() {
     let events: Vec<NewEvent> = (0..2)
         .map(|n| NewEvent::new("pedido", "P-1", "pedido.creado", json!({ "n": n })))
         .collect();
-    let mut tx = begin_immediate(&outbox).await.unwrap();
-    SqliteOutbox::enqueue_all(&mut tx, &events).await.unwrap();
+    let mut tx = Db::from(outbox.clone()).begin().await.unwrap();
+    tx.enqueue_all(&events).await.unwrap();
     tx.commit().await.unwrap();
 
     assert_eq!(
@@ -272,5 +269,9 @@ async fn worker_killed_after_the_effect_applies_it_once() {
         3,
         "an effect was applied twice"
     );
-    assert_eq!(SqliteInbox::count(&handler.pool, GROUP).await.unwrap(), 3);
+    let keys = Db::from(handler.pool.clone())
+        .processed(GROUP)
+        .await
+        .unwrap();
+    assert_eq!(keys, 3);
 }

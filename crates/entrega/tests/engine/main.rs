@@ -22,6 +22,7 @@ mod relay_refused;
 mod relay_rounds;
 mod rpc_batches;
 mod saga;
+mod store;
 mod trace;
 mod worker;
 mod worker_faults;

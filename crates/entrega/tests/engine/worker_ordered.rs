@@ -12,7 +12,6 @@ use std::time::Duration;
 use entrega::{Backoff, CancellationToken, RetryStrategy, Router, Worker, WorkerConfig};
 use entrega_core::headers::{INTENTOS, MOTIVO};
 use entrega_core::{MigrationSet, ParkingStore};
-use entrega_sqlite::SqliteParking;
 use entrega_testkit::memory::MemoryParking;
 use entrega_testkit::wait_until;
 use support::handlers::{Scripted, Step};
@@ -38,7 +37,7 @@ async fn parking(env: &Env, dir: &TempDir) -> Arc<dyn ParkingStore> {
         // Worker tests run the log on SQLite for both database backends.
         Backend::Sqlite | Backend::Postgres => {
             let pool = sqlite_pool(dir, "inventario.db", MigrationSet::Inbox).await;
-            Arc::new(SqliteParking::new(pool))
+            entrega::Db::from(pool).parking()
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod authorise;
 pub mod handlers;
 pub mod keys_steps;
 pub mod observed;
+pub mod outbox;
 pub mod pg;
 pub mod relay_steps;
 pub mod worker_steps;
@@ -15,12 +16,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use entrega_core::{
-    Clock, Envelope, Headers, LaneLeases, MigrationSet, NewEvent, OutboxMaintenance, OutboxReader,
-    OutboxWakeup, OutgoingMessage, Publisher, Record, Subscriber, TopicAdmin,
+    Clock, Envelope, Headers, MigrationSet, OutgoingMessage, Publisher, Record, Subscriber,
+    TopicAdmin,
 };
-use entrega_sqlite::{begin_immediate, LogConfig, SqliteLog, SqliteOutbox};
+use entrega_sqlite::{LogConfig, SqliteLog};
 use entrega_testkit::memory::{MemoryLog, MemoryOutbox};
-use entrega_testkit::{BoxError, HeldTx, LogFixture, LogSettings, OutboxFixture, RowState, TxEnd};
+use entrega_testkit::{BoxError, LogFixture, LogSettings, OutboxFixture};
 use serde_json::json;
 use sqlx::SqlitePool;
 use uuid::Uuid;
@@ -65,81 +66,6 @@ pub async fn sqlite_pool(dir: &TempDir, file: &str, set: MigrationSet) -> Sqlite
         .await
         .expect("migrate");
     pool
-}
-
-/// An outbox on a SQLite file.
-pub struct SqliteOutboxFixture {
-    pub pool: SqlitePool,
-    pub outbox: SqliteOutbox,
-}
-
-struct DeferredInsert {
-    pool: SqlitePool,
-    events: Vec<NewEvent>,
-}
-
-#[async_trait]
-impl HeldTx for DeferredInsert {
-    async fn commit(self: Box<Self>) -> Result<(), BoxError> {
-        let mut tx = begin_immediate(&self.pool).await?;
-        SqliteOutbox::enqueue_all(&mut tx, &self.events).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl OutboxFixture for SqliteOutboxFixture {
-    fn leases(&self) -> Arc<dyn LaneLeases> {
-        Arc::new(self.outbox.clone())
-    }
-    fn reader(&self) -> Arc<dyn OutboxReader> {
-        Arc::new(self.outbox.clone())
-    }
-    fn maintenance(&self) -> Arc<dyn OutboxMaintenance> {
-        Arc::new(self.outbox.clone())
-    }
-    fn wakeup(&self) -> Arc<dyn OutboxWakeup> {
-        Arc::new(self.outbox.clone())
-    }
-    async fn enqueue(&self, events: &[NewEvent], end: TxEnd) -> Result<(), BoxError> {
-        let mut tx = begin_immediate(&self.pool).await?;
-        SqliteOutbox::enqueue_all(&mut tx, events).await?;
-        match end {
-            TxEnd::Commit => tx.commit().await?,
-            TxEnd::Rollback => tx.rollback().await?,
-        }
-        Ok(())
-    }
-    async fn enqueue_held(&self, events: &[NewEvent]) -> Result<Box<dyn HeldTx>, BoxError> {
-        // SQLite serializes writers, so a late commit is an insert made at commit time.
-        Ok(Box::new(DeferredInsert {
-            pool: self.pool.clone(),
-            events: events.to_vec(),
-        }))
-    }
-    async fn row(&self, id: Uuid) -> Result<Option<RowState>, BoxError> {
-        let row: Option<(i64, i64, bool)> =
-            sqlx::query_as("SELECT lane, rowid, publicado_en IS NOT NULL FROM outbox WHERE id = ?")
-                .bind(id.hyphenated().to_string())
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(row.map(|(lane, seq, published)| RowState {
-            lane: lane as u32,
-            seq,
-            published,
-        }))
-    }
-    async fn row_count(&self) -> Result<u64, BoxError> {
-        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(n as u64)
-    }
-    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
-        self.pool.close().await;
-        Ok(())
-    }
 }
 
 /// A log transport on a SQLite file.
@@ -209,17 +135,13 @@ impl Env {
                 Arc::new(MemoryOutbox::with_clock(clock.clone())),
                 Arc::new(MemoryLog::with_settings(LogSettings::default(), clock)),
             ),
-            Backend::Sqlite => {
-                let pool = sqlite_pool(&dir, "pedidos.db", MigrationSet::Outbox).await;
-                let outbox = SqliteOutbox::with_clock(pool.clone(), clock.clone());
-                (
-                    Arc::new(SqliteOutboxFixture { pool, outbox }),
-                    Arc::new(sqlite_log(&dir, clock).await),
-                )
-            }
-            Backend::Postgres => {
-                let outbox = pg::PgOutboxFixture::new(clock.clone()).await;
-                pg_database = Some(outbox.name.clone());
+            Backend::Sqlite | Backend::Postgres => {
+                let database = match backend {
+                    Backend::Postgres => entrega::db::Backend::Postgres,
+                    _ => entrega::db::Backend::Sqlite,
+                };
+                let outbox = outbox::DbOutboxFixture::new(database, &dir, clock.clone()).await;
+                pg_database = outbox.pg_database();
                 (Arc::new(outbox), Arc::new(sqlite_log(&dir, clock).await))
             }
         };
@@ -295,3 +217,26 @@ pub fn raw_message(topic: &str, key: &str, payload: &[u8]) -> OutgoingMessage {
 pub fn routing() -> entrega::TopicRouting {
     entrega::TopicRouting::new().route("pedido", "pedidos.eventos")
 }
+
+/// One test per database for each scenario `async fn name(backend: entrega::db::Backend)`:
+/// `on_both_databases!(name);` makes the tests `name::sqlite` and `name::postgres`.
+#[allow(unused_macros)]
+macro_rules! on_both_databases {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn sqlite() {
+                    super::$name(entrega::db::Backend::Sqlite).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn postgres() {
+                    super::$name(entrega::db::Backend::Postgres).await;
+                }
+            }
+        )+
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_databases;

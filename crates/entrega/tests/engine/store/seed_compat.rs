@@ -1,18 +1,47 @@
 //! The seed's own SQL keeps working: its INSERT into `outbox` gets published, and a database
-//! created with the seed's CREATE TABLE statements is adopted by `migrate`.
-
-use crate::common;
+//! created with the seed's CREATE TABLE statements is adopted by `migrate`, on PostgreSQL (the
+//! seed's database) and on SQLite.
 
 use std::time::Duration;
 
-use common::{TestDb, TestResult};
 use entrega_core::{
-    headers, Headers, LaneLeases, MigrationSet, OutboxReader, OutgoingMessage, Publisher,
-    TopicAdmin,
+    headers, Headers, MigrationSet, NewEvent, OutgoingMessage, Publisher, TopicAdmin,
 };
-use entrega_postgres::{migrate, PgInbox, PgLog, PgOutbox};
+use entrega_postgres::{migrate, PgLog};
+use serde_json::json;
 use sqlx::Row;
 use uuid::Uuid;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+type TestResult = Result<(), Error>;
+
+/// A PostgreSQL database of the test's own, dropped at the end.
+struct TestDb {
+    pool: sqlx::PgPool,
+    name: String,
+}
+
+impl TestDb {
+    async fn empty() -> Result<Self, Error> {
+        let name = format!("entrega_t_{}", Uuid::new_v4().simple());
+        let url =
+            entrega_postgres::ensure_database(&crate::support::pg::server_url(), &name).await?;
+        let pool = entrega_postgres::connect(&url).await?;
+        Ok(Self { pool, name })
+    }
+
+    async fn with(sets: &[MigrationSet]) -> Result<Self, Error> {
+        let db = Self::empty().await?;
+        migrate(&db.pool, sets).await?;
+        Ok(db)
+    }
+
+    async fn drop(self) -> TestResult {
+        self.pool.close().await;
+        crate::support::pg::drop_database(&self.name).await;
+        Ok(())
+    }
+}
 
 const SEED_SCHEMA: &str = "
 CREATE TABLE outbox (
@@ -47,7 +76,7 @@ async fn seed_insert(pool: &sqlx::PgPool, id: Uuid, pedido: &str) -> TestResult 
     Ok(())
 }
 
-async fn lane_of_row(pool: &sqlx::PgPool, id: Uuid) -> Result<u32, common::Error> {
+async fn lane_of_row(pool: &sqlx::PgPool, id: Uuid) -> Result<u32, Error> {
     let lane: i16 = sqlx::query_scalar("SELECT lane FROM outbox WHERE id = $1")
         .bind(id)
         .fetch_one(pool)
@@ -61,13 +90,14 @@ async fn rows_inserted_by_the_seed_sql_are_published() -> TestResult {
     let id = Uuid::new_v4();
     seed_insert(&db.pool, id, "P-2026-000123").await?;
 
-    let outbox = PgOutbox::new(db.pool.clone());
+    let outbox = entrega::Db::from(db.pool.clone()).outbox();
     let leases = outbox
+        .leases
         .balance("relay-1", 1_000, Duration::from_secs(10))
         .await?;
     assert_eq!(leases.len(), 64, "a lone relay holds every lane");
     let lane = lane_of_row(&db.pool, id).await?;
-    let rows = outbox.pending(lane, 10).await?;
+    let rows = outbox.reader.pending(lane, 10).await?;
     assert_eq!(rows.len(), 1);
     let row = &rows[0];
     assert_eq!(row.id, id);
@@ -94,9 +124,9 @@ async fn rows_inserted_by_the_seed_sql_are_published() -> TestResult {
         .iter()
         .find(|l| l.lane == lane)
         .ok_or("lane not held")?;
-    outbox.mark_published(lease, &[id], 2_000).await?;
+    outbox.reader.mark_published(lease, &[id], 2_000).await?;
 
-    assert!(outbox.pending(lane, 10).await?.is_empty());
+    assert!(outbox.reader.pending(lane, 10).await?.is_empty());
     let published: bool =
         sqlx::query_scalar("SELECT publicado_en IS NOT NULL FROM outbox WHERE id = $1")
             .bind(id)
@@ -150,15 +180,16 @@ async fn a_database_created_by_the_seed_sql_is_adopted() -> TestResult {
     // Rows from before the migration and after it are all pending and publishable.
     let after = Uuid::new_v4();
     seed_insert(&db.pool, after, "P-NEW-0").await?;
-    let outbox = PgOutbox::new(db.pool.clone());
+    let outbox = entrega::Db::from(db.pool.clone()).outbox();
     let leases = outbox
+        .leases
         .balance("relay-1", 1_000, Duration::from_secs(10))
         .await?;
     let mut found = Vec::new();
     for lease in &leases {
-        let rows = outbox.pending(lease.lane, 100).await?;
+        let rows = outbox.reader.pending(lease.lane, 100).await?;
         let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
-        outbox.mark_published(lease, &ids, 2_000).await?;
+        outbox.reader.mark_published(lease, &ids, 2_000).await?;
         found.extend(ids);
     }
     found.sort();
@@ -172,9 +203,9 @@ async fn a_database_created_by_the_seed_sql_is_adopted() -> TestResult {
     assert_eq!(unpublished, 0);
 
     // The seed's processed keys are honoured.
-    let mut tx = db.pool.begin().await?;
-    assert!(!PgInbox::claim(&mut tx, "inventario.descuento_stock", "evt-old").await?);
-    assert!(PgInbox::claim(&mut tx, "inventario.descuento_stock", "evt-new").await?);
+    let mut tx = entrega::db::Db::from(db.pool.clone()).begin().await?;
+    assert!(!tx.claim("inventario.descuento_stock", "evt-old").await?);
+    assert!(tx.claim("inventario.descuento_stock", "evt-new").await?);
     tx.commit().await?;
     let index: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_indexes WHERE indexname = 'mensajes_procesados_procesado_en'",
@@ -190,4 +221,69 @@ async fn a_database_created_by_the_seed_sql_is_adopted() -> TestResult {
         .collect();
     assert_eq!(seq_order.len(), 3);
     db.drop().await
+}
+
+/// Every set of entrega's own tables.
+const SQLITE_ALL: &[MigrationSet] = &[
+    MigrationSet::Outbox,
+    MigrationSet::Inbox,
+    MigrationSet::Log,
+    MigrationSet::Dlq,
+];
+
+#[tokio::test]
+async fn sqlite_tables_created_from_the_seed_sql_are_adopted() {
+    let dir = crate::support::TempDir::new();
+    let db = entrega::Db::connect(&dir.url("seed.db")).await.unwrap();
+    let pool = db.sqlite().unwrap().clone();
+    // The seed's tables as a SQLite user would write them: no `lane`, no entrega bookkeeping.
+    sqlx::raw_sql(
+        "CREATE TABLE outbox (
+             id UUID PRIMARY KEY, agregado TEXT NOT NULL, agregado_id TEXT NOT NULL,
+             tipo TEXT NOT NULL, version INTEGER NOT NULL DEFAULT 1, carga JSONB NOT NULL,
+             creado_en TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP, publicado_en TIMESTAMPTZ);
+         CREATE TABLE mensajes_procesados (
+             id_mensaje TEXT NOT NULL, consumidor TEXT NOT NULL,
+             procesado_en TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP,
+             PRIMARY KEY (id_mensaje, consumidor));
+         INSERT INTO outbox (id, agregado, agregado_id, tipo, carga)
+         VALUES ('0b8f4a52-33a4-4f4e-a1a6-7a4b8d1c2e3f', 'pedido', 'P-1', 'pedido.creado', '{\"id\":\"P-1\"}');",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    db.migrate(SQLITE_ALL).await.unwrap();
+
+    let outbox = db.outbox();
+    let pending = outbox.reader.pending(0, 10).await.unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].payload, json!({"id": "P-1"}));
+    assert!(pending[0].created_at_ms > 1_600_000_000_000);
+
+    // New rows still get their computed lane.
+    let event = NewEvent::new("pedido", "P-2", "pedido.creado", json!({}));
+    let mut tx = db.begin().await.unwrap();
+    tx.enqueue(&event).await.unwrap();
+    tx.commit().await.unwrap();
+    let lane = entrega_core::lane_of("P-2");
+    let rows = outbox.reader.pending(lane, 10).await.unwrap();
+    assert!(rows.iter().any(|r| r.id == event.id));
+}
+
+#[tokio::test]
+async fn an_in_memory_sqlite_database_works_across_pool_connections() {
+    let db = entrega::Db::connect("sqlite::memory:").await.unwrap();
+    db.migrate(SQLITE_ALL).await.unwrap();
+    let event = NewEvent::new("pedido", "P-9", "pedido.creado", json!({"n": 1}));
+    let mut tx = db.begin().await.unwrap();
+    tx.enqueue(&event).await.unwrap();
+    // A second connection while the first is busy must see the same database.
+    let outbox = db.outbox();
+    tx.commit().await.unwrap();
+    let rows = outbox
+        .reader
+        .pending(entrega_core::lane_of("P-9"), 10)
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1);
 }

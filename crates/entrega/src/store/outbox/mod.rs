@@ -1,0 +1,343 @@
+//! The transactional outbox (the seed's `outbox`, with entrega's lane, sequence, refusal and
+//! header columns): enqueued in the caller's transaction, read per lane by the relay, marked
+//! under a fenced lease, purged and reported, with wake-ups after commits.
+
+mod lanes;
+mod refused;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use entrega_core::{
+    lane_of, Clock, Headers, LaneCursor, LaneLease, LaneMark, LaneRows, NewEvent,
+    OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, RawJson, Refusal,
+    ReleaseError, StoreError,
+};
+use uuid::Uuid;
+
+use super::wakeup::Waiter;
+use crate::db::{query, query_each, Backend, Db, TextList, TimeMs, Tx};
+
+/// The outbox of one database as the relay sees it. Cheap to clone; each clone keeps its own
+/// wake-up position.
+#[derive(Debug, Clone)]
+pub(crate) struct DbOutbox {
+    db: Db,
+    clock: Arc<dyn Clock>,
+    waiter: Waiter,
+}
+
+impl DbOutbox {
+    /// The outbox of `db`, reading time from `clock`.
+    pub(crate) fn new(db: Db, clock: Arc<dyn Clock>) -> Self {
+        let waiter = Waiter::outbox(&db);
+        Self { db, clock, waiter }
+    }
+
+    /// The database of this outbox.
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
+    }
+}
+
+/// Writes `events`, in order, to the outbox in `tx`: they exist if and only if the business
+/// change commits. On PostgreSQL several events go in one statement.
+pub(crate) async fn enqueue_all(tx: &mut Tx, events: &[NewEvent]) -> Result<(), StoreError> {
+    if events.len() > 1 {
+        if let Some(conn) = tx.postgres() {
+            return lanes::enqueue_many_postgres(conn, events).await;
+        }
+    }
+    for event in events {
+        enqueue(tx, event).await?;
+    }
+    Ok(())
+}
+
+/// The event's version as stored (`INTEGER`).
+fn version_of(event: &NewEvent) -> Result<i32, StoreError> {
+    i32::try_from(event.version)
+        .map_err(|_| StoreError::rejected(OutOfRange(format!("event version {}", event.version))))
+}
+
+async fn enqueue(tx: &mut Tx, event: &NewEvent) -> Result<(), StoreError> {
+    let version = version_of(event)?;
+    let payload = serde_json::to_string(&event.payload).map_err(StoreError::rejected)?;
+    // PostgreSQL computes the lane itself (a generated column); SQLite is given it.
+    let sqlite = tx.backend() == Backend::Sqlite;
+    let statement = if sqlite {
+        query(
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras, lane)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+    } else {
+        query(
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras)
+             VALUES ($1, $2, $3, $4, $5, $6, CAST($7 AS jsonb))",
+        )
+    }
+    .bind(event.id)
+    .bind(&event.aggregate)
+    .bind(&event.aggregate_id)
+    .bind(&event.kind)
+    .bind(version)
+    .bind(crate::db::JsonText(payload))
+    .bind(event.headers.to_json_object());
+    let statement = if sqlite {
+        statement.bind(i64::from(lane_of(&event.aggregate_id)))
+    } else {
+        statement
+    };
+    tx.execute(statement).await.map(drop)
+}
+
+/// A value that does not fit its column.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is out of range")]
+struct OutOfRange(String);
+
+/// The columns every read of pending rows selects, in [`Row`] order, on table alias `o`;
+/// `{seq}` is the publishing sequence (SQLite's rowid, PostgreSQL's `seq`).
+const ROW_COLUMNS: &str = "CAST(o.lane AS BIGINT) AS lane, {seq} AS seq, CAST(o.id AS TEXT) AS id,
+    o.agregado, o.agregado_id, o.tipo, CAST(o.version AS BIGINT) AS version,
+    CAST(o.carga AS TEXT) AS carga, CAST(o.intentos AS BIGINT) AS intentos,
+    CAST(o.cabeceras AS TEXT) AS cabeceras, o.creado_en";
+
+/// [`ROW_COLUMNS`] for `backend`.
+fn row_columns(backend: Backend) -> String {
+    let seq = match backend {
+        Backend::Sqlite => "o.rowid",
+        Backend::Postgres => "o.seq",
+    };
+    ROW_COLUMNS.replace("{seq}", seq)
+}
+
+/// A pending row as selected by [`ROW_COLUMNS`].
+type Row = (
+    i64,
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    i64,
+    Option<String>,
+    TimeMs,
+);
+
+fn corrupt(reason: String) -> StoreError {
+    StoreError::Corrupt {
+        table: "outbox",
+        reason,
+    }
+}
+
+/// The lane and the row of a selected [`Row`].
+fn decode(row: Row) -> Result<(u32, OutboxRow), StoreError> {
+    let (lane, seq, id, aggregate, aggregate_id, kind, version, payload, attempts) = (
+        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
+    );
+    let id = Uuid::parse_str(&id).map_err(|e| corrupt(format!("id `{id}`: {e}")))?;
+    let lane = u32::try_from(lane).map_err(|_| corrupt(format!("row {id}: lane {lane}")))?;
+    let version =
+        u32::try_from(version).map_err(|_| corrupt(format!("row {id}: version {version}")))?;
+    let payload = RawJson::parse(payload)
+        .map_err(|e| corrupt(format!("row {id}: carga is not JSON: {e}")))?;
+    let row = OutboxRow {
+        id,
+        aggregate,
+        aggregate_id,
+        kind,
+        version,
+        payload,
+        created_at_ms: row.10 .0,
+        seq,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+        headers: row
+            .9
+            .as_deref()
+            .map(Headers::from_json_object)
+            .unwrap_or_default(),
+    };
+    Ok((lane, row))
+}
+
+/// Ids as one list parameter.
+fn id_list(ids: &[Uuid]) -> TextList {
+    TextList(ids.iter().map(|id| id.hyphenated().to_string()).collect())
+}
+
+/// The lease still held as handed out, as a condition on `entrega_relay_lanes` with the lane,
+/// owner and token bound at `$lane`, `$lane + 1`, `$lane + 2`.
+fn lease_held_sql(lane: usize) -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM entrega_relay_lanes
+                 WHERE lane = ${lane} AND owner = ${} AND token = ${})",
+        lane + 1,
+        lane + 2
+    )
+}
+
+/// Whether `lease` is still held as it was handed out.
+async fn lease_held(db: &Db, lease: &LaneLease) -> Result<bool, StoreError> {
+    let held: Option<bool> = db
+        .scalar(
+            query(format!("SELECT {}", lease_held_sql(1)))
+                .bind(lane_int(lease.lane))
+                .bind(&lease.owner)
+                .bind(lease.token),
+        )
+        .await?;
+    Ok(held.unwrap_or(false))
+}
+
+/// A lane as stored (`INT` in `entrega_relay_lanes`).
+fn lane_int(lane: u32) -> i32 {
+    i32::try_from(lane).unwrap_or(i32::MAX)
+}
+
+fn lease_lost(lane: u32) -> StoreError {
+    StoreError::LeaseLost {
+        what: format!("relay lane {lane}"),
+    }
+}
+
+#[async_trait]
+impl OutboxReader for DbOutbox {
+    async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError> {
+        let cursor = LaneCursor {
+            lane,
+            after_seq: i64::MIN,
+        };
+        let now = self.clock.now_ms();
+        let found = lanes::pending_lanes(&self.db, &[cursor], limit, now).await?;
+        Ok(found.into_iter().flat_map(|f| f.rows).collect())
+    }
+
+    async fn mark_published(
+        &self,
+        lease: &LaneLease,
+        ids: &[Uuid],
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        // The lease check and the update are one statement: a relay that lost its lane cannot
+        // mark anything, whatever happened since it read the rows.
+        let statement = query_each(
+            format!(
+                "UPDATE outbox SET publicado_en = $1
+                 WHERE lane = $2 AND publicado_en IS NULL
+                   AND id IN (SELECT value FROM json_each($5)) AND {}",
+                lease_held_sql(2)
+            ),
+            format!(
+                "UPDATE outbox SET publicado_en = $1
+                 WHERE id = ANY(CAST($5 AS uuid[])) AND publicado_en IS NULL AND {}",
+                lease_held_sql(2)
+            ),
+        )
+        .bind(TimeMs(now_ms))
+        .bind(lane_int(lease.lane))
+        .bind(&lease.owner)
+        .bind(lease.token)
+        .bind(id_list(ids));
+        let marked = self.db.execute(statement).await?;
+        // Nothing matched: either the lease is gone or the rows are (purged meanwhile).
+        if marked > 0 || lease_held(&self.db, lease).await? {
+            Ok(())
+        } else {
+            Err(lease_lost(lease.lane))
+        }
+    }
+
+    async fn record_refusal(
+        &self,
+        lease: &LaneLease,
+        refusal: &Refusal,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        refused::record(&self.db, lease, refusal, now_ms).await
+    }
+
+    async fn pending_lanes(
+        &self,
+        lanes: &[u32],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        let cursors: Vec<LaneCursor> = lanes
+            .iter()
+            .map(|&lane| LaneCursor {
+                lane,
+                after_seq: i64::MIN,
+            })
+            .collect();
+        let now = self.clock.now_ms();
+        lanes::pending_lanes(&self.db, &cursors, limit, now).await
+    }
+
+    async fn pending_lanes_after(
+        &self,
+        cursors: &[LaneCursor],
+        limit: usize,
+    ) -> Result<Vec<LaneRows>, StoreError> {
+        let now = self.clock.now_ms();
+        lanes::pending_lanes(&self.db, cursors, limit, now).await
+    }
+
+    async fn mark_published_lanes(
+        &self,
+        marks: &[LaneMark],
+        now_ms: i64,
+    ) -> Result<Vec<u32>, StoreError> {
+        lanes::mark_published_lanes(&self.db, marks, now_ms).await
+    }
+}
+
+#[async_trait]
+impl OutboxMaintenance for DbOutbox {
+    async fn purge_published(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.db
+            .execute(
+                query("DELETE FROM outbox WHERE publicado_en IS NOT NULL AND publicado_en < $1")
+                    .bind(TimeMs(before_ms)),
+            )
+            .await
+    }
+
+    async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError> {
+        let (pending, oldest, published): (i64, Option<TimeMs>, i64) = self
+            .db
+            .fetch_optional(query(
+                "SELECT (SELECT COUNT(*) FROM outbox WHERE publicado_en IS NULL),
+                        (SELECT MIN(creado_en) FROM outbox WHERE publicado_en IS NULL),
+                        (SELECT COUNT(*) FROM outbox WHERE publicado_en IS NOT NULL)",
+            ))
+            .await?
+            .unwrap_or((0, None, 0));
+        let (retrying, held, blocked) = refused::listed(&self.db).await?;
+        Ok(OutboxStatus {
+            pending: u64::try_from(pending).unwrap_or(0),
+            oldest_pending_age_ms: oldest.map_or(0, |oldest| (now_ms - oldest.0).max(0)),
+            published: u64::try_from(published).unwrap_or(0),
+            retrying,
+            held,
+            blocked,
+        })
+    }
+
+    async fn release(&self, id: Uuid) -> Result<(), ReleaseError> {
+        refused::release(&self.db, id).await
+    }
+}
+
+#[async_trait]
+impl OutboxWakeup for DbOutbox {
+    async fn wait(&self, timeout: Duration) {
+        self.waiter.wait(timeout).await;
+    }
+}

@@ -1,0 +1,188 @@
+//! Parking for ordered retries (`entrega_aparcados`, inbox migration set): a failing key's
+//! records wait here in offset order while the partition's other keys flow.
+
+use std::borrow::Cow;
+
+use async_trait::async_trait;
+use entrega_core::{Headers, ParkedAt, ParkedRecord, ParkingStore, StoreError};
+
+use crate::db::{query, Db, Query};
+
+/// [`ParkingStore`] in the consumer's own database.
+#[derive(Debug, Clone)]
+pub(crate) struct DbParking {
+    db: Db,
+}
+
+impl DbParking {
+    /// Parking in `db`.
+    pub(crate) fn new(db: Db) -> Self {
+        Self { db }
+    }
+}
+
+/// The columns every query below selects, in [`Row`] order.
+const COLUMNS: &str = "grupo, topico, CAST(particion AS BIGINT), desplazamiento, clave, \
+                       cabeceras, carga, CAST(intentos AS BIGINT), no_antes_ms, ultimo_error, \
+                       aparcado_ms";
+
+type Row = (
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    String,
+    Vec<u8>,
+    i64,
+    i64,
+    Option<String>,
+    i64,
+);
+
+fn record(row: Row) -> Result<ParkedRecord, StoreError> {
+    let (group, topic, partition, offset, key, headers, payload, attempts, not_before_ms) = (
+        row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
+    );
+    let corrupt = |reason: String| StoreError::Corrupt {
+        table: "entrega_aparcados",
+        reason,
+    };
+    Ok(ParkedRecord {
+        group,
+        topic,
+        partition: u32::try_from(partition).map_err(|e| corrupt(format!("particion: {e}")))?,
+        offset,
+        key,
+        headers: Headers::from_json(&headers).map_err(|e| corrupt(format!("cabeceras: {e}")))?,
+        payload,
+        attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("intentos: {e}")))?,
+        not_before_ms,
+        last_error: row.9,
+        parked_at_ms: row.10,
+    })
+}
+
+/// A stored `INT`: partitions and attempts.
+fn int(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// `sql` with the partition's three columns bound first (`$1`, `$2`, `$3`).
+fn at_partition(sql: impl Into<Cow<'static, str>>, at: ParkedAt<'_>) -> Query {
+    query(sql)
+        .bind(at.group)
+        .bind(at.topic)
+        .bind(int(at.partition))
+}
+
+#[async_trait]
+impl ParkingStore for DbParking {
+    async fn park(&self, records: &[ParkedRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.db.begin().await?;
+        for r in records {
+            tx.execute(
+                query(
+                    "INSERT INTO entrega_aparcados (grupo, topico, particion, desplazamiento, \
+                     clave, cabeceras, carga, intentos, no_antes_ms, ultimo_error, aparcado_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(&r.group)
+                .bind(&r.topic)
+                .bind(int(r.partition))
+                .bind(r.offset)
+                .bind(&r.key)
+                .bind(r.headers.to_json())
+                .bind(r.payload.as_slice())
+                .bind(int(r.attempts))
+                .bind(r.not_before_ms)
+                .bind(&r.last_error)
+                .bind(r.parked_at_ms),
+            )
+            .await?;
+        }
+        tx.commit().await
+    }
+
+    async fn parked_keys(&self, at: ParkedAt<'_>) -> Result<Vec<Option<String>>, StoreError> {
+        let sql = "SELECT DISTINCT clave FROM entrega_aparcados
+                   WHERE grupo = $1 AND topico = $2 AND particion = $3";
+        let keys: Vec<(Option<String>,)> = self.db.fetch_all(at_partition(sql, at)).await?;
+        Ok(keys.into_iter().map(|(key,)| key).collect())
+    }
+
+    async fn head(
+        &self,
+        at: ParkedAt<'_>,
+        key: Option<&str>,
+    ) -> Result<Option<ParkedRecord>, StoreError> {
+        // `clave = $4` or `IS NULL` rather than `IS NOT DISTINCT FROM`, which on PostgreSQL
+        // cannot use the index.
+        let key_test = if key.is_some() {
+            "clave = $4"
+        } else {
+            "clave IS NULL"
+        };
+        let sql = format!(
+            "SELECT {COLUMNS} FROM entrega_aparcados
+             WHERE grupo = $1 AND topico = $2 AND particion = $3 AND {key_test}
+             ORDER BY desplazamiento LIMIT 1"
+        );
+        let mut statement = at_partition(sql, at);
+        if let Some(key) = key {
+            statement = statement.bind(key);
+        }
+        let row: Option<Row> = self.db.fetch_optional(statement).await?;
+        row.map(record).transpose()
+    }
+
+    async fn reschedule(
+        &self,
+        at: ParkedAt<'_>,
+        offset: i64,
+        attempts: u32,
+        not_before_ms: i64,
+        last_error: &str,
+    ) -> Result<(), StoreError> {
+        let sql = "UPDATE entrega_aparcados SET intentos = $5, no_antes_ms = $6, ultimo_error = $7
+                   WHERE grupo = $1 AND topico = $2 AND particion = $3 AND desplazamiento = $4";
+        let statement = at_partition(sql, at)
+            .bind(offset)
+            .bind(int(attempts))
+            .bind(not_before_ms)
+            .bind(last_error);
+        self.db.execute(statement).await.map(drop)
+    }
+
+    async fn remove(&self, at: ParkedAt<'_>, offset: i64) -> Result<(), StoreError> {
+        let sql = "DELETE FROM entrega_aparcados
+                   WHERE grupo = $1 AND topico = $2 AND particion = $3 AND desplazamiento = $4";
+        let statement = at_partition(sql, at).bind(offset);
+        self.db.execute(statement).await.map(drop)
+    }
+
+    async fn list(
+        &self,
+        group: &str,
+        topic: &str,
+        limit: usize,
+    ) -> Result<Vec<ParkedRecord>, StoreError> {
+        let rows: Vec<Row> = self
+            .db
+            .fetch_all(
+                query(format!(
+                    "SELECT {COLUMNS} FROM entrega_aparcados WHERE grupo = $1 AND topico = $2
+                     ORDER BY particion, desplazamiento LIMIT $3"
+                ))
+                .bind(group)
+                .bind(topic)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX)),
+            )
+            .await?;
+        rows.into_iter().map(record).collect()
+    }
+}
