@@ -6,7 +6,10 @@
 #   ensure_cargo_fuzz                     cargo-fuzz $CARGO_FUZZ_VERSION under $KM0_CACHE (a no-op
 #                                         when cached); checks the nightly toolchain it needs
 #   run_fuzz_targets SECONDS [TARGET...]  builds the targets, then runs each (all by default)
-#                                         for SECONDS; a crash stops with its artifact's path
+#                                         for SECONDS; a crash stops with its artifact's path.
+#                                         FUZZ_BUILD_FLAGS (an array) adds cargo-fuzz build
+#                                         flags: scripts/test's short run builds with
+#                                         `--dev --sanitizer none`
 #
 # The build goes to $KM0_CACHE/fuzz-target and the inputs libFuzzer finds to
 # $KM0_CACHE/fuzz-corpus/<target>/, so the repository's seed corpus stays as committed and
@@ -19,6 +22,7 @@ CARGO_FUZZ_ROOT="$KM0_CACHE/cargo-fuzz-$CARGO_FUZZ_VERSION"
 FUZZ_DIR="$KM0_ROOT/fuzz"
 FUZZ_TARGET_DIR="$KM0_CACHE/fuzz-target"
 FUZZ_CORPUS_CACHE="$KM0_CACHE/fuzz-corpus"
+[ -n "${FUZZ_BUILD_FLAGS+set}" ] || FUZZ_BUILD_FLAGS=()
 
 ensure_cargo_fuzz() {
   # libFuzzer's instrumentation flags (-Zsanitizer, sanitizer coverage) exist on nightly only,
@@ -62,7 +66,8 @@ run_fuzz_targets() {
   # target directory is set per command: the cargo runs after this one (scripts/test's
   # demos) keep the workspace's own.
   run_step "building the fuzz targets (cached in $FUZZ_TARGET_DIR)" "$KM0_LOGS/fuzz-build.log" \
-    env CARGO_TARGET_DIR="$FUZZ_TARGET_DIR" cargo +nightly fuzz build --fuzz-dir "$FUZZ_DIR"
+    env CARGO_TARGET_DIR="$FUZZ_TARGET_DIR" cargo +nightly fuzz build "${FUZZ_BUILD_FLAGS[@]}" \
+    --fuzz-dir "$FUZZ_DIR"
   for target in "${targets[@]}"; do
     run_fuzz_target "$target" "$seconds"
   done
@@ -79,7 +84,8 @@ run_fuzz_target() {
   echo "fuzzing $target for $seconds s (log: $log)"
   # libFuzzer adds what it finds to the first corpus directory only: the cache one. The
   # committed seeds are read as a second directory and never written.
-  if ! CARGO_TARGET_DIR="$FUZZ_TARGET_DIR" cargo +nightly fuzz run --fuzz-dir "$FUZZ_DIR" "$target" \
+  if ! CARGO_TARGET_DIR="$FUZZ_TARGET_DIR" cargo +nightly fuzz run "${FUZZ_BUILD_FLAGS[@]}" \
+    --fuzz-dir "$FUZZ_DIR" "$target" \
     "$corpus" "$FUZZ_DIR/corpus/$target" -- \
     -max_total_time="$seconds" -print_final_stats=1 "${dict[@]}" >"$log" 2>&1; then
     artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$log" | tail -n 1)
@@ -92,7 +98,7 @@ run_fuzz_target() {
       artifact=${artifact#"$KM0_ROOT"/}
       echo "crash input: $artifact" >&2
       # With the cached build and the pinned cargo-fuzz, from the repository's root.
-      echo "reproduce:   CARGO_TARGET_DIR=$FUZZ_TARGET_DIR PATH=$CARGO_FUZZ_ROOT/bin:\$PATH cargo +nightly fuzz run $target $artifact" >&2
+      echo "reproduce:   CARGO_TARGET_DIR=$FUZZ_TARGET_DIR PATH=$CARGO_FUZZ_ROOT/bin:\$PATH cargo +nightly fuzz run ${FUZZ_BUILD_FLAGS[*]} $target $artifact" >&2
     else
       tail -n 30 "$log" >&2
     fi
