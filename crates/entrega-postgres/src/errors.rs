@@ -1,6 +1,6 @@
 //! Classifying driver errors as transient (retry later) or permanent (give up).
 
-use entrega_core::{StoreError, TransportError};
+use entrega_core::StoreError;
 
 /// SQLSTATE codes after which repeating the operation may succeed.
 ///
@@ -49,11 +49,6 @@ pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
         sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
         _ => None,
     }
-}
-
-/// A driver error seen by the log transport.
-pub(crate) fn transport(e: sqlx::Error) -> TransportError {
-    TransportError::Store(classify(e))
 }
 
 /// A caller's input the database cannot take (bad name, out-of-range number).

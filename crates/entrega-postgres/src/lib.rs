@@ -1,10 +1,9 @@
 //! entrega's PostgreSQL backend: what is PostgreSQL's own. Connecting (TLS, session limits,
 //! creating databases), classifying its errors as transient or not, `LISTEN`/`NOTIFY`
-//! wake-ups, least-privilege roles, the migrations that create entrega's tables, and (until
-//! it too is written once) the database-backed log transport.
+//! wake-ups, least-privilege roles and the migrations that create entrega's tables.
 //!
-//! entrega's stores (outbox, inbox, parking, dead-letter marks) are written once for both
-//! databases over `entrega::Db`, which picks this backend or SQLite from the URL:
+//! entrega's stores (outbox, inbox, parking, dead-letter marks, the log transport) are
+//! written once for both databases over `entrega::Db`, which picks this backend or SQLite from the URL:
 //!
 //! ```no_run
 //! # async fn order() -> Result<(), Box<dyn std::error::Error>> {
@@ -17,14 +16,12 @@
 
 mod connect;
 mod errors;
-mod log;
 mod migrations;
 mod roles;
 mod wakeup;
 
 pub use connect::{connect, ensure_database, SESSION_LIMITS};
 pub use errors::classify;
-pub use log::{LogConfig, PgLog, PgSubscription, LOG_CHANNEL};
 pub use migrations::{apply_migrations, latest_version, migrate};
 pub use roles::{grant_service_role, APPEND_ONLY, READ_ONLY};
 pub use wakeup::{Listener, OUTBOX_CHANNEL};

@@ -1,6 +1,6 @@
 //! Classifying driver errors into transient (`Unavailable`) and permanent (`Rejected`).
 
-use entrega_core::{StoreError, TransportError};
+use entrega_core::StoreError;
 
 /// SQLite primary result codes after which the same operation may succeed later.
 const TRANSIENT_CODES: [i32; 8] = [
@@ -37,19 +37,6 @@ fn is_transient(e: &sqlx::Error) -> bool {
         | sqlx::Error::WorkerCrashed
         | sqlx::Error::Protocol(_) => true,
         _ => false,
-    }
-}
-
-/// Driver error seen through a transport.
-pub(crate) fn transport(e: sqlx::Error) -> TransportError {
-    TransportError::Store(classify(e))
-}
-
-/// A row whose shape does not match what entrega wrote.
-pub(crate) fn corrupt(table: &'static str, reason: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt {
-        table,
-        reason: reason.to_string(),
     }
 }
 

@@ -1,25 +1,22 @@
 //! entrega's SQLite backend, the embedded default: what is SQLite's own. Connecting (WAL,
 //! busy timeout, commit hooks), write transactions that queue instead of deadlocking
 //! ([`begin_immediate`]), classifying its errors, in-process wake-ups after commits
-//! ([`CommitWaiter`]), the migrations that create entrega's tables, and (until it too is
-//! written once) the database-backed log transport ([`SqliteLog`]).
+//! ([`CommitWaiter`]) and the migrations that create entrega's tables.
 //!
 //! Several processes may share one database file: every write transaction starts with
 //! `BEGIN IMMEDIATE`, so writers queue on the busy timeout instead of failing a lock upgrade.
 //! Waiters in the same process are woken right after a commit; writes from other processes
 //! are picked up by polling.
 //!
-//! entrega's stores (outbox, inbox, parking, dead-letter marks) are written once for both
-//! databases over `entrega::Db`, which picks this backend or PostgreSQL from the URL.
+//! entrega's stores (outbox, inbox, parking, dead-letter marks, the log transport) are
+//! written once for both databases over `entrega::Db`, which picks this backend or PostgreSQL from the URL.
 
 mod connect;
 mod errors;
-mod log;
 mod migrations;
 mod wakeup;
 
 pub use connect::{begin_immediate, connect};
 pub use errors::classify;
-pub use log::{LogConfig, SqliteLog};
 pub use migrations::{apply_migrations, latest_version, migrate};
 pub use wakeup::{CommitWaiter, Watched};

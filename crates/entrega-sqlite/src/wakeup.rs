@@ -110,6 +110,20 @@ impl CommitWaiter {
         }
     }
 
+    /// Counts every commit signalled so far as seen: call it before reading the table, so a
+    /// commit landing after the read still ends the next [`wait`](Self::wait).
+    pub fn mark(&self) {
+        let now = Self::signal_of(&self.signals, self.watched).current();
+        self.seen.store(now, Ordering::SeqCst);
+    }
+
+    /// Wakes every waiter on `watched` in the database of `pool` now (pools built by
+    /// [`crate::connect`] do so on their own after each commit).
+    pub fn signal(pool: &sqlx::SqlitePool, watched: Watched) {
+        let signals = signals_for(&pool.connect_options());
+        Self::signal_of(&signals, watched).fire();
+    }
+
     /// Waits until a commit this handle has not seen yet, or `timeout`; returns whether one
     /// came. Commits from other processes are not signalled: callers poll as well.
     pub async fn wait(&self, timeout: Duration) -> bool {

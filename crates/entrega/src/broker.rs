@@ -14,14 +14,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::db::{Backend, Db};
+pub use crate::store::log::{DbLog, LogConfig};
 use entrega_core::{
     Clock, LogInspector, MigrationSet, Publisher, Record, StoreError, Subscriber, SystemClock,
     TopicAdmin, TransportError,
 };
-use entrega_postgres::PgLog;
-use entrega_sqlite::SqliteLog;
-
-use crate::db::{Backend, Db, Pool};
 
 /// Why the broker could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -85,8 +83,7 @@ pub struct Broker {
 
 #[derive(Debug, Clone)]
 enum Transport {
-    SqliteLog(SqliteLog),
-    PostgresLog(PgLog),
+    Log(DbLog),
     #[cfg(feature = "kafka")]
     Kafka(entrega_kafka::Kafka),
     #[cfg(feature = "amqp")]
@@ -167,26 +164,20 @@ impl Broker {
 
     /// The log transport in `db` (already migrated with [`MigrationSet::Log`]).
     pub fn log(db: &Db, lease_ttl: Duration) -> Self {
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let transport = match &db.pool {
-            Pool::Postgres(pool) => {
-                let config = entrega_postgres::LogConfig {
-                    lease_ttl,
-                    heartbeat: lease_ttl / 3,
-                    ..entrega_postgres::LogConfig::default()
-                };
-                Transport::PostgresLog(PgLog::with_config(pool.clone(), config, clock))
-            }
-            Pool::Sqlite(pool) => {
-                let config = entrega_sqlite::LogConfig {
-                    lease_ttl,
-                    heartbeat: lease_ttl / 3,
-                    ..entrega_sqlite::LogConfig::default()
-                };
-                Transport::SqliteLog(SqliteLog::with_config(pool.clone(), config, clock))
-            }
+        let config = LogConfig {
+            lease_ttl,
+            heartbeat: lease_ttl / 3,
+            ..LogConfig::default()
         };
-        Self { transport }
+        Self::log_with(db, config, Arc::new(SystemClock))
+    }
+
+    /// The log transport in `db` with explicit tuning and clock (leases, heartbeats, pauses
+    /// and append times read `clock`).
+    pub fn log_with(db: &Db, config: LogConfig, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            transport: Transport::Log(DbLog::new(db.clone(), config, clock)),
+        }
     }
 
     /// A Kafka cluster's clients.
@@ -255,8 +246,10 @@ impl Broker {
     /// `sqlite log`, `postgres log`, `kafka` or `rabbitmq`, for people and reports.
     pub fn kind(&self) -> &'static str {
         match &self.transport {
-            Transport::SqliteLog(_) => "sqlite log",
-            Transport::PostgresLog(_) => "postgres log",
+            Transport::Log(log) => match log.db().backend() {
+                Backend::Sqlite => "sqlite log",
+                Backend::Postgres => "postgres log",
+            },
             #[cfg(feature = "kafka")]
             Transport::Kafka(_) => "kafka",
             #[cfg(feature = "amqp")]
@@ -276,8 +269,7 @@ impl Broker {
     /// The database of the log transport (`None` on Kafka).
     pub fn log_db(&self) -> Option<Db> {
         match &self.transport {
-            Transport::SqliteLog(log) => Some(log.pool().clone().into()),
-            Transport::PostgresLog(log) => Some(log.pool().clone().into()),
+            Transport::Log(log) => Some(log.db().clone()),
             #[cfg(feature = "kafka")]
             Transport::Kafka(_) => None,
             #[cfg(feature = "amqp")]
@@ -288,8 +280,7 @@ impl Broker {
     /// Publishing side.
     pub fn publisher(&self) -> Arc<dyn Publisher> {
         match &self.transport {
-            Transport::SqliteLog(log) => Arc::new(log.clone()),
-            Transport::PostgresLog(log) => Arc::new(log.clone()),
+            Transport::Log(log) => Arc::new(log.clone()),
             #[cfg(feature = "kafka")]
             Transport::Kafka(kafka) => kafka.publisher(),
             #[cfg(feature = "amqp")]
@@ -300,8 +291,7 @@ impl Broker {
     /// Consuming side.
     pub fn subscriber(&self) -> Arc<dyn Subscriber> {
         match &self.transport {
-            Transport::SqliteLog(log) => Arc::new(log.clone()),
-            Transport::PostgresLog(log) => Arc::new(log.clone()),
+            Transport::Log(log) => Arc::new(log.clone()),
             #[cfg(feature = "kafka")]
             Transport::Kafka(kafka) => kafka.subscriber(),
             #[cfg(feature = "amqp")]
@@ -312,8 +302,7 @@ impl Broker {
     /// Topic creation.
     pub fn admin(&self) -> Arc<dyn TopicAdmin> {
         match &self.transport {
-            Transport::SqliteLog(log) => Arc::new(log.clone()),
-            Transport::PostgresLog(log) => Arc::new(log.clone()),
+            Transport::Log(log) => Arc::new(log.clone()),
             #[cfg(feature = "kafka")]
             Transport::Kafka(kafka) => kafka.admin(),
             #[cfg(feature = "amqp")]
@@ -324,8 +313,7 @@ impl Broker {
     /// Positions and records, read without joining any group.
     pub fn inspector(&self) -> Arc<dyn LogInspector> {
         match &self.transport {
-            Transport::SqliteLog(log) => Arc::new(log.clone()),
-            Transport::PostgresLog(log) => Arc::new(log.clone()),
+            Transport::Log(log) => Arc::new(log.clone()),
             #[cfg(feature = "kafka")]
             Transport::Kafka(kafka) => kafka.inspector(),
             #[cfg(feature = "amqp")]
@@ -336,8 +324,7 @@ impl Broker {
     /// Releases the broker's connections.
     pub async fn close(&self) {
         match &self.transport {
-            Transport::SqliteLog(log) => log.pool().close().await,
-            Transport::PostgresLog(log) => log.pool().close().await,
+            Transport::Log(log) => log.db().close().await,
             // Publishing waits for every acknowledgement: nothing is left to flush, and the
             // clients go with the last clone of the handle.
             #[cfg(feature = "kafka")]

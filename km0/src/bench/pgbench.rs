@@ -10,8 +10,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
+use entrega::broker::DbLog;
 use entrega_core::{now_ms, MigrationSet, TopicAdmin};
-use entrega_postgres::{PgLog, PgPool};
+use entrega_postgres::PgPool;
 use tokio::io::AsyncReadExt as _;
 use tokio::process::Command;
 
@@ -171,7 +172,7 @@ pub(crate) async fn relay_ceiling(
             .db
             .migrate(&[MigrationSet::Outbox, MigrationSet::Log])
             .await?;
-        PgLog::new(pool.clone())
+        DbLog::with_defaults(pool.clone().into())
             .ensure_topic(TOPIC, PARTITIONS)
             .await?;
         workload::prefill_outbox(&ceiling.db, &workload::outbox_events(events, aggregates)).await?;
@@ -240,7 +241,7 @@ pub(crate) async fn consume_ceiling(
         stock.migrate().await?;
         ceiling.db.migrate(&[MigrationSet::Log]).await?;
         workload::fill_stock(&stock).await?;
-        let log = PgLog::new(pool.clone());
+        let log = DbLog::with_defaults(pool.clone().into());
         log.ensure_topic(TOPIC, PARTITIONS).await?;
         workload::prefill_topic(&log, &workload::topic_messages(TOPIC, messages, aggregates)).await?;
         workload::settle(&ceiling.db, &["entrega_log"]).await?;

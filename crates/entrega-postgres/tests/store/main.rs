@@ -1,14 +1,11 @@
-//! entrega on PostgreSQL: the store conformance suites, outbox, inbox, log transport and its
-//! groups, dead letters, migrations, the seed's tables and TLS.
+//! entrega on PostgreSQL: its migration runner and migration sets, and TLS. (The stores
+//! themselves are tested through `entrega::Db` in `crates/entrega/tests/engine/store/`.)
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 #[path = "../common/mod.rs"]
 mod common;
 
-mod conformance;
 mod dlq;
-mod log;
-mod log_groups;
 mod migrations;
 mod tls;

@@ -12,6 +12,7 @@
 
 pub(crate) mod dead_letters;
 pub(crate) mod inbox;
+pub(crate) mod log;
 pub(crate) mod outbox;
 pub(crate) mod parking;
 pub(crate) mod relay_lanes;

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use entrega::broker::DbLog;
 use entrega::db::{query, Db};
 use entrega::{
     Backoff, CancellationToken, Handler, Message, Relay, RelayConfig, Router, Worker, WorkerConfig,
@@ -19,7 +20,6 @@ use entrega_core::{
     now_ms, Clock, Envelope, HandlerError, ManualClock, MigrationSet, NewEvent, Publisher,
     SystemClock, TopicAdmin,
 };
-use entrega_sqlite::SqliteLog;
 use entrega_testkit::wait_until;
 use serde_json::json;
 use sqlx::SqlitePool;
@@ -42,7 +42,7 @@ fn relay(outbox: SqlitePool, broker: SqlitePool, clock: Arc<dyn Clock>) -> Relay
     let ports = Db::from(outbox).outbox_with_clock(clock.clone());
     Relay::new(
         ports,
-        Arc::new(SqliteLog::new(broker)),
+        Arc::new(DbLog::with_defaults(Db::from(broker))),
         clock,
         RelayConfig::new("pedidos", support::routing()),
     )
@@ -82,7 +82,7 @@ async fn inventario(dir: &Path) -> Arc<ApplyOnce> {
 }
 
 fn worker(broker: SqlitePool, handler: Arc<ApplyOnce>) -> Worker {
-    let log = SqliteLog::new(broker);
+    let log = DbLog::with_defaults(Db::from(broker));
     let mut config = WorkerConfig::new(GROUP, TOPIC);
     config.member = "inventario-1".into();
     config.poll_wait = Duration::from_millis(50);
@@ -156,7 +156,7 @@ async fn relay_killed_between_publish_and_mark_publishes_again() {
     let dir = TempDir::new();
     let outbox = open(&dir.0, "pedidos.db", MigrationSet::Outbox).await;
     let broker = open(&dir.0, "broker.db", MigrationSet::Log).await;
-    SqliteLog::new(broker.clone())
+    DbLog::with_defaults(Db::from(broker.clone()))
         .ensure_topic(TOPIC, 1)
         .await
         .unwrap();
@@ -180,7 +180,7 @@ async fn relay_killed_between_publish_and_mark_publishes_again() {
         2,
         "marked despite the crash"
     );
-    let log = SqliteLog::new(broker);
+    let log = DbLog::with_defaults(Db::from(broker));
     assert_eq!(
         log.read(TOPIC, 0, 0, 100).await.unwrap().len(),
         2,
@@ -195,7 +195,11 @@ async fn relay_killed_between_publish_and_mark_publishes_again() {
                 .as_millis() as i64
             + 1_000,
     );
-    let successor = relay(outbox.clone(), log.pool().clone(), Arc::new(later));
+    let successor = relay(
+        outbox.clone(),
+        log.db().sqlite().unwrap().clone(),
+        Arc::new(later),
+    );
     assert_eq!(successor.drain_once().await.unwrap(), 2);
     assert_eq!(
         count(
@@ -220,7 +224,7 @@ async fn relay_killed_between_publish_and_mark_publishes_again() {
 async fn worker_killed_after_the_effect_applies_it_once() {
     let dir = TempDir::new();
     let broker = open(&dir.0, "broker.db", MigrationSet::Log).await;
-    let log = SqliteLog::new(broker.clone());
+    let log = DbLog::with_defaults(Db::from(broker.clone()));
     log.ensure_topic(TOPIC, 1).await.unwrap();
     let batch: Vec<_> = (0..3)
         .map(|n| event_message(TOPIC, "P-1", "pedido.creado", n).1)

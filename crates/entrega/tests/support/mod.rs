@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use entrega::broker::{DbLog, LogConfig};
 use entrega_core::{
     Clock, Envelope, Headers, MigrationSet, OutgoingMessage, Publisher, Record, Subscriber,
     TopicAdmin,
 };
-use entrega_sqlite::{LogConfig, SqliteLog};
 use entrega_testkit::memory::{MemoryLog, MemoryOutbox};
 use entrega_testkit::{BoxError, LogFixture, LogSettings, OutboxFixture};
 use serde_json::json;
@@ -70,7 +70,7 @@ pub async fn sqlite_pool(dir: &TempDir, file: &str, set: MigrationSet) -> Sqlite
 
 /// A log transport on a SQLite file.
 pub struct SqliteLogFixture {
-    pub log: SqliteLog,
+    pub log: DbLog,
 }
 
 #[async_trait]
@@ -100,7 +100,7 @@ impl LogFixture for SqliteLogFixture {
         Ok(self.log.read(topic, partition, from, max).await?)
     }
     async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
-        self.log.pool().close().await;
+        self.log.db().close().await;
         Ok(())
     }
 }
@@ -112,7 +112,7 @@ async fn sqlite_log(dir: &TempDir, clock: Arc<dyn Clock>) -> SqliteLogFixture {
         ..LogConfig::default()
     };
     SqliteLogFixture {
-        log: SqliteLog::with_config(broker, config, clock),
+        log: DbLog::new(broker.into(), config, clock),
     }
 }
 

@@ -5,11 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use entrega::broker::{DbLog, LogConfig};
 use entrega::db::{query, Backend, Db, TimeMs};
-use entrega_core::{Clock, DlqStore, MigrationSet, ParkingStore};
+use entrega_core::{
+    Clock, DlqStore, MigrationSet, ParkingStore, Publisher, Record, Subscriber, TopicAdmin,
+};
 use entrega_testkit::{
-    BoxError, DlqFixture, DlqHarness, InboxFixture, InboxHarness, OutboxFixture, OutboxHarness,
-    ParkingFixture, ParkingHarness, TxEnd,
+    BoxError, DlqFixture, DlqHarness, InboxFixture, InboxHarness, LogFixture, LogHarness,
+    LogSettings, OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, TxEnd,
 };
 
 use crate::support::outbox::{DbOutboxFixture, LateCommit};
@@ -90,6 +93,62 @@ impl OutboxFixture for WithDir {
     }
     async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
         Box::new(self.fixture).teardown().await
+    }
+}
+
+#[async_trait]
+impl LogHarness for DbHarness {
+    async fn log(
+        &self,
+        settings: LogSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Box<dyn LogFixture>, BoxError> {
+        let fixture = Fixture::new(self.0, &[MigrationSet::Log]).await?;
+        let config = LogConfig {
+            lease_ttl: settings.lease_ttl,
+            heartbeat: settings.heartbeat,
+            poll_interval: settings.poll_interval,
+            auto_create_partitions: settings.auto_create_partitions,
+        };
+        let log = DbLog::new(fixture.db().clone(), config, clock);
+        Ok(Box::new(Log { fixture, log }))
+    }
+}
+
+/// A database with the log set, as a log fixture.
+struct Log {
+    fixture: Fixture,
+    log: DbLog,
+}
+
+#[async_trait]
+impl LogFixture for Log {
+    fn publisher(&self) -> Arc<dyn Publisher> {
+        Arc::new(self.log.clone())
+    }
+    fn admin(&self) -> Arc<dyn TopicAdmin> {
+        Arc::new(self.log.clone())
+    }
+    fn subscriber(&self) -> Arc<dyn Subscriber> {
+        Arc::new(self.log.clone())
+    }
+    async fn committed(&self, group: &str, topic: &str) -> Result<Vec<(u32, i64)>, BoxError> {
+        Ok(self.log.committed(group, topic).await?)
+    }
+    async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, BoxError> {
+        Ok(self.log.end_offsets(topic).await?)
+    }
+    async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: i64,
+        max: usize,
+    ) -> Result<Vec<Record>, BoxError> {
+        Ok(self.log.read(topic, partition, from, max).await?)
+    }
+    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
+        self.fixture.finish().await
     }
 }
 

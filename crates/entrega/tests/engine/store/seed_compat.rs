@@ -4,10 +4,11 @@
 
 use std::time::Duration;
 
+use entrega::broker::DbLog;
 use entrega_core::{
     headers, Headers, MigrationSet, NewEvent, OutgoingMessage, Publisher, TopicAdmin,
 };
-use entrega_postgres::{migrate, PgLog};
+use entrega_postgres::migrate;
 use serde_json::json;
 use sqlx::Row;
 use uuid::Uuid;
@@ -108,7 +109,7 @@ async fn rows_inserted_by_the_seed_sql_are_published() -> TestResult {
     assert!(row.created_at_ms > 0);
 
     // Publish it the way the relay does, then mark it.
-    let log = PgLog::new(db.pool.clone());
+    let log = DbLog::with_defaults(db.pool.clone().into());
     log.ensure_topic("pedidos.eventos", 3).await?;
     let envelope = row.envelope("pedidos");
     let message = OutgoingMessage {

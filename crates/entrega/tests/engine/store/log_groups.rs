@@ -1,18 +1,16 @@
 //! Consumer groups on the log transport: partitions split between members, takeover after
 //! the lease, fenced commits, commit-order offsets and LISTEN wake-ups.
 
-use crate::common;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, TestDb, TestResult};
+use super::backend_db::{eventually, PgDb as TestDb, TestResult};
+use entrega::broker::{DbLog, LogConfig};
 use entrega_core::{
     Headers, ManualClock, MigrationSet, OutgoingMessage, Publisher, Subscriber, TopicAdmin,
     TransportError,
 };
-use entrega_postgres::{LogConfig, PgLog};
 use sqlx::Connection;
 
 fn message(topic: &str, key: &str, body: &str) -> OutgoingMessage {
@@ -24,12 +22,8 @@ fn message(topic: &str, key: &str, body: &str) -> OutgoingMessage {
     }
 }
 
-fn manual_log(db: &TestDb, clock: &ManualClock) -> PgLog {
-    PgLog::with_config(
-        db.pool.clone(),
-        LogConfig::default(),
-        Arc::new(clock.clone()),
-    )
+fn manual_log(db: &TestDb, clock: &ManualClock) -> DbLog {
+    DbLog::new(db.db.clone(), LogConfig::default(), Arc::new(clock.clone()))
 }
 
 /// Keys that land on each of `partitions` partitions, one per partition.
@@ -142,7 +136,7 @@ async fn a_silent_member_is_taken_over_after_the_lease_and_fenced_out() -> TestR
 #[tokio::test]
 async fn an_append_that_commits_late_is_never_skipped() -> TestResult {
     let db = TestDb::with(&[MigrationSet::Log]).await?;
-    let log = PgLog::new(db.pool.clone());
+    let log = DbLog::with_defaults(db.db.clone());
     log.ensure_topic("t", 1).await?;
     // Appends of key 'slow' stop inside their transaction (after taking their offset) until
     // the test lets them go.
@@ -245,7 +239,7 @@ async fn a_publish_wakes_an_idle_subscription_promptly() -> TestResult {
         poll_interval: Duration::from_secs(40),
         auto_create_partitions: None,
     };
-    let log = PgLog::with_config(db.pool.clone(), config, Arc::new(entrega_core::SystemClock));
+    let log = DbLog::new(db.db.clone(), config, Arc::new(entrega_core::SystemClock));
     log.ensure_topic("t", 2).await?;
     let mut sub = log.subscribe("g", "t", "m").await?;
     assert!(sub.poll(10, Duration::from_millis(300)).await?.is_empty());

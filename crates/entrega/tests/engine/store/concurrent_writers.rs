@@ -1,16 +1,15 @@
 //! Several writers on one database file, as separate processes would share it.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
-use crate::common;
-
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestDb;
+use super::backend_db::SqliteDb as TestDb;
+use entrega::broker::DbLog;
 use entrega_core::{Headers, MigrationSet, OutgoingMessage, Publisher, StoreError, TopicAdmin};
-use entrega_sqlite::{classify, SqliteLog};
+use entrega_sqlite::classify;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
@@ -23,9 +22,9 @@ const PER_BATCH: usize = 4;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_appenders_on_two_pools_never_duplicate_or_skip_offsets() {
     let db = TestDb::new(&[MigrationSet::Log]).await;
-    let first = SqliteLog::new(db.pool.clone());
+    let first = DbLog::with_defaults(db.db.clone());
     first.ensure_topic(TOPIC, 2).await.unwrap();
-    let logs = [first, SqliteLog::new(db.another_pool().await)];
+    let logs = [first, DbLog::with_defaults(db.another_pool().await.into())];
 
     // A reader follows partition 0 while the writers run: every read must continue exactly
     // where the previous one ended, or a late commit slipped in behind it.
@@ -155,7 +154,7 @@ async fn child_appender() {
     let (Ok(url), Ok(id)) = (std::env::var(CHILD_URL), std::env::var(CHILD_ID)) else {
         return;
     };
-    let log = SqliteLog::new(entrega_sqlite::connect(&url).await.unwrap());
+    let log = DbLog::with_defaults(entrega_sqlite::connect(&url).await.unwrap().into());
     for b in 0..BATCHES {
         let batch: Vec<_> = (0..PER_BATCH)
             .map(|i| OutgoingMessage {
@@ -172,7 +171,7 @@ async fn child_appender() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appenders_in_separate_processes_share_one_file() {
     let db = TestDb::new(&[MigrationSet::Log]).await;
-    let log = SqliteLog::new(db.pool.clone());
+    let log = DbLog::with_defaults(db.db.clone());
     log.ensure_topic(TOPIC, 1).await.unwrap();
     let exe = std::env::current_exe().unwrap();
     let children: Vec<_> = (0..PROCESSES)
@@ -180,7 +179,7 @@ async fn appenders_in_separate_processes_share_one_file() {
             tokio::process::Command::new(&exe)
                 .args([
                     "--exact",
-                    "concurrent_writers::child_appender",
+                    "store::concurrent_writers::child_appender",
                     "--test-threads=1",
                     "--quiet",
                 ])

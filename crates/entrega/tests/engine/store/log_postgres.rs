@@ -1,17 +1,15 @@
 //! The log transport: publish/poll/commit, per-key order, topics, seek and pause.
 
-use crate::common;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{TestDb, TestResult};
+use super::backend_db::{PgDb as TestDb, TestResult};
+use entrega::broker::{DbLog, LogConfig};
 use entrega_core::{
     Headers, ManualClock, MigrationSet, OutgoingMessage, Publisher, Record, Subscriber,
     Subscription, TopicAdmin, TransportError,
 };
-use entrega_postgres::{LogConfig, PgLog};
 
 fn message(topic: &str, key: Option<&str>, body: &str) -> OutgoingMessage {
     OutgoingMessage {
@@ -27,7 +25,10 @@ fn body(r: &Record) -> String {
 }
 
 /// Polls until `want` records arrived or 10 s passed.
-async fn poll_n(sub: &mut dyn Subscription, want: usize) -> Result<Vec<Record>, common::Error> {
+async fn poll_n(
+    sub: &mut dyn Subscription,
+    want: usize,
+) -> Result<Vec<Record>, super::backend_db::Error> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     let mut got = Vec::new();
     while got.len() < want && tokio::time::Instant::now() < deadline {
@@ -42,7 +43,7 @@ async fn poll_n(sub: &mut dyn Subscription, want: usize) -> Result<Vec<Record>, 
 #[tokio::test]
 async fn published_records_are_polled_in_key_order_and_committed() -> TestResult {
     let db = TestDb::with(&[MigrationSet::Log]).await?;
-    let log = PgLog::new(db.pool.clone());
+    let log = DbLog::with_defaults(db.db.clone());
     assert_eq!(log.ensure_topic("pedidos.eventos", 3).await?, 3);
     assert_eq!(
         log.ensure_topic("pedidos.eventos", 8).await?,
@@ -134,7 +135,7 @@ async fn published_records_are_polled_in_key_order_and_committed() -> TestResult
 #[tokio::test]
 async fn unknown_topics_are_refused_unless_auto_created() -> TestResult {
     let db = TestDb::with(&[MigrationSet::Log]).await?;
-    let log = PgLog::new(db.pool.clone());
+    let log = DbLog::with_defaults(db.db.clone());
     let refused = log.publish(&[message("nadie", None, "x")]).await;
     assert!(
         matches!(refused, Err(TransportError::UnknownTopic { .. })),
@@ -152,7 +153,7 @@ async fn unknown_topics_are_refused_unless_auto_created() -> TestResult {
         auto_create_partitions: Some(2),
         ..LogConfig::default()
     };
-    let auto = PgLog::with_config(db.pool.clone(), config, Arc::new(entrega_core::SystemClock));
+    let auto = DbLog::new(db.db.clone(), config, Arc::new(entrega_core::SystemClock));
     let batch: Vec<OutgoingMessage> = (0..4)
         .map(|i| message("nuevo", None, &format!("{i}")))
         .collect();
@@ -175,11 +176,7 @@ async fn unknown_topics_are_refused_unless_auto_created() -> TestResult {
 async fn seek_redelivers_and_pause_holds_a_partition_back() -> TestResult {
     let db = TestDb::with(&[MigrationSet::Log]).await?;
     let clock = ManualClock::new(1_000_000);
-    let log = PgLog::with_config(
-        db.pool.clone(),
-        LogConfig::default(),
-        Arc::new(clock.clone()),
-    );
+    let log = DbLog::new(db.db.clone(), LogConfig::default(), Arc::new(clock.clone()));
     log.ensure_topic("t", 1).await?;
     log.publish(&[message("t", Some("k"), "a"), message("t", Some("k"), "b")])
         .await?;

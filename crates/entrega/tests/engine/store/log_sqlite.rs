@@ -1,18 +1,16 @@
-//! The log transport: publish, poll, commit, groups with fenced leases.
+//! The log transport on SQLite: publish, poll, commit, groups with fenced leases.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
-
-use crate::common;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestDb;
+use super::backend_db::SqliteDb as TestDb;
+use entrega::broker::{DbLog, LogConfig};
 use entrega_core::{
     partition_for, Headers, ManualClock, MigrationSet, OutgoingMessage, Publisher, Record,
     Subscriber, Subscription, TopicAdmin, TransportError,
 };
-use entrega_sqlite::{LogConfig, SqliteLog};
 
 const T0: i64 = 1_800_000_000_000;
 const TTL_MS: i64 = 10_000;
@@ -30,7 +28,7 @@ fn message(topic: &str, key: Option<&str>, body: &str) -> OutgoingMessage {
 }
 
 /// A log on a manual clock, so heartbeats and lease expiry happen when the test says.
-async fn manual_log(partitions: u32) -> (TestDb, SqliteLog, ManualClock) {
+async fn manual_log(partitions: u32) -> (TestDb, DbLog, ManualClock) {
     let db = TestDb::new(&[MigrationSet::Log]).await;
     let clock = ManualClock::new(T0);
     let config = LogConfig {
@@ -39,7 +37,7 @@ async fn manual_log(partitions: u32) -> (TestDb, SqliteLog, ManualClock) {
         poll_interval: Duration::from_millis(10),
         auto_create_partitions: None,
     };
-    let log = SqliteLog::with_config(db.pool.clone(), config, Arc::new(clock.clone()));
+    let log = DbLog::new(db.db.clone(), config, Arc::new(clock.clone()));
     assert_eq!(
         log.ensure_topic("pedidos.eventos", partitions)
             .await
@@ -141,7 +139,7 @@ async fn published_records_are_polled_in_key_order_and_committed() {
 #[tokio::test]
 async fn unknown_topics_are_refused_unless_auto_created() {
     let db = TestDb::new(&[MigrationSet::Log]).await;
-    let log = SqliteLog::new(db.pool.clone());
+    let log = DbLog::with_defaults(db.db.clone());
     let err = log
         .publish(&[message("nada", None, "x")])
         .await
@@ -161,8 +159,8 @@ async fn unknown_topics_are_refused_unless_auto_created() {
         "{err:?}"
     );
 
-    let auto = SqliteLog::with_config(
-        db.pool.clone(),
+    let auto = DbLog::new(
+        db.db.clone(),
         LogConfig {
             auto_create_partitions: Some(2),
             ..LogConfig::default()
@@ -187,10 +185,14 @@ async fn unknown_topics_are_refused_unless_auto_created() {
 #[tokio::test]
 async fn keyless_messages_spread_and_read_returns_them() {
     let (_db, log, _clock) = manual_log(4).await;
-    let batch: Vec<_> = (0..8)
-        .map(|i| message("pedidos.eventos", None, &i.to_string()))
-        .collect();
-    log.publish(&batch).await.unwrap();
+    // The keyless messages of one call stay together; the next call's go to the next
+    // partition.
+    for call in 0..4 {
+        let batch: Vec<_> = (0..2)
+            .map(|i| message("pedidos.eventos", None, &format!("{call}-{i}")))
+            .collect();
+        log.publish(&batch).await.unwrap();
+    }
     let ends = log.end_offsets("pedidos.eventos").await.unwrap();
     assert_eq!(ends, vec![(0, 2), (1, 2), (2, 2), (3, 2)]);
     let records = log.read("pedidos.eventos", 2, 1, 10).await.unwrap();
@@ -362,7 +364,7 @@ async fn closing_hands_partitions_over_at_once() {
     assert_eq!(b.assignment(), vec![0, 1, 2, 3]);
     let members: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM entrega_group_members WHERE group_id = 'g'")
-            .fetch_one(log.pool())
+            .fetch_one(log.db().sqlite().unwrap())
             .await
             .unwrap();
     assert_eq!(members, 1);
@@ -419,7 +421,7 @@ async fn an_append_in_this_process_wakes_a_waiting_poll() {
         poll_interval: Duration::from_secs(60),
         ..LogConfig::default()
     };
-    let log = SqliteLog::with_config(db.pool.clone(), config, Arc::new(entrega_core::SystemClock));
+    let log = DbLog::new(db.db.clone(), config, Arc::new(entrega_core::SystemClock));
     log.ensure_topic("t", 1).await.unwrap();
     let mut sub = log.subscribe("g", "t", "m").await.unwrap();
     assert!(sub.poll(10, Duration::ZERO).await.unwrap().is_empty());

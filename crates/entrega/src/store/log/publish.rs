@@ -1,0 +1,200 @@
+//! Appending to the log: each partition's offsets handed out under the partition row's lock,
+//! so they become visible in the order they were allocated (a reader that has seen offset `k`
+//! never later finds a smaller one appear).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use entrega_core::{partition_for, OutgoingMessage, Publisher, StoreError, TransportError};
+use sqlx::PgConnection;
+
+use super::{partition_int, DbLog, LOG_CHANNEL};
+use crate::db::{query, Pool, Tx};
+
+/// PostgreSQL: a run of messages appended to one partition by one statement. The `UPDATE`
+/// reserves the offsets and keeps the partition row locked until the transaction ends, so a
+/// concurrent append waits and takes the offsets after these; the notification is queued in
+/// the same transaction and delivered at commit.
+const POSTGRES_APPEND: &str = "
+WITH p AS (
+    UPDATE entrega_partitions SET next_offset = next_offset + $3
+    WHERE topic = $1 AND partition_no = $2
+    RETURNING next_offset - $3 AS base, pg_notify($8, $1) AS notified
+), ins AS (
+    INSERT INTO entrega_log (topic, partition_no, log_offset, msg_key, headers, payload, appended_at_ms)
+    SELECT $1, $2, p.base + m.ord - 1, m.k, m.h, m.b, $7
+    FROM p, UNNEST($4::text[], $5::text[], $6::bytea[]) WITH ORDINALITY AS m(k, h, b, ord)
+    RETURNING 1
+)
+SELECT count(*) FROM ins";
+
+/// Messages of one call grouped by topic and partition, sorted: concurrent publishers lock
+/// partition rows in the same order and cannot deadlock. Within a group messages keep the
+/// batch's order, which is all per-key order needs (a key always maps to one partition).
+type Groups<'a> = BTreeMap<(&'a str, u32), Vec<&'a OutgoingMessage>>;
+
+impl DbLog {
+    /// Where each message of `batch` goes: a keyed one to its key's partition (Kafka's
+    /// placement); the keyless ones of one call together to one partition per topic, in their
+    /// order, the next call's to the next partition (Kafka's sticky partitioner).
+    async fn placed<'a>(&self, batch: &'a [OutgoingMessage]) -> Result<Groups<'a>, TransportError> {
+        let mut counts: HashMap<&str, u32> = HashMap::new();
+        let mut keyless: HashMap<&str, u32> = HashMap::new();
+        let mut groups: Groups<'a> = BTreeMap::new();
+        for m in batch {
+            let topic = m.topic.as_str();
+            let n = match counts.get(topic) {
+                Some(n) => *n,
+                None => {
+                    let n = self.require_topic(topic).await?;
+                    counts.insert(topic, n);
+                    n
+                }
+            };
+            let partition = match &m.key {
+                Some(key) => partition_for(key, n),
+                None => *keyless
+                    .entry(topic)
+                    .or_insert_with(|| self.round_robin.fetch_add(1, Ordering::Relaxed) % n.max(1)),
+            };
+            groups.entry((topic, partition)).or_default().push(m);
+        }
+        Ok(groups)
+    }
+
+    /// The topic's partition row is gone (the topic was dropped behind the cache): forget it.
+    fn unknown(&self, topic: &str) -> TransportError {
+        self.forget(topic);
+        TransportError::UnknownTopic {
+            topic: topic.to_owned(),
+        }
+    }
+}
+
+/// Appends one partition's messages in `tx` (SQLite): reserve the offsets, then write them.
+/// Bumping the counter takes the write lock (held already: `BEGIN IMMEDIATE`) until commit.
+async fn append(
+    log: &DbLog,
+    tx: &mut Tx,
+    (topic, partition): (&str, u32),
+    messages: &[&OutgoingMessage],
+    now_ms: i64,
+) -> Result<(), TransportError> {
+    let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
+    let end: Option<i64> = tx
+        .scalar(
+            query(
+                "UPDATE entrega_partitions SET next_offset = next_offset + $3
+                 WHERE topic = $1 AND partition_no = $2 RETURNING next_offset",
+            )
+            .bind(topic)
+            .bind(partition_int(partition))
+            .bind(count),
+        )
+        .await?;
+    let end = end.ok_or_else(|| log.unknown(topic))?;
+    for (offset, message) in (end - count..).zip(messages) {
+        tx.execute(
+            query(
+                "INSERT INTO entrega_log
+                     (topic, partition_no, log_offset, msg_key, headers, payload, appended_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            )
+            .bind(topic)
+            .bind(partition_int(partition))
+            .bind(offset)
+            .bind(message.key.as_deref())
+            .bind(message.headers.to_json())
+            .bind(message.payload.as_slice())
+            .bind(now_ms),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Appends one partition's messages on PostgreSQL with [`POSTGRES_APPEND`]; returns how many
+/// were written (none when the partition row is gone).
+async fn append_postgres(
+    conn: &mut PgConnection,
+    (topic, partition): (&str, u32),
+    messages: &[&OutgoingMessage],
+    now_ms: i64,
+) -> Result<usize, StoreError> {
+    let keys: Vec<Option<&str>> = messages.iter().map(|m| m.key.as_deref()).collect();
+    let headers: Vec<String> = messages.iter().map(|m| m.headers.to_json()).collect();
+    let payloads: Vec<&[u8]> = messages.iter().map(|m| m.payload.as_slice()).collect();
+    let n = i64::try_from(messages.len()).unwrap_or(i64::MAX);
+    let written: i64 = sqlx::query_scalar(POSTGRES_APPEND)
+        .bind(topic)
+        .bind(partition_int(partition))
+        .bind(n)
+        .bind(&keys)
+        .bind(&headers)
+        .bind(&payloads)
+        .bind(now_ms)
+        .bind(LOG_CHANNEL)
+        .fetch_one(conn)
+        .await
+        .map_err(entrega_postgres::classify)?;
+    Ok(usize::try_from(written).unwrap_or(0))
+}
+
+#[async_trait]
+impl Publisher for DbLog {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let groups = self.placed(batch).await?;
+        let now = self.clock.now_ms();
+        match &self.db.pool {
+            Pool::Sqlite(pool) => {
+                let mut tx = self.db.begin().await?;
+                for (place, messages) in &groups {
+                    append(self, &mut tx, *place, messages, now).await?;
+                }
+                tx.commit().await?;
+                // Wake this process's subscribers now (pools from `connect` also do on
+                // release).
+                entrega_sqlite::CommitWaiter::signal(pool, entrega_sqlite::Watched::Log);
+                Ok(())
+            }
+            Pool::Postgres(pool) => {
+                if let [(place, messages)] = groups.iter().collect::<Vec<_>>()[..] {
+                    // One partition: the append alone is atomic and commits on its own,
+                    // holding the row lock until then; BEGIN and COMMIT would only add round
+                    // trips. sqlx reads every reply up to ReadyForQuery, so `Ok` comes after
+                    // the commit.
+                    let mut conn = pool.acquire().await.map_err(entrega_postgres::classify)?;
+                    let written = append_postgres(&mut conn, *place, messages, now).await?;
+                    return self.check_written(place.0, written, messages.len());
+                }
+                let mut tx = self.db.begin().await?;
+                for (place, messages) in &groups {
+                    let conn = tx.postgres().ok_or_else(|| self.unknown(place.0))?;
+                    let written = append_postgres(conn, *place, messages, now).await?;
+                    self.check_written(place.0, written, messages.len())?;
+                }
+                // Commit is the durable confirmation the Publisher contract promises.
+                Ok(tx.commit().await?)
+            }
+        }
+    }
+}
+
+impl DbLog {
+    fn check_written(
+        &self,
+        topic: &str,
+        written: usize,
+        sent: usize,
+    ) -> Result<(), TransportError> {
+        if written == sent {
+            Ok(())
+        } else {
+            Err(self.unknown(topic))
+        }
+    }
+}
