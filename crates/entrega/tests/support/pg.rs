@@ -51,9 +51,16 @@ impl FreshDb {
         self.name.clone()
     }
 
-    /// Closes the pool and drops the PostgreSQL database.
+    /// Closes the pool and drops the PostgreSQL database. Closing waits for connections in
+    /// use; one a test still holds (a transaction left open) would make it wait forever, so
+    /// the wait is bounded and the drop forces the database's sessions out.
     pub async fn finish(self) {
-        self.db.close().await;
+        let closed =
+            tokio::time::timeout(std::time::Duration::from_secs(10), self.db.close()).await;
+        assert!(
+            closed.is_ok(),
+            "a connection was still in use when the test finished"
+        );
         if let Some(name) = self.name {
             drop_database(&name).await;
         }

@@ -372,6 +372,7 @@ async fn a_duplicate_event_id_is_rejected_as_permanent(backend: Backend) {
     let err = tx.enqueue(&event).await.unwrap_err();
     assert!(matches!(err, StoreError::Rejected { .. }), "{err:?}");
     assert!(!err.is_transient());
+    drop(tx);
     fixture.finish().await.unwrap();
 }
 
