@@ -274,6 +274,11 @@ mod sqlite {
             entrega::db::Backend::Sqlite
         ));
     }
+    mod log {
+        entrega_testkit::log_conformance!(crate::store::conformance::DbHarness(
+            entrega::db::Backend::Sqlite
+        ));
+    }
 }
 
 mod postgres {
@@ -294,6 +299,11 @@ mod postgres {
     }
     mod dead_letters {
         entrega_testkit::dlq_conformance!(crate::store::conformance::DbHarness(
+            entrega::db::Backend::Postgres
+        ));
+    }
+    mod log {
+        entrega_testkit::log_conformance!(crate::store::conformance::DbHarness(
             entrega::db::Backend::Postgres
         ));
     }
