@@ -39,7 +39,7 @@ async fn relays_with_skewed_clocks_lose_nothing_and_keep_order() {
     for backend in [Backend::Memory, Backend::Sqlite, Backend::Postgres] {
         let env = env_with_topic(backend, Arc::new(SystemClock)).await;
         let token = CancellationToken::new();
-        let start = |name: &str, clock: Arc<dyn Clock>| {
+        let start = |name: &str, clock: Arc<dyn Clock>, token: &CancellationToken| {
             let mut cfg = config(name);
             cfg.lease_ttl = LEASE;
             cfg.batch_size = 5;
@@ -48,24 +48,40 @@ async fn relays_with_skewed_clocks_lose_nothing_and_keep_order() {
             (relay, tokio::spawn(async move { r.run(t).await }))
         };
         // The relay on time takes every lane first.
-        let (honest, honest_task) = start("on-time", Arc::new(SystemClock));
-        assert!(
-            wait_until(Duration::from_secs(20), || async {
-                honest.lanes().await.len() == 64
-            })
-            .await
-        );
-        // Then one whose clock runs three leases ahead joins, while events keep coming.
+        let (honest, honest_task) = start("on-time", Arc::new(SystemClock), &token);
+        let holds_every_lane = || async { honest.lanes().await.len() == 64 };
+        assert!(wait_until(Duration::from_secs(20), holds_every_lane).await);
+        // Then one whose clock runs three leases ahead joins, while events keep coming. It
+        // takes its share of lanes at its first balance; the relay on time loses a lease
+        // (a mark fenced) only if it drains one of those lanes before its own next balance.
+        // Until that has happened, the relay ahead leaves and joins again every second, each
+        // time taking lanes anew (at least twelve rounds, for at most 45 s).
         let ahead = i64::try_from(LEASE.as_millis()).unwrap() * 3;
-        let (skewed, skewed_task) = start("ahead", Arc::new(Skewed(ahead)));
-        // Twelve rounds at least, and on until the relay ahead has taken lanes mid-stream (a
-        // loaded machine may schedule its first balance late), for at most 45 s.
+        let mut skewed = Vec::new();
+        let mut joined = std::time::Instant::now();
+        let mut current = Some({
+            let own = token.child_token();
+            let (relay, task) = start("ahead", Arc::new(Skewed(ahead)), &own);
+            (relay, task, own)
+        });
         let mut produced: Vec<NewEvent> = Vec::new();
         let until = std::time::Instant::now() + Duration::from_secs(45);
         for round in 0.. {
             let taken = honest.stats().leases_lost.load(Ordering::SeqCst) > 0;
             if round >= 12 && (taken || std::time::Instant::now() > until) {
                 break;
+            }
+            if !taken && joined.elapsed() > Duration::from_secs(1) {
+                if let Some((relay, task, own)) = current.take() {
+                    own.cancel();
+                    task.await.unwrap().unwrap();
+                    skewed.push(relay);
+                }
+                assert!(wait_until(Duration::from_secs(20), holds_every_lane).await);
+                let own = token.child_token();
+                let (relay, task) = start("ahead", Arc::new(Skewed(ahead)), &own);
+                current = Some((relay, task, own));
+                joined = std::time::Instant::now();
             }
             let batch: Vec<NewEvent> = (0..20)
                 .flat_map(|a| events(&format!("A-{a}"), round..round + 1))
@@ -85,12 +101,16 @@ async fn relays_with_skewed_clocks_lose_nothing_and_keep_order() {
         );
         token.cancel();
         honest_task.await.unwrap().unwrap();
-        skewed_task.await.unwrap().unwrap();
+        if let Some((relay, task, _)) = current.take() {
+            task.await.unwrap().unwrap();
+            skewed.push(relay);
+        }
 
         // The fault happened: the relay on time had lanes taken from it.
         let lost = honest.stats().leases_lost.load(Ordering::SeqCst);
         assert!(lost > 0, "{backend:?}: no lease was taken over");
-        assert!(skewed.stats().published() > 0, "{backend:?}");
+        let published_ahead: u64 = skewed.iter().map(|r| r.stats().published()).sum();
+        assert!(published_ahead > 0, "{backend:?}");
         // Nothing is lost, and first deliveries keep each aggregate's order.
         let records = all_records(env.log.as_ref(), TOPIC).await;
         let seen = assert_first_deliveries_in_order(&records, &format!("{backend:?}"));
