@@ -73,6 +73,12 @@ pub enum MigrationSet {
     /// `mensajes_procesados` and `entrega_aparcados` (parking for ordered retries): for
     /// services that consume.
     Inbox,
+    /// Request/reply: `entrega_respuestas` (the stored answers of idempotent request
+    /// handlers) and `entrega_peticiones` (a durable requester's requests awaiting replies).
+    Rpc,
+    /// `entrega_retenidos`: dead letters the broker refused, held in the consumer's database
+    /// for an operator. For services whose consumers send dead letters.
+    HeldLetters,
     /// The database-backed log transport's topics, partitions, offsets and leases.
     Log,
     /// Operator state of dead letters (`entrega_dlq_state`) and the audit of operator
@@ -82,13 +88,22 @@ pub enum MigrationSet {
 
 impl MigrationSet {
     /// Every set.
-    pub const ALL: [MigrationSet; 4] = [Self::Outbox, Self::Inbox, Self::Log, Self::Dlq];
+    pub const ALL: [MigrationSet; 6] = [
+        Self::Outbox,
+        Self::Inbox,
+        Self::Rpc,
+        Self::HeldLetters,
+        Self::Log,
+        Self::Dlq,
+    ];
 
     /// The name recorded in `entrega_migrations.set_name`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Outbox => "outbox",
             Self::Inbox => "inbox",
+            Self::Rpc => "rpc",
+            Self::HeldLetters => "held_letters",
             Self::Log => "log",
             Self::Dlq => "dlq",
         }

@@ -40,12 +40,7 @@ pub fn latest_version(migrations: &[Migration<'_>]) -> i64 {
 
 /// Whether `name` is one of entrega's own sets, which applications may not use for theirs.
 pub fn is_reserved_set(name: &str) -> bool {
-    [
-        crate::MigrationSet::Outbox,
-        crate::MigrationSet::Inbox,
-        crate::MigrationSet::Log,
-        crate::MigrationSet::Dlq,
-    ]
-    .iter()
-    .any(|set| set.name() == name)
+    crate::MigrationSet::ALL
+        .iter()
+        .any(|set| set.name() == name)
 }

@@ -1,9 +1,9 @@
 //! entrega's PostgreSQL backend: what is PostgreSQL's own. Connecting (TLS, session limits,
 //! creating databases), classifying its errors as transient or not, `LISTEN`/`NOTIFY`
-//! wake-ups, least-privilege roles and the migrations that create entrega's tables.
+//! wake-ups and least-privilege roles.
 //!
-//! entrega's stores (outbox, inbox, parking, dead-letter marks, the log transport) are
-//! written once for both databases over `entrega::Db`, which picks this backend or SQLite from the URL:
+//! entrega's stores (outbox, inbox, parking, dead-letter marks, the log transport) and their
+//! migrations are written once for both databases over `entrega::Db`, which picks this backend or SQLite from the URL:
 //!
 //! ```no_run
 //! # async fn order() -> Result<(), Box<dyn std::error::Error>> {
@@ -16,13 +16,11 @@
 
 mod connect;
 mod errors;
-mod migrations;
 mod roles;
 mod wakeup;
 
 pub use connect::{connect, ensure_database, SESSION_LIMITS};
 pub use errors::classify;
-pub use migrations::{apply_migrations, latest_version, migrate};
 pub use roles::{grant_service_role, APPEND_ONLY, READ_ONLY};
 pub use wakeup::{Listener, OUTBOX_CHANNEL};
 

@@ -137,7 +137,10 @@ impl System {
             sagas.migrate().await?;
             store
                 .db()
-                .migrate(&[entrega_core::MigrationSet::Inbox])
+                .migrate(&[
+                    entrega_core::MigrationSet::Inbox,
+                    entrega_core::MigrationSet::Rpc,
+                ])
                 .await?;
         }
         Ok(sagas)

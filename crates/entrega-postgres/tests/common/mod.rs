@@ -4,8 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use entrega_core::MigrationSet;
-use entrega_postgres::{connect, ensure_database, migrate, PgPool};
+use entrega_postgres::{connect, ensure_database, PgPool};
 use sqlx::{Connection, PgConnection};
 
 /// Error type of test bodies.
@@ -35,18 +34,6 @@ impl TestDb {
         let url = ensure_database(&server_url(), &name).await?;
         let pool = connect(&url).await?;
         Ok(Self { pool, url, name })
-    }
-
-    /// A new database with the given migration sets applied.
-    pub async fn with(sets: &[MigrationSet]) -> Result<Self, Error> {
-        let db = Self::empty().await?;
-        migrate(&db.pool, sets).await?;
-        Ok(db)
-    }
-
-    /// A new database with every set applied.
-    pub async fn all() -> Result<Self, Error> {
-        Self::with(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Log]).await
     }
 
     /// Closes the pool and drops the database.

@@ -1,105 +1,12 @@
-//! Migrations are idempotent, safe to run concurrently and refuse a newer schema; databases
-//! are created race-free; errors are classified.
+//! Connecting: databases created race-free, errors classified as transient or not, and
+//! every pooled session with entrega's limits.
 
 use crate::common;
 
 use common::{server_url, TestDb, TestResult};
-use entrega_core::{MigrationSet, StoreError};
-use entrega_postgres::{classify, connect, ensure_database, latest_version, migrate};
+use entrega_core::StoreError;
+use entrega_postgres::{classify, connect, ensure_database};
 use sqlx::Connection;
-
-const ALL: [MigrationSet; 3] = [MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Log];
-
-async fn recorded(pool: &sqlx::PgPool) -> Result<Vec<(String, i64)>, common::Error> {
-    Ok(sqlx::query_as(
-        "SELECT set_name, version FROM entrega_migrations ORDER BY set_name, version",
-    )
-    .fetch_all(pool)
-    .await?)
-}
-
-/// Every step of every set, as `entrega_migrations` records them once all are applied.
-fn every_step() -> Vec<(String, i64)> {
-    [MigrationSet::Inbox, MigrationSet::Log, MigrationSet::Outbox]
-        .iter()
-        .flat_map(|set| (1..=latest_version(*set)).map(|v| (set.name().to_owned(), v)))
-        .collect()
-}
-
-#[tokio::test]
-async fn migrating_twice_changes_nothing() -> TestResult {
-    let db = TestDb::with(&ALL).await?;
-    let first = recorded(&db.pool).await?;
-    migrate(&db.pool, &ALL).await?;
-    migrate(&db.pool, &[MigrationSet::Log, MigrationSet::Log]).await?;
-    assert_eq!(recorded(&db.pool).await?, first);
-    assert_eq!(first, every_step());
-    let lanes: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_relay_lanes")
-        .fetch_one(&db.pool)
-        .await?;
-    assert_eq!(lanes, 64, "lane rows are created once");
-    db.drop().await
-}
-
-#[tokio::test]
-async fn only_the_requested_sets_are_created() -> TestResult {
-    let db = TestDb::with(&[MigrationSet::Inbox]).await?;
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
-    )
-    .fetch_all(&db.pool)
-    .await?;
-    assert_eq!(
-        tables,
-        vec![
-            "entrega_aparcados",
-            "entrega_migrations",
-            "entrega_peticiones",
-            "entrega_respuestas",
-            "entrega_retenidos",
-            "mensajes_procesados"
-        ]
-    );
-    db.drop().await
-}
-
-#[tokio::test]
-async fn concurrent_migrations_apply_each_step_once() -> TestResult {
-    let db = TestDb::empty().await?;
-    let (a, b, c) = tokio::join!(
-        migrate(&db.pool, &ALL),
-        migrate(&db.pool, &ALL),
-        migrate(&db.pool, &[MigrationSet::Outbox]),
-    );
-    a?;
-    b?;
-    c?;
-    assert_eq!(recorded(&db.pool).await?, every_step());
-    let lanes: i64 = sqlx::query_scalar("SELECT count(*) FROM entrega_relay_lanes")
-        .fetch_one(&db.pool)
-        .await?;
-    assert_eq!(lanes, 64);
-    db.drop().await
-}
-
-#[tokio::test]
-async fn a_newer_schema_is_refused() -> TestResult {
-    let db = TestDb::with(&[MigrationSet::Outbox]).await?;
-    sqlx::query(
-        "INSERT INTO entrega_migrations (set_name, version, description, applied_at_ms)
-         VALUES ('outbox', 999, 'from the future', 0)",
-    )
-    .execute(&db.pool)
-    .await?;
-    let err = migrate(&db.pool, &[MigrationSet::Outbox]).await;
-    assert!(
-        matches!(err, Err(StoreError::SchemaTooNew { found: 999, .. })),
-        "{err:?}"
-    );
-    // Other sets are unaffected by the refusal of one only when asked alone.
-    migrate(&db.pool, &[MigrationSet::Inbox]).await?;
-    db.drop().await
-}
 
 #[tokio::test]
 async fn ensure_database_is_race_safe_and_returns_a_usable_url() -> TestResult {
@@ -135,8 +42,11 @@ async fn errors_are_classified() -> TestResult {
     };
     assert!(classify(refused).is_transient());
 
-    let db = TestDb::with(&[MigrationSet::Inbox]).await?;
-    let insert = "INSERT INTO mensajes_procesados (id_mensaje, consumidor) VALUES ('a', 'b')";
+    let db = TestDb::empty().await?;
+    sqlx::query("CREATE TABLE keys (id TEXT PRIMARY KEY)")
+        .execute(&db.pool)
+        .await?;
+    let insert = "INSERT INTO keys (id) VALUES ('a')";
     sqlx::query(insert).execute(&db.pool).await?;
     let duplicate = sqlx::query(insert).execute(&db.pool).await;
     let Err(duplicate) = duplicate else {
@@ -161,7 +71,7 @@ async fn errors_are_classified() -> TestResult {
 
 #[tokio::test]
 async fn pooled_sessions_run_without_jit() -> TestResult {
-    let db = TestDb::with(&[]).await?;
+    let db = TestDb::empty().await?;
     // Every connection of the pool, not only the first: hold several at once.
     let mut held = Vec::new();
     for _ in 0..3 {
@@ -178,7 +88,7 @@ async fn pooled_sessions_run_without_jit() -> TestResult {
 
 #[tokio::test]
 async fn pooled_sessions_run_with_timeouts_and_keepalives() -> TestResult {
-    let db = TestDb::with(&[]).await?;
+    let db = TestDb::empty().await?;
     let mut held = Vec::new();
     for _ in 0..3 {
         held.push(db.pool.acquire().await?);
@@ -197,7 +107,7 @@ async fn pooled_sessions_run_with_timeouts_and_keepalives() -> TestResult {
 
 #[tokio::test]
 async fn a_url_sets_its_own_limits_and_they_are_enforced() -> TestResult {
-    let db = TestDb::with(&[]).await?;
+    let db = TestDb::empty().await?;
     let url = format!(
         "{}?options=-c%20statement_timeout%3D300ms%20-c%20idle_in_transaction_session_timeout%3D300ms",
         db.url

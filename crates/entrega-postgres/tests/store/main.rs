@@ -1,11 +1,11 @@
-//! entrega on PostgreSQL: its migration runner and migration sets, and TLS. (The stores
-//! themselves are tested through `entrega::Db` in `crates/entrega/tests/engine/store/`.)
+//! entrega on PostgreSQL: connecting, session limits, error classification and TLS. (The
+//! stores and their migrations are tested through `entrega::Db` in
+//! `crates/entrega/tests/engine/store/`.)
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 #[path = "../common/mod.rs"]
 mod common;
 
-mod dlq;
-mod migrations;
+mod connect;
 mod tls;

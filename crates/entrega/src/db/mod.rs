@@ -27,10 +27,12 @@ mod answers;
 mod batch;
 mod exec;
 mod migration;
+mod migrator;
 mod placeholders;
 mod query;
 mod row_runs;
 mod rows;
+mod schema;
 mod tx;
 pub(crate) mod types;
 
@@ -196,10 +198,7 @@ impl Db {
 
     /// Creates or updates entrega's own tables for the given sets.
     pub async fn migrate(&self, sets: &[MigrationSet]) -> Result<(), StoreError> {
-        match &self.pool {
-            Pool::Sqlite(pool) => entrega_sqlite::migrate(pool, sets).await,
-            Pool::Postgres(pool) => entrega_postgres::migrate(pool, sets).await,
-        }
+        migrator::own_sets(self, sets).await
     }
 
     /// What keeps this database's schema from being the one this build expects: every entrega
@@ -225,10 +224,7 @@ impl Db {
             let Some((_, version)) = applied.iter().find(|(name, _)| name == set.name()) else {
                 continue;
             };
-            let latest = match &self.pool {
-                Pool::Sqlite(_) => entrega_sqlite::latest_version(set),
-                Pool::Postgres(_) => entrega_postgres::latest_version(set),
-            };
+            let latest = migrator::latest_version(set, self.backend());
             if *version < latest {
                 behind.push(format!("{} at {version} of {latest}", set.name()));
             }
@@ -252,10 +248,7 @@ impl Db {
     ) -> Result<(), StoreError> {
         let scripts = migration::scripts(migrations, self.backend());
         let steps = migration::for_runner(migrations, &scripts);
-        match &self.pool {
-            Pool::Sqlite(pool) => entrega_sqlite::apply_migrations(pool, name, &steps).await,
-            Pool::Postgres(pool) => entrega_postgres::apply_migrations(pool, name, &steps).await,
-        }
+        migrator::application_set(self, name, &steps).await
     }
 
     /// The outbox of this database through the relay's ports.
@@ -278,7 +271,7 @@ impl Db {
     }
 
     /// Where the worker holds dead letters the broker refused (needs
-    /// [`MigrationSet::Inbox`]).
+    /// [`MigrationSet::HeldLetters`]).
     pub fn held_letters(&self) -> Arc<dyn HeldLetterStore> {
         Arc::new(crate::dlq::DbHeldLetters::new(self.clone()))
     }

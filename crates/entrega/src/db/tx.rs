@@ -238,6 +238,25 @@ impl Tx {
         Ok(written == 1)
     }
 
+    /// Runs `text` as one script: several statements, no parameters (a schema step).
+    pub(super) async fn script(&mut self, text: &str) -> Result<(), StoreError> {
+        use sqlx::Executor as _;
+        // A plain `&str` runs every statement of the script (PostgreSQL's simple-query
+        // protocol) and keeps the future `Send`, unlike `raw_sql`.
+        match &mut self.inner {
+            Inner::Sqlite(tx) => (&mut **tx)
+                .execute(text)
+                .await
+                .map(drop)
+                .map_err(entrega_sqlite::classify),
+            Inner::Postgres(tx) => (&mut **tx)
+                .execute(text)
+                .await
+                .map(drop)
+                .map_err(entrega_postgres::classify),
+        }
+    }
+
     /// Commits everything written in this transaction.
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {

@@ -122,7 +122,8 @@ type RequestRow = (String, String, Vec<u8>, i64);
 type DueRow = (String, String, Vec<u8>, i64, Option<i64>);
 
 impl DurableRequester {
-    /// A requester over `db` (migrated with [`MigrationSet::Inbox`](entrega_core::MigrationSet)).
+    /// A requester over `db` (migrated with [`MigrationSet::Rpc`](entrega_core::MigrationSet)
+    /// and `Inbox`, which claims the replies).
     pub fn new(
         db: Db,
         transport: Arc<dyn RpcTransport>,

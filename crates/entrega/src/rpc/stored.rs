@@ -90,7 +90,8 @@ pub struct StoredAnswerStats {
 
 /// An [`RpcHandler`] that applies each request once, by [`AnswerInTx::key`], and answers a
 /// repeat with the answer stored the first time (`entrega_respuestas`, migrated with
-/// [`MigrationSet::Inbox`](entrega_core::MigrationSet::Inbox)).
+/// [`MigrationSet::Rpc`](entrega_core::MigrationSet::Rpc), with
+/// [`MigrationSet::Inbox`](entrega_core::MigrationSet::Inbox) for the handler's own claims).
 pub struct StoredAnswers<H> {
     db: Db,
     consumer: String,

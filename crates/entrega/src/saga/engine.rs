@@ -71,7 +71,7 @@ impl std::fmt::Debug for Sagas {
 
 impl Sagas {
     /// The sagas of `flow` in `db` (migrated with [`Sagas::migrate`] and
-    /// [`MigrationSet::Outbox`](entrega_core::MigrationSet) and `Inbox`). Replies are
+    /// [`MigrationSet::Outbox`](entrega_core::MigrationSet), `Inbox` and `Rpc`). Replies are
     /// claimed in `mensajes_procesados` as consumer `saga.<kind>`.
     pub fn new(db: Db, flow: Arc<dyn SagaFlow>, clock: Arc<dyn Clock>) -> Self {
         let consumer = format!("saga.{}", flow.kind());

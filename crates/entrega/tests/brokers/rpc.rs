@@ -187,7 +187,9 @@ async fn a_repeated_request_gets_the_stored_answer(amqp: bool) {
     let rig = rig(amqp).await;
     let dir = TempDir::new();
     let db = Db::connect(&dir.url("pagos.db")).await.unwrap();
-    db.migrate(&[MigrationSet::Inbox]).await.unwrap();
+    db.migrate(&[MigrationSet::Inbox, MigrationSet::Rpc])
+        .await
+        .unwrap();
     db.execute(entrega::db::query(authorise().create_table()))
         .await
         .unwrap();

@@ -87,7 +87,7 @@ impl ReplyHandler for Record {
 async fn requester_db(dir: &str) -> Db {
     let db = open(
         &format!("sqlite://{dir}/requester.db"),
-        &[MigrationSet::Inbox],
+        &[MigrationSet::Inbox, MigrationSet::Rpc],
     )
     .await;
     db.execute(query(
@@ -185,7 +185,11 @@ async fn requester_killed_with_calls_in_flight_applies_every_reply_once(amqp: bo
         dir.url("broker.db")
     };
     let queue = format!("rpc.durable.{}", uuid::Uuid::new_v4().simple());
-    let server_db = open(&dir.url("server.db"), &[MigrationSet::Inbox]).await;
+    let server_db = open(
+        &dir.url("server.db"),
+        &[MigrationSet::Inbox, MigrationSet::Rpc],
+    )
+    .await;
     server_db
         .execute(query(
             "CREATE TABLE servidas (pedido_id TEXT PRIMARY KEY, veces BIGINT NOT NULL)",

@@ -34,7 +34,10 @@ async fn open(dir: &Path, file: &str, set: MigrationSet) -> SqlitePool {
     let pool = entrega_sqlite::connect(&format!("sqlite://{}/{file}", dir.display()))
         .await
         .unwrap();
-    entrega_sqlite::migrate(&pool, &[set]).await.unwrap();
+    entrega::Db::from(pool.clone())
+        .migrate(&[set])
+        .await
+        .unwrap();
     pool
 }
 

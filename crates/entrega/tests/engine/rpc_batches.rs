@@ -62,7 +62,11 @@ fn order(id: &str) -> RpcMessage {
 
 async fn fresh(backend: Backend, dir: &TempDir) -> FreshDb {
     let fresh = FreshDb::new(backend, dir, "pagos.db").await;
-    fresh.db.migrate(&[MigrationSet::Inbox]).await.unwrap();
+    fresh
+        .db
+        .migrate(&[MigrationSet::Inbox, MigrationSet::Rpc])
+        .await
+        .unwrap();
     fresh
         .db
         .execute(query(authorise().create_table()))

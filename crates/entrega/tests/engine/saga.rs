@@ -171,7 +171,7 @@ impl Fixture {
         let fresh = FreshDb::new(backend, &dir, "orquestador.db").await;
         fresh
             .db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Rpc])
             .await
             .unwrap();
         fresh.db.apply_migrations("app", APP).await.unwrap();

@@ -27,7 +27,7 @@ async fn held_store(backend: Backend, dir: &TempDir) -> (FreshDb, Arc<dyn HeldLe
     let fresh = FreshDb::new(backend, dir, "inventario.db").await;
     fresh
         .db
-        .migrate(&[MigrationSet::Inbox])
+        .migrate(&[MigrationSet::Inbox, MigrationSet::HeldLetters])
         .await
         .expect("migrate");
     let store = fresh.db.held_letters();

@@ -62,19 +62,37 @@ pub async fn sqlite_pool(dir: &TempDir, file: &str, set: MigrationSet) -> Sqlite
     let pool = entrega_sqlite::connect(&dir.url(file))
         .await
         .expect("connect");
-    entrega_sqlite::migrate(&pool, &[set])
+    entrega::Db::from(pool.clone())
+        .migrate(&[set])
         .await
         .expect("migrate");
     pool
 }
 
-/// A log transport on a SQLite file.
-pub struct SqliteLogFixture {
+/// A log transport over a database, as the suites use it: on a database made for the
+/// fixture (dropped at teardown) or on one the caller keeps.
+pub struct DbLogFixture {
     pub log: DbLog,
+    owned: Option<(pg::FreshDb, TempDir)>,
+}
+
+impl DbLogFixture {
+    /// Over a database the caller keeps; teardown closes the pool.
+    pub fn new(log: DbLog) -> Self {
+        Self { log, owned: None }
+    }
+
+    /// Over `fresh` (its SQLite file in `dir`), dropped at teardown.
+    pub fn owning(log: DbLog, fresh: pg::FreshDb, dir: TempDir) -> Self {
+        Self {
+            log,
+            owned: Some((fresh, dir)),
+        }
+    }
 }
 
 #[async_trait]
-impl LogFixture for SqliteLogFixture {
+impl LogFixture for DbLogFixture {
     fn publisher(&self) -> Arc<dyn Publisher> {
         Arc::new(self.log.clone())
     }
@@ -100,20 +118,21 @@ impl LogFixture for SqliteLogFixture {
         Ok(self.log.read(topic, partition, from, max).await?)
     }
     async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
-        self.log.db().close().await;
+        match self.owned {
+            Some((fresh, _dir)) => fresh.finish().await,
+            None => self.log.db().close().await,
+        }
         Ok(())
     }
 }
 
-async fn sqlite_log(dir: &TempDir, clock: Arc<dyn Clock>) -> SqliteLogFixture {
+async fn sqlite_log(dir: &TempDir, clock: Arc<dyn Clock>) -> DbLogFixture {
     let broker = sqlite_pool(dir, "broker.db", MigrationSet::Log).await;
     let config = LogConfig {
         poll_interval: std::time::Duration::from_millis(20),
         ..LogConfig::default()
     };
-    SqliteLogFixture {
-        log: DbLog::new(broker.into(), config, clock),
-    }
+    DbLogFixture::new(DbLog::new(broker.into(), config, clock))
 }
 
 /// An outbox and a log on one backend; the directory lives as long as the value.

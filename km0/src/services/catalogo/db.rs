@@ -44,7 +44,12 @@ impl CatalogStore {
     /// Creates the catalogue table (and the parking table its ordered retries use).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.db
-            .migrate(&[MigrationSet::Inbox, MigrationSet::Dlq])
+            .migrate(&[
+                MigrationSet::Inbox,
+                MigrationSet::Rpc,
+                MigrationSet::HeldLetters,
+                MigrationSet::Dlq,
+            ])
             .await?;
         self.db.apply_migrations("catalogo", MIGRATIONS).await
     }

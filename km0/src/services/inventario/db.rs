@@ -126,7 +126,13 @@ impl StockStore {
     /// stock table with its seed rows and the reservations.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
+            .migrate(&[
+                MigrationSet::Outbox,
+                MigrationSet::Inbox,
+                MigrationSet::Rpc,
+                MigrationSet::HeldLetters,
+                MigrationSet::Dlq,
+            ])
             .await?;
         self.db.apply_migrations("inventario", MIGRATIONS).await
     }

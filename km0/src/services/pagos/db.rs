@@ -134,7 +134,13 @@ impl PaymentStore {
     /// Creates entrega's tables (outbox, inbox and stored answers) and pagos' own.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
+            .migrate(&[
+                MigrationSet::Outbox,
+                MigrationSet::Inbox,
+                MigrationSet::Rpc,
+                MigrationSet::HeldLetters,
+                MigrationSet::Dlq,
+            ])
             .await?;
         self.db.apply_migrations("pagos", MIGRATIONS).await
     }

@@ -85,7 +85,13 @@ impl OrderStore {
     pub async fn migrate(&self) -> Result<(), StoreError> {
         // The dead-letter set brings the operator audit, where releases of held rows are kept.
         self.db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
+            .migrate(&[
+                MigrationSet::Outbox,
+                MigrationSet::Inbox,
+                MigrationSet::Rpc,
+                MigrationSet::HeldLetters,
+                MigrationSet::Dlq,
+            ])
             .await?;
         self.db.apply_migrations("pedidos", MIGRATIONS).await
     }

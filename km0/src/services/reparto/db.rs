@@ -189,7 +189,13 @@ impl DeliveryStore {
     /// Creates entrega's consumer tables and reparto's own, with the initial couriers.
     pub async fn migrate(&self) -> Result<(), StoreError> {
         self.db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Dlq])
+            .migrate(&[
+                MigrationSet::Outbox,
+                MigrationSet::Inbox,
+                MigrationSet::Rpc,
+                MigrationSet::HeldLetters,
+                MigrationSet::Dlq,
+            ])
             .await?;
         self.db.apply_migrations("reparto", MIGRATIONS).await
     }

@@ -7,9 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega::broker::{DbLog, LogConfig};
 use entrega::db::{query, Backend, Db, TimeMs};
-use entrega_core::{
-    Clock, DlqStore, MigrationSet, ParkingStore, Publisher, Record, Subscriber, TopicAdmin,
-};
+use entrega_core::{Clock, DlqStore, MigrationSet, ParkingStore};
 use entrega_testkit::{
     BoxError, DlqFixture, DlqHarness, InboxFixture, InboxHarness, LogFixture, LogHarness,
     LogSettings, OutboxFixture, OutboxHarness, ParkingFixture, ParkingHarness, TxEnd,
@@ -17,7 +15,7 @@ use entrega_testkit::{
 
 use crate::support::outbox::{DbOutboxFixture, LateCommit};
 use crate::support::pg::FreshDb;
-use crate::support::TempDir;
+use crate::support::{DbLogFixture, TempDir};
 
 /// Fresh databases of one backend for the suites.
 pub struct DbHarness(pub Backend);
@@ -103,52 +101,15 @@ impl LogHarness for DbHarness {
         settings: LogSettings,
         clock: Arc<dyn Clock>,
     ) -> Result<Box<dyn LogFixture>, BoxError> {
-        let fixture = Fixture::new(self.0, &[MigrationSet::Log]).await?;
+        let Fixture { fresh, _dir: dir } = Fixture::new(self.0, &[MigrationSet::Log]).await?;
         let config = LogConfig {
             lease_ttl: settings.lease_ttl,
             heartbeat: settings.heartbeat,
             poll_interval: settings.poll_interval,
             auto_create_partitions: settings.auto_create_partitions,
         };
-        let log = DbLog::new(fixture.db().clone(), config, clock);
-        Ok(Box::new(Log { fixture, log }))
-    }
-}
-
-/// A database with the log set, as a log fixture.
-struct Log {
-    fixture: Fixture,
-    log: DbLog,
-}
-
-#[async_trait]
-impl LogFixture for Log {
-    fn publisher(&self) -> Arc<dyn Publisher> {
-        Arc::new(self.log.clone())
-    }
-    fn admin(&self) -> Arc<dyn TopicAdmin> {
-        Arc::new(self.log.clone())
-    }
-    fn subscriber(&self) -> Arc<dyn Subscriber> {
-        Arc::new(self.log.clone())
-    }
-    async fn committed(&self, group: &str, topic: &str) -> Result<Vec<(u32, i64)>, BoxError> {
-        Ok(self.log.committed(group, topic).await?)
-    }
-    async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, BoxError> {
-        Ok(self.log.end_offsets(topic).await?)
-    }
-    async fn read(
-        &self,
-        topic: &str,
-        partition: u32,
-        from: i64,
-        max: usize,
-    ) -> Result<Vec<Record>, BoxError> {
-        Ok(self.log.read(topic, partition, from, max).await?)
-    }
-    async fn teardown(self: Box<Self>) -> Result<(), BoxError> {
-        self.fixture.finish().await
+        let log = DbLog::new(fresh.db.clone(), config, clock);
+        Ok(Box::new(DbLogFixture::owning(log, fresh, dir)))
     }
 }
 
@@ -253,58 +214,39 @@ impl DlqFixture for DeadLetters {
     }
 }
 
-mod sqlite {
-    mod outbox {
-        entrega_testkit::outbox_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Sqlite
-        ));
-    }
-    mod inbox {
-        entrega_testkit::inbox_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Sqlite
-        ));
-    }
-    mod parking {
-        entrega_testkit::parking_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Sqlite
-        ));
-    }
-    mod dead_letters {
-        entrega_testkit::dlq_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Sqlite
-        ));
-    }
-    mod log {
-        entrega_testkit::log_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Sqlite
-        ));
-    }
+/// Every store's conformance suite on one backend, as `<backend>::<store>::<scenario>`.
+macro_rules! every_suite {
+    ($($backend:ident => $variant:ident),+ $(,)?) => {
+        $(
+            mod $backend {
+                mod outbox {
+                    entrega_testkit::outbox_conformance!(crate::store::conformance::DbHarness(
+                        entrega::db::Backend::$variant
+                    ));
+                }
+                mod inbox {
+                    entrega_testkit::inbox_conformance!(crate::store::conformance::DbHarness(
+                        entrega::db::Backend::$variant
+                    ));
+                }
+                mod parking {
+                    entrega_testkit::parking_conformance!(crate::store::conformance::DbHarness(
+                        entrega::db::Backend::$variant
+                    ));
+                }
+                mod dead_letters {
+                    entrega_testkit::dlq_conformance!(crate::store::conformance::DbHarness(
+                        entrega::db::Backend::$variant
+                    ));
+                }
+                mod log {
+                    entrega_testkit::log_conformance!(crate::store::conformance::DbHarness(
+                        entrega::db::Backend::$variant
+                    ));
+                }
+            }
+        )+
+    };
 }
 
-mod postgres {
-    mod outbox {
-        entrega_testkit::outbox_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Postgres
-        ));
-    }
-    mod inbox {
-        entrega_testkit::inbox_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Postgres
-        ));
-    }
-    mod parking {
-        entrega_testkit::parking_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Postgres
-        ));
-    }
-    mod dead_letters {
-        entrega_testkit::dlq_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Postgres
-        ));
-    }
-    mod log {
-        entrega_testkit::log_conformance!(crate::store::conformance::DbHarness(
-            entrega::db::Backend::Postgres
-        ));
-    }
-}
+every_suite!(sqlite => Sqlite, postgres => Postgres);

@@ -8,5 +8,6 @@ mod inbox;
 mod log_groups;
 mod log_postgres;
 mod log_sqlite;
+mod migrations;
 mod outbox;
 mod seed_compat;

@@ -8,7 +8,6 @@ use entrega::broker::DbLog;
 use entrega_core::{
     headers, Headers, MigrationSet, NewEvent, OutgoingMessage, Publisher, TopicAdmin,
 };
-use entrega_postgres::migrate;
 use serde_json::json;
 use sqlx::Row;
 use uuid::Uuid;
@@ -33,7 +32,7 @@ impl TestDb {
 
     async fn with(sets: &[MigrationSet]) -> Result<Self, Error> {
         let db = Self::empty().await?;
-        migrate(&db.pool, sets).await?;
+        entrega::Db::from(db.pool.clone()).migrate(sets).await?;
         Ok(db)
     }
 
@@ -160,8 +159,13 @@ async fn a_database_created_by_the_seed_sql_is_adopted() -> TestResult {
     .execute(&db.pool)
     .await?;
 
-    migrate(&db.pool, &[MigrationSet::Outbox, MigrationSet::Inbox]).await?;
-    migrate(&db.pool, &[MigrationSet::Outbox, MigrationSet::Inbox]).await?;
+    let migrator = entrega::Db::from(db.pool.clone());
+    migrator
+        .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+        .await?;
+    migrator
+        .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox])
+        .await?;
 
     // entrega's columns, index and trigger are there, on the seed's table.
     let columns: Vec<String> = sqlx::query_scalar(
