@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::demo::{self, DemoOptions};
 use crate::wiring::config::{BrokerUrl, DataPlace, Databases};
-use crate::wiring::{self, Components, Retention, System};
+use crate::wiring::{self, Components, InUp, Retention, System};
 
 /// Kilómetro Cero: orders and stock over entrega (outbox, relay, idempotent consumer).
 #[derive(Debug, Parser)]
@@ -265,7 +265,8 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The component.
-    pub component: Component,
+    #[arg(value_parser = component_names())]
+    pub component: String,
     /// Address of the HTTP API (pedidos, pasarela).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub http: SocketAddr,
@@ -329,26 +330,13 @@ impl FaultArgs {
     }
 }
 
-/// A component that `km0 run` starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Component {
-    /// The orders HTTP API.
-    Pedidos,
-    /// The stock consumer, the order saga's reservations, and inventario's outbox relay.
-    Inventario,
-    /// The catalogue's low-stock flags, from inventario's `stock.actualizado`.
-    Catalogo,
-    /// The outbox relay of pedidos.
-    Relay,
-    /// The delivery consumer (couriers for paid orders).
-    Reparto,
-    /// Sales per market in Kafka transactions (Kafka brokers only).
-    Analitica,
-    /// The payment gateway simulator (HTTP on `--http`, its own ledger database).
-    Pasarela,
-    /// Card authorisations on `pagos.autorizaciones`, the charge of each order at the
-    /// gateway (`--pasarela-url`), and pagos' outbox relay.
-    Pagos,
+/// The names `km0 run` takes: every component of [`crate::services::COMPONENTS`].
+fn component_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        crate::services::COMPONENTS
+            .iter()
+            .map(|c| clap::builder::PossibleValue::new(c.name()).help(c.about())),
+    )
 }
 
 impl Cli {
@@ -361,24 +349,8 @@ impl Cli {
             }
         }
         match &self.command {
-            Command::Run(args) => format!("km0 {}", args.component.name()),
+            Command::Run(args) => format!("km0 {}", args.component),
             _ => "km0".to_owned(),
-        }
-    }
-}
-
-impl Component {
-    /// The component's name on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Pedidos => "pedidos",
-            Self::Inventario => "inventario",
-            Self::Catalogo => "catalogo",
-            Self::Relay => "relay",
-            Self::Reparto => "reparto",
-            Self::Analitica => "analitica",
-            Self::Pasarela => "pasarela",
-            Self::Pagos => "pagos",
         }
     }
 }
@@ -535,32 +507,32 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             no_console,
         } => {
             let instance = format!("km0-{}", std::process::id());
+            let transactions = system.broker_kind()?.has_transactions();
+            let saga = system.saga().is_some();
             let mut components = Components::all(&instance);
+            let mut apart = Components::none(&format!("{instance}-pasarela"));
+            for component in crate::services::COMPONENTS {
+                match component.in_up() {
+                    InUp::WithTransactions if transactions => components.add(*component),
+                    InUp::WithSaga if saga => components.add(*component),
+                    InUp::Apart if saga => apart.add(*component),
+                    _ => {}
+                }
+            }
             components.ops = Some(ops);
             if !no_console {
                 components.console = Some(operators.clone());
             }
-            components.analitica = system.broker_kind()?.is_kafka();
-            if system.saga().is_none() {
+            if !saga {
                 wiring::run_until_signal(&system, components, http).await?;
                 return Ok(ExitCode::SUCCESS);
             }
             // The gateway serves HTTP of its own: it starts first, on its own address, and
             // stops last.
-            let gateway = system
-                .start(
-                    Components {
-                        pasarela: Some(Default::default()),
-                        ..Components::none(&format!("{instance}-pasarela"))
-                    },
-                    pasarela,
-                )
-                .await?;
+            let gateway = system.start(apart, pasarela).await?;
             let gateway_addr = gateway
                 .http_addr()
                 .context("the gateway simulator serves HTTP")?;
-            components.pagos = true;
-            components.reparto = true;
             let scheme = if system.http_tls()?.is_some() {
                 "https"
             } else {
@@ -573,25 +545,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             stopped?;
         }
         Command::Run(args) => {
+            let component = wiring::named(&args.component)
+                .with_context(|| format!("no component named `{}`", args.component))?;
             let instance = args
                 .instance
-                .unwrap_or_else(|| format!("{}-{}", args.component.name(), std::process::id()));
-            let mut components = Components::none(&instance);
+                .unwrap_or_else(|| format!("{}-{}", component.name(), std::process::id()));
+            let mut components = Components::none(&instance).with(component);
             components.mapas_url = args.mapas_url.clone();
             components.pasarela_url = args.pasarela_url.clone();
+            components.faults = args.faults.to_faults();
             components.ops = args.ops;
             if args.console {
                 components.console = Some(operators.clone());
-            }
-            match args.component {
-                Component::Pedidos => components.pedidos = true,
-                Component::Inventario => components.inventario = true,
-                Component::Catalogo => components.catalogo = true,
-                Component::Relay => components.relay = true,
-                Component::Reparto => components.reparto = true,
-                Component::Analitica => components.analitica = true,
-                Component::Pasarela => components.pasarela = Some(args.faults.to_faults()),
-                Component::Pagos => components.pagos = true,
             }
             wiring::run_until_signal(&system, components, args.http).await?;
         }

@@ -198,6 +198,14 @@ impl Broker {
         }
     }
 
+    /// The clients of the broker's read-process-write transactions, when it has them
+    /// (Kafka's: a batch's output and its input offsets commit together); `None` on the log
+    /// transports and RabbitMQ.
+    #[cfg(feature = "kafka")]
+    pub fn transactions(&self) -> Option<&entrega_kafka::Kafka> {
+        self.as_kafka()
+    }
+
     /// The RabbitMQ handle, for what only RabbitMQ has (deleting a group's queues); `None`
     /// on the other transports.
     #[cfg(feature = "amqp")]

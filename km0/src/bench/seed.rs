@@ -26,7 +26,8 @@ use super::report::{BenchReport, Measurement, Target};
 use super::workload::{outbox_events, prefill_outbox, BENCH_UNITS};
 use super::{progress, BenchRun, Common};
 use crate::services::inventario::{CONSUMER, INITIAL_STOCK};
-use crate::wiring::config::{with_database, Service};
+use crate::services::{inventario, pedidos};
+use crate::wiring::config::with_database;
 use crate::wiring::ensure_topic_and_dlq;
 
 /// entrega's relay must reach this multiple of the seed's events/s.
@@ -153,7 +154,7 @@ async fn compare_relays(
     ensure_topic_and_dlq(&broker, &seed_topic).await?;
     prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)).await?;
 
-    let dsn = run.system.databases().url(Service::Pedidos).await?;
+    let dsn = run.system.databases().url(&pedidos::DATABASE).await?;
     python(
         common,
         args,
@@ -209,7 +210,7 @@ async fn compare_consumers(
         .place
         .postgres_server()
         .context("the comparison needs PostgreSQL")?;
-    let name = format!("{}seed", run.system.databases().name(Service::Inventario));
+    let name = format!("{}seed", run.system.databases().name(&inventario::DATABASE));
     let dsn = entrega_postgres::ensure_database(server, &name).await?;
     let result = seed_consumer(common, args, run, &dsn).await;
     drop_database(server, &name).await?;

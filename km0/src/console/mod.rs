@@ -36,8 +36,8 @@ use entrega::Db;
 
 pub use auth::{BadToken, Operators};
 
-use crate::wiring::config::Service;
-use crate::wiring::{Broker, System};
+use crate::services::inventario;
+use crate::wiring::{databases, Broker, System};
 
 /// What the console's handlers share.
 pub(crate) struct Console {
@@ -47,7 +47,7 @@ pub(crate) struct Console {
     sagas: Sagas,
     operators: Operators,
     /// The databases of the services that write events, for an order's trace.
-    trace_dbs: Vec<(Service, Db)>,
+    trace_dbs: Vec<(&'static str, Db)>,
 }
 
 /// The console's routes under `/console`, over the deployment `system` (every service's
@@ -55,7 +55,7 @@ pub(crate) struct Console {
 pub async fn router(system: System, operators: Operators) -> anyhow::Result<Router> {
     let broker = system.broker().await.context("opening the broker")?;
     let inventario = system
-        .service_db(Service::Inventario)
+        .open(&inventario::DATABASE)
         .await
         .context("opening the inventario database")?;
     let letters = letters::Letters::new(&broker, inventario.dead_letters());
@@ -70,17 +70,12 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         .await
         .context("opening the order sagas")?;
     let mut trace_dbs = Vec::new();
-    for service in [
-        Service::Pedidos,
-        Service::Inventario,
-        Service::Pagos,
-        Service::Reparto,
-    ] {
+    for database in databases().into_iter().filter(|d| d.outbox) {
         let db = system
-            .database(service)
+            .database(database)
             .await
-            .with_context(|| format!("opening the {} database", service.name()))?;
-        trace_dbs.push((service, db));
+            .with_context(|| format!("opening the {} database", database.name))?;
+        trace_dbs.push((database.name, db));
     }
     let console = Arc::new(Console {
         system,

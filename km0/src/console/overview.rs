@@ -13,13 +13,13 @@ use super::html::{esc, failure, page, table, time, Section};
 use super::Console;
 use crate::ops::lag::lag_report;
 use crate::ops::queue_lag::queue_lag_report;
-use crate::wiring::AMQP_GROUPS;
+use crate::wiring::groups;
 
 /// `GET /console/`: outbox, consumer lag, dead letters and sagas at a glance.
 pub(super) async fn overview(State(console): State<Arc<Console>>) -> Html<String> {
     let mut body = String::new();
     body.push_str("<section><h2>Outbox de pedidos</h2>\n");
-    match console.system.outbox_status().await {
+    match crate::ops::outbox::backlog(&console.system).await {
         Ok(s) => {
             body.push_str(&format!(
                 "<dl class=\"figures\" data-testid=\"outbox\">\
@@ -110,7 +110,8 @@ pub(super) async fn overview(State(console): State<Arc<Console>>) -> Html<String
 async fn lag_section(console: &Console) -> String {
     let mut rows = Vec::new();
     if let Some(amqp) = console.broker.as_amqp() {
-        for (group, topic, _) in AMQP_GROUPS {
+        for owned in groups() {
+            let (group, topic) = (owned.group, owned.topic);
             match queue_lag_report(amqp, &[group.to_owned()], &[topic.to_owned()]).await {
                 Ok(report) => {
                     for g in report.groups {
@@ -142,7 +143,8 @@ async fn lag_section(console: &Console) -> String {
         );
     }
     let inspector = console.broker.inspector();
-    for (group, topic, _) in AMQP_GROUPS {
+    for owned in groups() {
+        let (group, topic) = (owned.group, owned.topic);
         match lag_report(inspector.as_ref(), &[group.to_owned()], &[topic.to_owned()]).await {
             Ok(report) => {
                 for g in report.groups {

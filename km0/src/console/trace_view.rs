@@ -60,7 +60,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
         match found {
             Ok(found) => rows.extend(found.into_iter().map(
                 |(kind, aggregate_id, created, published, headers)| Row {
-                    service: service.name(),
+                    service,
                     created,
                     published,
                     kind,
@@ -72,7 +72,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
                     }),
                 },
             )),
-            Err(e) => notes.push_str(&failure(&format!("outbox de {}", service.name()), &e)),
+            Err(e) => notes.push_str(&failure(&format!("outbox de {service}"), &e)),
         }
     }
     rows.sort_by(|a, b| a.created.cmp(&b.created));

@@ -4,7 +4,7 @@
 
 use entrega_core::group_lag;
 
-use crate::wiring::{Broker, AMQP_GROUPS};
+use crate::wiring::{groups, Broker};
 
 /// Messages not consumed and messages dead-lettered, summed over km0's groups.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,13 +42,13 @@ impl Backlog {
 }
 
 impl Backlog {
-    /// Reads the backlog of every group in [`AMQP_GROUPS`] (each group and the topic it
-    /// consumes, whatever the broker).
+    /// Reads the backlog of every consumer group km0's components own ([`groups`]: each
+    /// group and the topic it consumes, whatever the broker).
     pub async fn read(broker: &Broker) -> anyhow::Result<Self> {
         let mut backlog = Self::default();
         if let Some(amqp) = broker.as_amqp() {
-            for (group, topic, _) in AMQP_GROUPS {
-                let names = amqp.group_queues(group, topic);
+            for owned in groups() {
+                let names = amqp.group_queues(owned.group, owned.topic);
                 let mut queues = names.queues();
                 let dead_letter_queue = names.dead_letter_queue();
                 queues.push(dead_letter_queue.clone());
@@ -68,18 +68,18 @@ impl Backlog {
         // One group's committed offsets are a round trip to its coordinator on Kafka: ask
         // for all at once.
         let lags = futures::future::try_join_all(
-            AMQP_GROUPS
-                .iter()
-                .map(|(group, topic, _)| group_lag(inspector.as_ref(), group, topic)),
+            groups()
+                .into_iter()
+                .map(|owned| group_lag(inspector.as_ref(), owned.group, owned.topic)),
         )
         .await?;
         for partition in lags.iter().flatten() {
             backlog.unconsumed += u64::try_from(partition.lag()).unwrap_or(0);
         }
         let mut topics: Vec<&str> = Vec::new();
-        for (_, topic, _) in AMQP_GROUPS {
-            if !topics.contains(&topic) {
-                topics.push(topic);
+        for owned in groups() {
+            if !topics.contains(&owned.topic) {
+                topics.push(owned.topic);
             }
         }
         for topic in topics {

@@ -21,7 +21,8 @@ use crate::services::pagos;
 use crate::services::pasarela::Ledger;
 use crate::services::pedidos::{OrderStore, SagaTimings};
 use crate::services::reparto::{DeliveryState, DeliveryStore};
-use crate::wiring::{Broker, Components, System, TOPICS};
+use crate::services::{pasarela, reparto};
+use crate::wiring::{topics, Broker, Components, System};
 
 /// Couriers the demo adds in each city reparto serves: enough that a run waits for a free
 /// one now and then, not for minutes.
@@ -156,27 +157,24 @@ pub async fn run(
         }
     }
     let before = Backlog::read(&watch.broker).await?;
-    let mut replayable = Vec::with_capacity(TOPICS.len());
-    for topic in TOPICS {
+    let topics = topics();
+    let mut replayable = Vec::with_capacity(topics.len());
+    for topic in topics.iter().copied() {
         replayable.push(Replayable::open(&watch.broker, run_id, topic).await?);
     }
 
     let started = Instant::now();
     let instance = format!("demo-{run_id}");
+    let mut gateway = Components::none(&format!("{instance}-pasarela")).with(&pasarela::COMPONENT);
+    gateway.faults = saga_plan.faults.clone();
     let gateway = system
-        .start(
-            Components {
-                pasarela: Some(saga_plan.faults.clone()),
-                ..Components::none(&format!("{instance}-pasarela"))
-            },
-            "127.0.0.1:0".parse()?,
-        )
+        .start(gateway, "127.0.0.1:0".parse()?)
         .await
         .context("starting the gateway")?;
     let gateway_addr = gateway.http_addr().context("the gateway serves HTTP")?;
     let mut components = Components::all(&instance);
-    components.reparto = true;
-    components.pagos = true;
+    components.add(&reparto::COMPONENT);
+    components.add(&pagos::COMPONENT);
     components.pasarela_url = Some(format!("http://{gateway_addr}"));
     let running = system
         .start(components, "127.0.0.1:0".parse()?)
@@ -213,7 +211,7 @@ pub async fn run(
     // Some of every topic, and every compensation: a refund or a release delivered twice
     // must change nothing.
     let pick = Pick {
-        first: options.redeliver.div_ceil(TOPICS.len()),
+        first: options.redeliver.div_ceil(topics.len()),
         every: &[pagos::REFUND, inventario::RELEASE],
     };
     for tap in replayable {

@@ -5,14 +5,14 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use entrega_core::{now_ms, BlockedRow, OutboxStatus};
+use entrega_core::{now_ms, BlockedRow, OutboxStatus, ReleaseError, StoreError};
 use uuid::Uuid;
 
 use crate::wiring::System;
 
 /// `km0 outbox status`: prints the backlog as text or, with `json`, as one JSON object.
 pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
-    let status = system.outbox_status().await.context("reading the outbox")?;
+    let status = backlog(system).await.context("reading the outbox")?;
     if json {
         println!("{}", status_json(&status));
     } else {
@@ -25,12 +25,28 @@ pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
 /// unknown or not held row is an error and nothing changes.
 pub async fn release(system: &System, id: Uuid) -> anyhow::Result<()> {
     let operator = crate::ops::identity::os_user();
-    system
-        .outbox_release(id, &operator)
+    release_row(system, id, &operator)
         .await
         .with_context(|| format!("releasing outbox row {id}"))?;
     println!("released outbox row {id} (by {operator}): the relay tries it again now");
     Ok(())
+}
+
+/// Backlog of the pedidos outbox.
+pub async fn backlog(system: &System) -> Result<OutboxStatus, StoreError> {
+    let store = system.pedidos().await?;
+    let status = store.db().outbox().maintenance.status(now_ms()).await;
+    store.db().close().await;
+    status
+}
+
+/// Releases the parked pedidos outbox row `id`, recorded under `operator` in the same
+/// transaction ([`entrega::dlq::release_outbox_row`]).
+pub async fn release_row(system: &System, id: Uuid, operator: &str) -> Result<(), ReleaseError> {
+    let store = system.pedidos().await?;
+    let released = entrega::dlq::release_outbox_row(store.db(), id, operator).await;
+    store.db().close().await;
+    released
 }
 
 /// `km0 outbox audit`: the latest operator actions on pedidos' outbox, newest first.

@@ -1,6 +1,6 @@
-//! Starting km0's components for a deployment: the pedidos HTTP API, the outbox relay, the
-//! inventario consumer, the reparto consumer and analitica, in any combination, in this
-//! process.
+//! Starting km0's components for a deployment, in any combination, in this process: each
+//! component starts itself ([`Component::start`]); this file only runs what was selected and
+//! serves the operations endpoint over what they report.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,39 +8,24 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use entrega::CancellationToken;
 
+use super::component::{Component, InUp, Start};
 use super::ops_server::{self, OpsSources};
-use super::spawn::{spawn_analitica, spawn_relay, spawn_reparto};
 use super::{System, Task};
 use crate::services::inventario::ConsumerStats;
-use crate::services::pasarela::{self, Faults, PasarelaState};
-use crate::services::pedidos::{app, PedidosState};
+use crate::services::pasarela::Faults;
 
-/// Which components to start, and the instance name they use among their peers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Which components to start, and the settings this process gives them.
+#[derive(Debug, Clone)]
 pub struct Components {
-    /// The pedidos HTTP API.
-    pub pedidos: bool,
-    /// The outbox relay.
-    pub relay: bool,
-    /// The inventario consumer.
-    pub inventario: bool,
-    /// The reparto consumer and its periodic assignment of pending deliveries.
-    pub reparto: bool,
-    /// catalogo: the low-stock flags, from inventario's `stock.actualizado`.
-    pub catalogo: bool,
-    /// reparto's maps service; `None` computes routes in-process.
-    pub mapas_url: Option<String>,
-    /// analitica: sales per market in Kafka transactions (Kafka brokers only).
-    pub analitica: bool,
-    /// The payment gateway simulator (its HTTP API on the process's address), with the
-    /// faults of this run.
-    pub pasarela: Option<Faults>,
-    /// pagos: card authorisations, the charge of each order, and its outbox relay.
-    pub pagos: bool,
-    /// The gateway pagos charges through; `None` is [`super::DEFAULT_PASARELA_URL`].
-    pub pasarela_url: Option<String>,
+    selected: Vec<&'static dyn Component>,
     /// Relay lane owner and consumer group member name.
     pub instance: String,
+    /// reparto's maps service; `None` computes routes in-process.
+    pub mapas_url: Option<String>,
+    /// The gateway pagos charges through; `None` is [`crate::services::pagos::DEFAULT_PASARELA_URL`].
+    pub pasarela_url: Option<String>,
+    /// The faults the payment gateway simulator injects, when it runs.
+    pub faults: Faults,
     /// Where to serve `/metrics`, `/healthz` and `/readyz`; `None` serves nothing.
     pub ops: Option<SocketAddr>,
     /// Serve the web console on the operations endpoint, with these operators allowed to act.
@@ -48,42 +33,56 @@ pub struct Components {
 }
 
 impl Components {
-    /// Everything, as `km0 up` and `km0 demo` run it.
+    /// The simple flow of an order ([`InUp::Always`]: pedidos, the relay, inventario,
+    /// catalogo), as `km0 up` and `km0 demo` start it.
     pub fn all(instance: &str) -> Self {
+        let mut components = Self::none(instance);
+        for component in crate::services::COMPONENTS {
+            if component.in_up() == InUp::Always {
+                components.add(*component);
+            }
+        }
+        components
+    }
+
+    /// Nothing yet; add components one by one.
+    pub fn none(instance: &str) -> Self {
         Self {
-            pedidos: true,
-            relay: true,
-            inventario: true,
-            reparto: false,
-            catalogo: true,
-            mapas_url: None,
-            analitica: false,
-            pasarela: None,
-            pagos: false,
-            pasarela_url: None,
+            selected: Vec::new(),
             instance: instance.to_owned(),
+            mapas_url: None,
+            pasarela_url: None,
+            faults: Faults::default(),
             ops: None,
             console: None,
         }
     }
 
-    /// Nothing yet; switch components on field by field.
-    pub fn none(instance: &str) -> Self {
-        Self {
-            pedidos: false,
-            relay: false,
-            inventario: false,
-            reparto: false,
-            catalogo: false,
-            mapas_url: None,
-            analitica: false,
-            pasarela: None,
-            pagos: false,
-            pasarela_url: None,
-            instance: instance.to_owned(),
-            ops: None,
-            console: None,
+    /// Adds `component` (once).
+    pub fn add(&mut self, component: &'static dyn Component) {
+        if !self.runs(component.name()) {
+            self.selected.push(component);
         }
+    }
+
+    /// `self` with `component` added.
+    pub fn with(mut self, component: &'static dyn Component) -> Self {
+        self.add(component);
+        self
+    }
+
+    /// Whether the component named `name` is selected.
+    pub fn runs(&self, name: &str) -> bool {
+        self.selected.iter().any(|c| c.name() == name)
+    }
+
+    /// The selected components, in the order of [`crate::services::COMPONENTS`].
+    pub fn selected(&self) -> Vec<&'static dyn Component> {
+        crate::services::COMPONENTS
+            .iter()
+            .copied()
+            .filter(|c| self.runs(c.name()))
+            .collect()
     }
 }
 
@@ -171,7 +170,7 @@ fn flatten(
 }
 
 impl System {
-    /// Starts `components`; the HTTP API binds `http` (port 0 picks a free one).
+    /// Starts `components`; an HTTP API binds `http` (port 0 picks a free one).
     pub async fn start(&self, components: Components, http: SocketAddr) -> anyhow::Result<Running> {
         let stop = CancellationToken::new();
         let mut running = Running {
@@ -184,112 +183,52 @@ impl System {
         if components.ops.is_some() {
             ops_server::recorder();
         }
-        let mut relay_stats = None;
-        let mut saga_store = None;
-        let mut worker_stats = Vec::new();
-        if components.pedidos {
-            let store = self
-                .pedidos()
-                .await
-                .context("opening the pedidos database")?;
-            let listener = tokio::net::TcpListener::bind(http)
-                .await
-                .with_context(|| format!("binding {http}"))?;
-            let addr = listener.local_addr()?;
-            tracing::info!(%addr, "pedidos listening");
-            running.http_addr = Some(addr);
-            let state = match self.saga() {
-                Some(_) => {
-                    let sagas = self
-                        .sagas(&store)
-                        .await
-                        .context("opening the order sagas")?;
-                    let task = super::spawn_saga::spawn_orchestrator(
-                        self,
-                        sagas.clone(),
-                        &components.instance,
-                        stop.clone(),
-                    )
-                    .await?;
-                    running.tasks.push(("orquestador", task));
-                    saga_store = Some(sagas.clone());
-                    PedidosState::with_sagas(store, sagas)
+        let selected = components.selected();
+        let serving: Vec<&str> = selected
+            .iter()
+            .filter(|c| c.serves_http())
+            .map(|c| c.name())
+            .collect();
+        anyhow::ensure!(
+            serving.len() <= 1,
+            "{} each serve HTTP: run them in separate processes",
+            serving.join(" and ")
+        );
+        let mut sources = OpsSources::default();
+        let mut brokered = false;
+        for component in &selected {
+            let started = component
+                .start(Start {
+                    system: self,
+                    components: &components,
+                    http,
+                    stop: stop.clone(),
+                })
+                .await?;
+            brokered |= component.uses_broker();
+            running.tasks.extend(started.tasks);
+            if started.http_addr.is_some() {
+                running.http_addr = started.http_addr;
+            }
+            if started.inventario.is_some() {
+                running.consumer_stats = started.inventario.clone();
+            }
+            for (name, db) in started.databases {
+                if !sources.databases.iter().any(|(n, _)| *n == name) {
+                    sources.databases.push((name, db));
                 }
-                None => PedidosState::new(store),
-            };
-            let limits = self.http_limits();
-            let task = tokio::spawn(super::http_server::serve(
-                listener,
-                app(state),
-                limits,
-                self.http_tls()?,
-                stop.clone(),
-            ));
-            running.tasks.push(("pedidos", task));
-        }
-        if let Some(faults) = &components.pasarela {
-            anyhow::ensure!(
-                !components.pedidos,
-                "pedidos and pasarela each serve HTTP: run them in separate processes"
-            );
-            let ledger = self
-                .pasarela()
-                .await
-                .context("opening the pasarela ledger")?;
-            let listener = tokio::net::TcpListener::bind(http)
-                .await
-                .with_context(|| format!("binding {http}"))?;
-            let addr = listener.local_addr()?;
-            tracing::info!(%addr, "pasarela listening");
-            running.http_addr = Some(addr);
-            let state = PasarelaState::new(ledger, faults.clone());
-            let limits = self.http_limits();
-            let task = tokio::spawn(super::http_server::serve(
-                listener,
-                pasarela::app(state),
-                limits,
-                self.http_tls()?,
-                stop.clone(),
-            ));
-            running.tasks.push(("pasarela", task));
-        }
-        if components.relay {
-            let (task, stats) = spawn_relay(self, &components.instance, stop.clone()).await?;
-            relay_stats = Some(stats);
-            running.tasks.push(("relay", task));
-        }
-        if components.inventario {
-            let (task, stats, groups) =
-                super::spawn_inventario::spawn_inventario(self, &components.instance, stop.clone())
-                    .await?;
-            running.consumer_stats = Some(stats);
-            worker_stats.extend(groups);
-            running.tasks.push(("inventario", task));
-        }
-        if components.catalogo {
-            let task =
-                super::spawn_inventario::spawn_catalogo(self, &components.instance, stop.clone())
-                    .await?;
-            running.tasks.push(("catalogo", task));
-        }
-        if components.reparto {
-            let task = spawn_reparto(self, &components, stop.clone()).await?;
-            running.tasks.push(("reparto", task));
-        }
-        if components.pagos {
-            let task = super::spawn_pagos::spawn_pagos(self, &components, stop.clone()).await?;
-            running.tasks.push(("pagos", task));
-        }
-        if components.analitica {
-            let task = spawn_analitica(self, &components.instance, stop.clone()).await?;
-            running.tasks.push(("analitica", task));
+            }
+            sources.outbox = sources.outbox.take().or(started.outbox);
+            sources.relay = sources.relay.take().or(started.relay);
+            sources.inventario = sources.inventario.take().or(started.inventario);
+            sources.sagas = sources.sagas.take().or(started.sagas);
+            sources.workers.extend(started.workers);
+            sources.groups.extend(started.lag_groups);
         }
         if let Some(addr) = components.ops {
-            let mut sources = self.ops_sources(&components).await?;
-            sources.relay = relay_stats;
-            sources.inventario = running.consumer_stats.clone();
-            sources.workers = worker_stats;
-            sources.sagas = saga_store;
+            if brokered {
+                sources.broker = Some(self.broker().await.context("opening the broker")?);
+            }
             let console = match &components.console {
                 Some(operators) => {
                     Some(crate::console::router(self.clone(), operators.clone()).await?)
@@ -310,54 +249,6 @@ impl System {
             running.tasks.push(("ops", task));
         }
         Ok(running)
-    }
-
-    /// The databases and the broker `components` use, for the operations endpoint.
-    async fn ops_sources(&self, components: &Components) -> anyhow::Result<OpsSources> {
-        let mut sources = OpsSources::default();
-        if components.pedidos || components.relay {
-            let db = self.pedidos().await?.db().clone();
-            sources.outbox = Some(db.clone());
-            sources.databases.push(("pedidos", db));
-        }
-        if components.inventario {
-            sources
-                .databases
-                .push(("inventario", self.inventario().await?.db().clone()));
-            sources
-                .groups
-                .push(crate::services::inventario::GROUP.to_owned());
-        }
-        if components.catalogo {
-            sources
-                .databases
-                .push(("catalogo", self.catalogo().await?.db().clone()));
-        }
-        if components.reparto {
-            sources
-                .databases
-                .push(("reparto", self.reparto().await?.db().clone()));
-        }
-        if components.pagos {
-            sources
-                .databases
-                .push(("pagos", self.pagos().await?.db().clone()));
-        }
-        if components.pasarela.is_some() {
-            sources
-                .databases
-                .push(("pasarela", self.pasarela().await?.db().clone()));
-        }
-        let brokered = components.relay
-            || components.inventario
-            || components.catalogo
-            || components.reparto
-            || components.pagos
-            || components.analitica;
-        if brokered {
-            sources.broker = Some(self.broker().await.context("opening the broker")?);
-        }
-        Ok(sources)
     }
 }
 
@@ -390,31 +281,15 @@ fn ready_line(
     ops: Option<SocketAddr>,
 ) -> String {
     let mut line = format!("km0 ready instance={}", components.instance);
+    let selected = components.selected();
     if let Some(addr) = http {
-        let name = if components.pasarela.is_some() {
-            "pasarela"
-        } else {
-            "pedidos"
-        };
-        line.push_str(&format!(" {name}={addr}"));
+        if let Some(server) = selected.iter().find(|c| c.serves_http()) {
+            line.push_str(&format!(" {}={addr}", server.name()));
+        }
     }
-    if components.relay {
-        line.push_str(" relay");
-    }
-    if components.inventario {
-        line.push_str(" inventario");
-    }
-    if components.catalogo {
-        line.push_str(" catalogo");
-    }
-    if components.reparto {
-        line.push_str(" reparto");
-    }
-    if components.analitica {
-        line.push_str(" analitica");
-    }
-    if components.pagos {
-        line.push_str(" pagos");
+    for component in selected.iter().filter(|c| !c.serves_http()) {
+        line.push(' ');
+        line.push_str(component.name());
     }
     if let Some(url) = &components.pasarela_url {
         line.push_str(&format!(" pasarela_url={url}"));

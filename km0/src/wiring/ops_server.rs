@@ -229,7 +229,7 @@ async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
         }
     }
     for (service, db) in &sources.databases {
-        if !crate::ops::dlq::HOLDING_SERVICES.contains(service) {
+        if !crate::ops::dlq::holds_letters(service) {
             continue;
         }
         match db.held_letters().count().await {

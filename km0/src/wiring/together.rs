@@ -12,12 +12,12 @@ use super::Task;
 
 /// One part: what it is called in errors, and the future that runs it until `child` is
 /// cancelled.
-pub(super) type Part = (&'static str, BoxFuture<'static, anyhow::Result<()>>);
+pub type Part = (&'static str, BoxFuture<'static, anyhow::Result<()>>);
 
 /// Spawns `parts` as one task; each part's end cancels `child`, which the parts watch. The
 /// task ends with the first error in time (the others often fail because of it, or while
 /// stopping), and each part that fails says so as it does.
-pub(super) fn run_together(parts: Vec<Part>, child: CancellationToken) -> Task {
+pub fn run_together(parts: Vec<Part>, child: CancellationToken) -> Task {
     let first: Arc<Mutex<Option<anyhow::Error>>> = Arc::default();
     let watched: Vec<_> = parts
         .into_iter()

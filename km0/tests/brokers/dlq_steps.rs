@@ -73,7 +73,7 @@ impl Deployment {
         let stock = system.inventario().await.unwrap();
         stock.db().close().await;
         let mut components = Components::none("dlq-test");
-        components.inventario = true;
+        components.add(&km0::services::inventario::COMPONENT);
         let http: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let running = system.start(components, http).await.unwrap();
         let url = format!("sqlite://{}", dir.join("inventario.db").display());

@@ -105,7 +105,7 @@ async fn orders_flow_through_rabbitmq_once_each(backend: &str) {
     let broker = system.broker().await.unwrap();
     let db = system
         .databases()
-        .connect(km0::wiring::config::Service::Inventario)
+        .connect(&km0::services::inventario::DATABASE)
         .await
         .unwrap();
     db.migrate(&[MigrationSet::Dlq]).await.unwrap();

@@ -18,7 +18,6 @@ use std::collections::BTreeSet;
 use entrega::dlq::{DlqFilter, QueueDeadLetters};
 use entrega_core::{Headers, MigrationSet, OutgoingMessage};
 use km0::services::inventario::{GROUP, TOPIC};
-use km0::wiring::config::Service;
 use km0::wiring::{Components, System};
 
 use crate::interop::python::run_ok;
@@ -42,8 +41,8 @@ async fn the_seeds_consumer_and_dead_letter_queue_work_with_km0_on_rabbitmq() {
     let databases = common::test_system("sqlite").databases().clone();
     let system = System::new(databases, format!("{url}?layout=shared"));
     let mut components = Components::none("amqp-interop");
-    components.pedidos = true;
-    components.relay = true;
+    components.add(&km0::services::pedidos::API);
+    components.add(&km0::services::pedidos::RELAY);
     let running = system
         .start(components, "127.0.0.1:0".parse().unwrap())
         .await
@@ -92,7 +91,7 @@ async fn the_seeds_consumer_and_dead_letter_queue_work_with_km0_on_rabbitmq() {
     // The broker dead-lettered the nacked message; km0's tool reads it from the queue.
     let db = system
         .databases()
-        .connect(Service::Inventario)
+        .connect(&km0::services::inventario::DATABASE)
         .await
         .unwrap();
     db.migrate(&[MigrationSet::Dlq]).await.unwrap();
@@ -120,7 +119,7 @@ async fn the_seeds_rpc_client_gets_its_authorisations_from_pagos() {
     let databases = common::test_system("sqlite").databases().clone();
     let system = System::new(databases, common::amqp::base_url());
     let mut components = Components::none("rpc-interop");
-    components.pagos = true;
+    components.add(&km0::services::pagos::COMPONENT);
     let running = system
         .start(components, "127.0.0.1:0".parse().unwrap())
         .await

@@ -59,22 +59,23 @@ async fn every_order_charged_once_whatever_the_gateway_does(broker_url: Option<S
                 ..Default::default()
             });
     let mut gateway = Components::none("pasarela");
-    gateway.pasarela = Some(Faults {
+    gateway.add(&km0::services::pasarela::COMPONENT);
+    gateway.faults = Faults {
         fallar_503: 3,
         colgar_tras_cobro: 1,
         colgar_ms: 7_000,
         tarjetas_rechazadas: vec!["tok_robada".into()],
         ..Faults::default()
-    });
+    };
     let gateway = system
         .start(gateway, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let gateway_url = format!("http://{}", gateway.http_addr().unwrap());
     let mut services = Components::none("pagos-test");
-    services.pedidos = true;
-    services.relay = true;
-    services.pagos = true;
+    services.add(&km0::services::pedidos::API);
+    services.add(&km0::services::pedidos::RELAY);
+    services.add(&km0::services::pagos::COMPONENT);
     services.pasarela_url = Some(gateway_url.clone());
     let running = system
         .start(services, "127.0.0.1:0".parse().unwrap())

@@ -99,7 +99,7 @@ fn retry(mode: RetryMode, max_attempts: u32) -> RetryArgs {
 
 async fn start(system: &System, maps: &FakeMaps) -> Running {
     let mut components = Components::none("t");
-    components.reparto = true;
+    components.add(&km0::services::reparto::COMPONENT);
     components.mapas_url = Some(maps.url());
     system
         .start(components, "127.0.0.1:0".parse().unwrap())

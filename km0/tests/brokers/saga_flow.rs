@@ -37,18 +37,19 @@ fn order(id: &str, product: &str, quantity: i64, card: &str, city: &str) -> Valu
 
 async fn every_order_reaches_one_final_state(system: System) {
     let mut gateway = Components::none("pasarela-saga");
-    gateway.pasarela = Some(Faults {
+    gateway.add(&km0::services::pasarela::COMPONENT);
+    gateway.faults = Faults {
         tarjetas_rechazadas: vec!["tok_robada".into()],
         ..Faults::default()
-    });
+    };
     let gateway = system
         .start(gateway, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let gateway_url = format!("http://{}", gateway.http_addr().unwrap());
     let mut services = Components::all("saga");
-    services.pagos = true;
-    services.reparto = true;
+    services.add(&km0::services::pagos::COMPONENT);
+    services.add(&km0::services::reparto::COMPONENT);
     services.pasarela_url = Some(gateway_url.clone());
     let running = system
         .start(services, "127.0.0.1:0".parse().unwrap())

@@ -61,17 +61,18 @@ async fn start(setup: Setup, latency_ms: u64, step_deadline: Duration) -> Run {
     };
     let system = setup.system().with_saga(timings);
     let mut gateway = Components::none("pasarela-races");
-    gateway.pasarela = Some(Faults {
+    gateway.add(&km0::services::pasarela::COMPONENT);
+    gateway.faults = Faults {
         latencia_ms: latency_ms,
         ..Faults::default()
-    });
+    };
     let gateway = system
         .start(gateway, "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let mut services = Components::all("races");
-    services.pagos = true;
-    services.reparto = true;
+    services.add(&km0::services::pagos::COMPONENT);
+    services.add(&km0::services::reparto::COMPONENT);
     services.pasarela_url = Some(format!("http://{}", gateway.http_addr().unwrap()));
     let services = system
         .start(services, "127.0.0.1:0".parse().unwrap())

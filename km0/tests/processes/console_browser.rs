@@ -25,7 +25,6 @@ use entrega::entrega_core::{DeadLetterState, Headers, MigrationSet, OutgoingMess
 use entrega::saga::SagaStatus;
 use km0::services::inventario;
 use km0::services::pedidos::TOPIC;
-use km0::wiring::config::Service;
 use serde_json::{json, Value};
 
 use common::process::Deployment;
@@ -144,7 +143,7 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     let stock = deployment
         .system()
         .databases()
-        .connect(Service::Inventario)
+        .connect(&km0::services::inventario::DATABASE)
         .await
         .unwrap();
     stock

@@ -268,7 +268,7 @@ async fn readiness_follows_the_database_on_postgres() {
     };
     let system = System::new(databases, format!("{}/entrega_t_{id}_broker", pg_server()));
     let mut components = Components::none("pedidos-ready");
-    components.pedidos = true;
+    components.add(&km0::services::pedidos::API);
     let (running, ops) = start_in_process(&system, components).await;
     assert_eq!(get(ops, "/readyz").await.0, 200);
 
@@ -304,7 +304,7 @@ async fn readiness_follows_the_database_on_postgres() {
 async fn readiness_needs_the_schema_this_build_migrates_to() {
     let system = common::test_system("sqlite");
     let mut components = Components::none("pedidos-schema");
-    components.pedidos = true;
+    components.add(&km0::services::pedidos::API);
     let (running, ops) = start_in_process(&system, components).await;
     assert_eq!(get(ops, "/readyz").await.0, 200);
 
@@ -360,7 +360,7 @@ async fn readiness_needs_the_schema_this_build_migrates_to() {
 async fn rpc_calls_and_answers_are_counted() {
     let system = common::test_system("sqlite");
     let mut components = Components::none("pagos-ops");
-    components.pagos = true;
+    components.add(&km0::services::pagos::COMPONENT);
     let (running, ops) = start_in_process(&system, components).await;
     let transport = system.broker().await.unwrap().rpc(PARTITIONS);
     let client = RpcClient::start(transport).await.unwrap();

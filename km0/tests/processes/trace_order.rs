@@ -25,7 +25,8 @@ use axum::{Json, Router};
 use entrega::db::query;
 use entrega::entrega_core::{TraceContext, TRACEPARENT};
 use entrega::saga::SagaStatus;
-use km0::wiring::config::Service;
+use km0::services::{inventario, pagos, pedidos, reparto};
+use km0::wiring::Database;
 use serde_json::{json, Value};
 
 use common::process::Deployment;
@@ -97,13 +98,16 @@ async fn place(addr: SocketAddr, body: &Value, traceparent: Option<&str>) -> Tra
 }
 
 /// The trace id of every outbox row mentioning `order`, in each service's database.
-async fn row_traces(deployment: &Deployment, order: &str) -> Vec<(Service, Option<String>)> {
+async fn row_traces(
+    deployment: &Deployment,
+    order: &str,
+) -> Vec<(&'static Database, Option<String>)> {
     let mut all = Vec::new();
     for service in [
-        Service::Pedidos,
-        Service::Inventario,
-        Service::Pagos,
-        Service::Reparto,
+        &pedidos::DATABASE,
+        &inventario::DATABASE,
+        &pagos::DATABASE,
+        &reparto::DATABASE,
     ] {
         let db = deployment
             .system()
@@ -207,7 +211,7 @@ async fn one_order_is_one_trace_across_the_services() {
     // And every record of the first order in the log.
     let broker = deployment.system().broker_log().await.unwrap();
     let mut logged = 0;
-    for topic in km0::wiring::TOPICS {
+    for topic in km0::wiring::topics() {
         for (partition, end) in broker.end_offsets(topic).await.unwrap() {
             for r in broker
                 .read(topic, partition, 0, end as usize)

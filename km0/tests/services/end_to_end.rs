@@ -69,7 +69,7 @@ async fn orders_are_applied_once_each(backend: &str) {
     assert_eq!(stock.units("calabacin").await.unwrap(), Some(80 - 40));
     running.stop().await.unwrap();
 
-    assert_eq!(system.outbox_status().await.unwrap().pending, 0);
+    assert_eq!(km0::ops::outbox::backlog(&system).await.unwrap().pending, 0);
     let log = system.broker_log().await.unwrap();
     assert_eq!(
         log.topic_total(km0::services::pedidos::TOPIC)

@@ -35,7 +35,8 @@ impl Fixture {
     async fn new(backend: &str, faults: Faults) -> Self {
         let gateway = common::test_system("sqlite");
         let mut components = Components::none("pasarela-comandos");
-        components.pasarela = Some(faults);
+        components.add(&km0::services::pasarela::COMPONENT);
+        components.faults = faults;
         let running = gateway
             .start(components, "127.0.0.1:0".parse().unwrap())
             .await

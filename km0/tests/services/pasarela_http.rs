@@ -22,7 +22,8 @@ struct Gateway {
 async fn gateway(faults: Faults) -> Gateway {
     let system = common::test_system("sqlite");
     let mut components = Components::none("pasarela-test");
-    components.pasarela = Some(faults);
+    components.add(&km0::services::pasarela::COMPONENT);
+    components.faults = faults;
     let running = system
         .start(components, "127.0.0.1:0".parse().unwrap())
         .await

@@ -25,7 +25,8 @@ impl Gateway {
     async fn start(faults: Faults) -> Self {
         let system = common::test_system("sqlite");
         let mut components = Components::none("pasarela-refunds");
-        components.pasarela = Some(faults);
+        components.add(&km0::services::pasarela::COMPONENT);
+        components.faults = faults;
         let running = system
             .start(components, "127.0.0.1:0".parse().unwrap())
             .await

@@ -89,7 +89,7 @@ pub enum DlqCommand {
     SendHeld {
         /// Only this service's consumers: pedidos, inventario, pagos, reparto, catalogo.
         #[arg(long, value_parser = parse_service)]
-        service: Option<crate::wiring::config::Service>,
+        service: Option<&'static crate::wiring::Database>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -166,9 +166,9 @@ fn parse_class(name: &str) -> Result<DeadClass, String> {
     })
 }
 
-fn parse_service(name: &str) -> Result<crate::wiring::config::Service, String> {
-    super::held::CONSUMERS
+fn parse_service(name: &str) -> Result<&'static crate::wiring::Database, String> {
+    super::held::consumers()
         .into_iter()
-        .find(|s| s.name() == name)
+        .find(|s| s.name == name)
         .ok_or_else(|| format!("unknown service `{name}`"))
 }

@@ -13,34 +13,36 @@ use serde_json::{json, Value};
 use super::emit;
 use super::time::format_utc;
 use crate::ops::identity::os_user;
-use crate::wiring::config::Service;
-use crate::wiring::System;
+use crate::wiring::{databases, Database, System};
 
-/// The services whose consumers may hold refused dead letters.
-pub const CONSUMERS: [Service; 5] = [
-    Service::Pedidos,
-    Service::Inventario,
-    Service::Pagos,
-    Service::Reparto,
-    Service::Catalogo,
-];
+/// The databases whose consumers may hold refused dead letters: every one with entrega's
+/// tables.
+pub fn consumers() -> Vec<&'static Database> {
+    databases()
+        .into_iter()
+        .filter(|d| d.entrega_tables)
+        .collect()
+}
 
-/// The names of [`CONSUMERS`], as the operations endpoint labels its databases.
-pub const HOLDING_SERVICES: [&str; 5] = ["pedidos", "inventario", "pagos", "reparto", "catalogo"];
+/// Whether the service named `name` keeps held dead letters, as the operations endpoint
+/// labels its databases.
+pub fn holds_letters(name: &str) -> bool {
+    consumers().iter().any(|d| d.name == name)
+}
 
 /// Most letters listed or sent per service in one command.
 const LIMIT: usize = 1_000;
 
-async fn open(system: &System, service: Service) -> anyhow::Result<Db> {
+async fn open(system: &System, database: &Database) -> anyhow::Result<Db> {
     system
-        .service_db(service)
+        .open(database)
         .await
-        .with_context(|| format!("opening the {} database", service.name()))
+        .with_context(|| format!("opening the {} database", database.name))
 }
 
-fn letter_json(service: Service, h: &HeldLetter) -> Value {
+fn letter_json(service: &Database, h: &HeldLetter) -> Value {
     json!({
-        "service": service.name(),
+        "service": service.name,
         "group": h.id.group,
         "topic": h.id.topic,
         "partition": h.id.partition,
@@ -60,11 +62,11 @@ fn letter_json(service: Service, h: &HeldLetter) -> Value {
 /// `km0 dlq held`: every held letter of every consumer, oldest first per service.
 pub async fn list(system: &System, json: bool) -> anyhow::Result<String> {
     let mut rows = Vec::new();
-    for service in CONSUMERS {
+    for service in consumers() {
         let db = open(system, service).await?;
         let held = db.held_letters().list(LIMIT).await;
         db.close().await;
-        let held = held.with_context(|| format!("reading {}'s held letters", service.name()))?;
+        let held = held.with_context(|| format!("reading {}'s held letters", service.name))?;
         rows.extend(held.iter().map(|h| letter_json(service, h)));
     }
     emit(json, &rows, |rows| {
@@ -91,11 +93,15 @@ pub async fn list(system: &System, json: bool) -> anyhow::Result<String> {
 
 /// `km0 dlq send-held`: publishes the held letters of `only` (every consumer when `None`)
 /// to their dead-letter topics; each confirmed one is forgotten, each refused one stays.
-pub async fn send(system: &System, only: Option<Service>, json: bool) -> anyhow::Result<String> {
+pub async fn send(
+    system: &System,
+    only: Option<&'static Database>,
+    json: bool,
+) -> anyhow::Result<String> {
     let broker = system.broker().await.context("opening the broker")?;
     let operator = os_user();
     let mut report = Vec::new();
-    for service in CONSUMERS
+    for service in consumers()
         .into_iter()
         .filter(|s| only.is_none_or(|o| o == *s))
     {
@@ -103,8 +109,8 @@ pub async fn send(system: &System, only: Option<Service>, json: bool) -> anyhow:
         let outcome = send_one(&db, &broker, &operator).await;
         db.close().await;
         let (sent, refused) =
-            outcome.with_context(|| format!("sending {}'s held letters", service.name()))?;
-        report.push(json!({"service": service.name(), "sent": sent, "refused": refused}));
+            outcome.with_context(|| format!("sending {}'s held letters", service.name))?;
+        report.push(json!({"service": service.name, "sent": sent, "refused": refused}));
     }
     broker.close().await;
     emit(json, &report, |rows| {

@@ -21,12 +21,13 @@ use anyhow::Context as _;
 use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, ReplayOptions};
 
 pub use args::{DlqCommand, FilterArgs};
-pub use held::HOLDING_SERVICES;
+pub use held::holds_letters;
 pub use time::{format_utc, parse_time, InvalidTime};
 
 use crate::ops::identity::os_user;
-use crate::wiring::config::Service;
+use crate::services::inventario;
 use crate::wiring::Broker;
+use crate::wiring::Database;
 use crate::wiring::{dead_letter_topic, System};
 use entrega::Db;
 
@@ -34,8 +35,8 @@ use entrega::Db;
 pub const USAGE_EXIT: u8 = 2;
 
 /// The dead-letter topics km0 tends, and the service whose database keeps their state.
-pub fn tended_topics() -> Vec<(String, Service)> {
-    vec![(dead_letter_topic(), Service::Inventario)]
+pub fn tended_topics() -> Vec<(String, &'static Database)> {
+    vec![(dead_letter_topic(), &inventario::DATABASE)]
 }
 
 /// Runs one `km0 dlq` command; a refused request prints why and exits with [`USAGE_EXIT`].
@@ -51,7 +52,7 @@ pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCod
     }
     let broker = system.broker().await.context("opening the broker")?;
     let db = system
-        .service_db(Service::Inventario)
+        .open(&inventario::DATABASE)
         .await
         .context("opening the inventario database")?;
     let store = db.dead_letters();

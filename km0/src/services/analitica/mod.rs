@@ -9,9 +9,11 @@
 //! commit and the offset commit there is always a moment to die in, which is why inventario
 //! records each event's key in the same database transaction (the idempotent inbox).
 
+mod component;
 mod domain;
 mod messaging;
 
+pub use component::{Analitica, COMPONENT};
 pub use domain::{per_market, MarketSales, Sale, SaleError};
 pub use messaging::{
     SalesTransform, GROUP, MARKET_SALES, ORDER_CREATED_VERSION, OUTPUT_PARTITIONS, OUTPUT_TOPIC,

@@ -8,6 +8,7 @@
 
 mod batch_plan;
 mod commands;
+mod component;
 mod db;
 mod domain;
 mod messaging;
@@ -17,6 +18,7 @@ mod set_batch;
 mod stock_moves;
 
 pub use commands::{CommandConsumer, COMMANDS_CONSUMER, COMMANDS_GROUP};
+pub use component::{routing, Inventario, COMPONENT, DATABASE, SOURCE};
 pub use db::{reservation_id, ApplyError, BatchItem, BatchMode, StockStore, BEFORE_COMMIT};
 pub use domain::{PlacedOrder, StockError, StockLine, INITIAL_STOCK};
 pub use messaging::{ConsumerStats, StatsSnapshot, StockConsumer, CONSUMER, GROUP, TOPIC};

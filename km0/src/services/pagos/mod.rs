@@ -7,6 +7,7 @@
 //! back (`pagos.reembolsar`) under the refund's own key.
 
 mod commands;
+mod component;
 mod db;
 mod domain;
 mod gateway;
@@ -17,6 +18,7 @@ pub use commands::{
     charge_command, refund_command, CommandConsumer, CHARGE, COMMANDS_CONSUMER, COMMANDS_GROUP,
     COMMANDS_TOPIC, COMMAND_AGGREGATE, REFUND,
 };
+pub use component::{Pagos, COMPONENT, DATABASE, DEFAULT_PASARELA_URL};
 pub use db::{
     ChargeOutcome, ChargeStart, Payment, PaymentState, PaymentStore, AGGREGATE, BEFORE_COMMIT,
     CONSUMER, PAYMENT_CONFIRMED, PAYMENT_DECLINED,

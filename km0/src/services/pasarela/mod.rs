@@ -5,11 +5,13 @@
 //! charging, declines by card or amount. Refunds give a charge back once, under their own
 //! keys.
 
+mod component;
 mod db;
 mod domain;
 mod http;
 mod refunds;
 
+pub use component::{Pasarela, COMPONENT, DATABASE};
 pub use db::{Charge, ChargeLookup, Ledger, ReferenceTotals, Refund, Taken};
 pub use domain::{ChargeRequest, Decision, Faults, InvalidCharge, RefundRequest};
 pub use http::{app, PasarelaState, KEY_LEASE_MS};

@@ -6,12 +6,15 @@
 //! Failpoint (crash tests, `ENTREGA_FAILPOINTS`): [`BEFORE_COMMIT`] (`pedidos.before_commit`),
 //! order, lines and outbox row written, transaction not yet committed.
 
+mod component;
 mod db;
 mod domain;
 mod http;
 mod messaging;
+mod orchestrator;
 mod saga;
 
+pub use component::{Api, OutboxRelay, API, DATABASE, RELAY};
 pub use db::{CreateOrderError, OrderStore, BEFORE_COMMIT};
 pub use domain::{
     Address, InvalidOrder, NewOrder, Order, OrderLine, OrderState, MAX_LINES, MAX_TEXT_LEN,
@@ -21,4 +24,5 @@ pub use messaging::{
     order_created, order_created_in_saga, routing, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED,
     ORDER_PAID, PARTITIONS, SOURCE, TOPIC,
 };
+pub use orchestrator::SAGA_GROUP;
 pub use saga::{OrderSaga, SagaTimings, SAGA_KIND};

@@ -4,6 +4,7 @@
 //! `reparto.rechazado`).
 
 mod commands;
+mod component;
 mod db;
 mod domain;
 mod maps;
@@ -13,6 +14,7 @@ pub use commands::{
     assigned_event, refused_event, AssignCommand, CommandConsumer, ASSIGN, ASSIGNED,
     COMMANDS_CONSUMER, COMMANDS_GROUP, COMMANDS_TOPIC, DELIVERY_AGGREGATE, EVENTS_TOPIC, REFUSED,
 };
+pub use component::{Reparto, ASSIGN_EVERY, COMPONENT, DATABASE};
 pub use db::{Delivery, DeliveryState, DeliveryStore, UnknownState};
 pub use domain::{cancelled_order_id, DeliveryError, PaidOrder, PAID_VERSION};
 pub use maps::{HttpMaps, LocalMaps, Maps, MapsError};

@@ -117,6 +117,12 @@ impl BrokerUrl {
         matches!(self, Self::Amqp(..))
     }
 
+    /// Whether the broker has read-process-write transactions (Kafka's), which analitica
+    /// needs.
+    pub fn has_transactions(&self) -> bool {
+        self.is_kafka()
+    }
+
     /// Whether the broker is a server of its own (Kafka, RabbitMQ) rather than the log
     /// transport in a database: nothing of it to migrate, create or remove per deployment.
     pub fn is_server(&self) -> bool {

@@ -14,39 +14,10 @@ use std::path::PathBuf;
 use entrega::Db;
 use entrega_core::StoreError;
 
+use super::component::Database;
+
 pub use broker_url::{is_kafka, BrokerUrl, BrokerUrlError};
 pub use retry::{RetryArgs, RetryMode};
-
-/// The services of km0 that own a database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Service {
-    /// Orders: `pedidos` and `lineas_pedido`, plus the outbox.
-    Pedidos,
-    /// Stock: `stock`, plus the processed-messages table.
-    Inventario,
-    /// Deliveries: `repartidores` and `entregas`, plus the consumer tables.
-    Reparto,
-    /// Payments: `pagos` and `autorizaciones`, plus the outbox and consumer tables.
-    Pagos,
-    /// The payment gateway simulator's ledger: `claves_idempotencia` and `cargos`.
-    Pasarela,
-    /// The catalogue's low-stock flags: `catalogo`.
-    Catalogo,
-}
-
-impl Service {
-    /// The service's name, used for file and database names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Pedidos => "pedidos",
-            Self::Inventario => "inventario",
-            Self::Reparto => "reparto",
-            Self::Pagos => "pagos",
-            Self::Pasarela => "pasarela",
-            Self::Catalogo => "catalogo",
-        }
-    }
-}
 
 /// A URL km0 does not know how to open.
 #[derive(Debug, thiserror::Error)]
@@ -98,51 +69,51 @@ impl Databases {
         }
     }
 
-    /// The database name (Postgres) or file stem (SQLite) of a service.
-    pub fn name(&self, service: Service) -> String {
+    /// The database name (Postgres) or file stem (SQLite) of a service's database.
+    pub fn name(&self, database: &Database) -> String {
         match (&self.prefix, &self.place) {
-            (Some(prefix), _) => format!("{prefix}{}", service.name()),
-            (None, DataPlace::SqliteDir(_)) => service.name().to_owned(),
-            (None, DataPlace::PostgresServer(_)) => format!("km0_{}", service.name()),
+            (Some(prefix), _) => format!("{prefix}{}", database.name),
+            (None, DataPlace::SqliteDir(_)) => database.name.to_owned(),
+            (None, DataPlace::PostgresServer(_)) => format!("km0_{}", database.name),
         }
     }
 
-    /// The full URL of `service`'s database, creating the Postgres database if missing.
-    pub async fn url(&self, service: Service) -> Result<String, StoreError> {
-        let name = self.name(service);
+    /// The full URL of `database`, creating the Postgres database if missing.
+    pub async fn url(&self, database: &Database) -> Result<String, StoreError> {
+        let name = self.name(database);
         match &self.place {
             DataPlace::SqliteDir(dir) => Ok(format!(
                 "sqlite://{}",
                 dir.join(format!("{name}.db")).display()
             )),
             DataPlace::PostgresServer(server) => {
-                entrega_postgres::ensure_database(&for_service(server, service), &name).await
+                entrega_postgres::ensure_database(&for_service(server, database), &name).await
             }
         }
     }
 
-    /// The full URL of `service`'s database, which must exist: nothing is created, so a
-    /// role without `CREATEDB` (or without access to other databases) can use it.
-    pub fn existing_url(&self, service: Service) -> String {
-        let name = self.name(service);
+    /// The full URL of `database`, which must exist: nothing is created, so a role without
+    /// `CREATEDB` (or without access to other databases) can use it.
+    pub fn existing_url(&self, database: &Database) -> String {
+        let name = self.name(database);
         match &self.place {
             DataPlace::SqliteDir(dir) => {
                 format!("sqlite://{}", dir.join(format!("{name}.db")).display())
             }
             DataPlace::PostgresServer(server) => {
-                with_database(&for_service(server, service), &name)
+                with_database(&for_service(server, database), &name)
             }
         }
     }
 
-    /// Connects to `service`'s database (created if missing), without migrating it.
-    pub async fn connect(&self, service: Service) -> Result<Db, StoreError> {
-        Db::connect(&self.url(service).await?).await
+    /// Connects to `database` (created if missing), without migrating it.
+    pub async fn connect(&self, database: &Database) -> Result<Db, StoreError> {
+        Db::connect(&self.url(database).await?).await
     }
 
-    /// Connects to `service`'s existing database, creating nothing.
-    pub async fn connect_existing(&self, service: Service) -> Result<Db, StoreError> {
-        Db::connect(&self.existing_url(service)).await
+    /// Connects to the existing `database`, creating nothing.
+    pub async fn connect_existing(&self, database: &Database) -> Result<Db, StoreError> {
+        Db::connect(&self.existing_url(database)).await
     }
 }
 
@@ -151,9 +122,9 @@ impl Databases {
 /// `postgres://km0_{service}@db:5432` → `postgres://km0_inventario@db:5432/km0_inventario`.
 pub const SERVICE_PLACEHOLDER: &str = "{service}";
 
-/// `server` with [`SERVICE_PLACEHOLDER`] replaced by `service`'s name.
-pub fn for_service(server: &str, service: Service) -> String {
-    server.replace(SERVICE_PLACEHOLDER, service.name())
+/// `server` with [`SERVICE_PLACEHOLDER`] replaced by the name of `database`'s service.
+pub fn for_service(server: &str, database: &Database) -> String {
+    server.replace(SERVICE_PLACEHOLDER, database.name)
 }
 
 /// Whether a URL names an SQLite database or directory.
@@ -231,12 +202,15 @@ mod tests {
     #[test]
     fn database_places_parse_by_scheme() {
         let pg = Databases::new(DataPlace::parse("postgres://p@h").unwrap());
-        assert_eq!(pg.name(Service::Pedidos), "km0_pedidos");
+        assert_eq!(pg.name(&crate::services::pedidos::DATABASE), "km0_pedidos");
         let sqlite = Databases {
             place: DataPlace::parse("sqlite://d").unwrap(),
             prefix: Some("t_".into()),
         };
-        assert_eq!(sqlite.name(Service::Inventario), "t_inventario");
+        assert_eq!(
+            sqlite.name(&crate::services::inventario::DATABASE),
+            "t_inventario"
+        );
         assert_eq!(
             DataPlace::parse("sqlite://km0-data").unwrap(),
             DataPlace::SqliteDir(PathBuf::from("km0-data"))

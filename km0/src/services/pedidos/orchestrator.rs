@@ -10,10 +10,8 @@ use entrega::saga::Sagas;
 use entrega::{CancellationToken, Handler, Router};
 use futures::FutureExt as _;
 
-use super::spawn::consumer_worker;
-use super::together::{run_together, Part};
-use super::{ensure_topics, System, Task};
 use crate::services::{inventario, pagos, reparto};
+use crate::wiring::{consumer_worker, ensure_topics, run_together, Part, System, Task};
 
 /// The orchestrator's consumer group on the topics of answers.
 pub const SAGA_GROUP: &str = "pedidos";
@@ -55,7 +53,7 @@ fn routers(sagas: &Sagas) -> [(&'static str, Router); 3] {
 
 /// Starts the orchestrator as member `<instance>-saga`; the returned task ends when one part
 /// does (its error), or after `stop`.
-pub(super) async fn spawn_orchestrator(
+pub(super) async fn spawn(
     system: &System,
     sagas: Sagas,
     instance: &str,

@@ -1,0 +1,187 @@
+//! A deployment's databases made and unmade: `km0 migrate` (every database, with
+//! least-privileged roles on PostgreSQL), and the databases of their own that a fresh demo
+//! or benchmark run makes and removes.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use entrega::db::query;
+use entrega::Db;
+use entrega_core::StoreError;
+
+use super::component::databases;
+use super::config::{
+    is_postgres, split_database, sqlite_path, with_database, BrokerUrl, BrokerUrlError, DataPlace,
+    Databases,
+};
+use super::settings::SchemaMode;
+use super::System;
+
+/// Grants `role` least privilege on `db` (PostgreSQL only).
+async fn grant(db: &Db, role: &str) -> anyhow::Result<()> {
+    match db.postgres() {
+        Some(pool) => Ok(entrega_postgres::grant_service_role(pool, role).await?),
+        None => anyhow::bail!(
+            "service roles are PostgreSQL's; an SQLite file is guarded by its file permissions"
+        ),
+    }
+}
+
+impl System {
+    /// Creates and migrates every database of the deployment (the broker's too, when it is
+    /// the log transport in a database), whatever this deployment's [`SchemaMode`]; with
+    /// `roles` on PostgreSQL, then makes each service's role (named as its database) the
+    /// least-privileged user of its database ([`entrega_postgres::grant_service_role`]), and
+    /// the log database's role that of the log. Returns what it migrated.
+    pub async fn migrate(&self, roles: bool) -> anyhow::Result<Vec<String>> {
+        let owner = self.clone().with_schema(SchemaMode::Migrate);
+        let mut done = Vec::new();
+        for database in databases() {
+            let db = owner
+                .open(database)
+                .await
+                .with_context(|| format!("migrating {}", database.name))?;
+            let granted = if roles {
+                let role = self.databases.name(database);
+                let granted = grant(&db, &role).await;
+                granted
+                    .with_context(|| format!("granting {role}"))
+                    .map(|()| format!("{} (role {role})", database.name))
+            } else {
+                Ok(database.name.to_owned())
+            };
+            db.close().await;
+            done.push(granted?);
+        }
+        let kind = self.broker_kind()?;
+        if !kind.is_server() {
+            let broker = owner.broker().await.context("migrating the log broker")?;
+            broker.close().await;
+            match (roles, super::broker::log_database(&kind)) {
+                (true, Some(name)) => {
+                    let url = match &kind {
+                        BrokerUrl::PostgresLog(url) => with_database(url, &name),
+                        _ => String::new(),
+                    };
+                    let db = Db::connect(&url)
+                        .await
+                        .context("opening the log database")?;
+                    let granted = grant(&db, &name).await;
+                    db.close().await;
+                    granted.with_context(|| format!("granting {name}"))?;
+                    done.push(format!("broker (role {name})"));
+                }
+                _ => done.push("broker".to_owned()),
+            }
+        }
+        Ok(done)
+    }
+
+    /// The same deployment on databases of its own, named after `run`: a `demo-<run>`
+    /// directory on SQLite, `<prefix>demo<run>_*` databases on PostgreSQL.
+    pub fn fresh(&self, run: &str) -> Result<Self, BrokerUrlError> {
+        let databases = match &self.databases.place {
+            DataPlace::SqliteDir(dir) => Databases {
+                place: DataPlace::SqliteDir(dir.join(format!("demo-{run}"))),
+                prefix: self.databases.prefix.clone(),
+            },
+            DataPlace::PostgresServer(server) => Databases {
+                place: DataPlace::PostgresServer(server.clone()),
+                prefix: Some(format!(
+                    "{}demo{run}_",
+                    self.databases.prefix.as_deref().unwrap_or("km0_")
+                )),
+            },
+        };
+        let broker_url = if self.broker_kind()?.is_server() {
+            // Topics (and queues) live on the broker: a fresh run shares them and counts from
+            // their ends.
+            self.broker_url.clone()
+        } else if is_postgres(&self.broker_url) {
+            let name = split_database(&self.broker_url)
+                .1
+                .unwrap_or_else(|| "km0_broker".to_owned());
+            with_database(&self.broker_url, &format!("{name}_demo{run}"))
+        } else {
+            let path = sqlite_path(&self.broker_url)
+                .map(PathBuf::from)
+                .ok_or_else(|| BrokerUrlError::UnknownScheme {
+                    url: self.broker_url.clone(),
+                })?;
+            let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+            let file = path
+                .file_name()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "broker.db".into());
+            format!(
+                "sqlite://{}",
+                dir.join(format!("demo-{run}")).join(file).display()
+            )
+        };
+        let mut settings = self.settings.clone();
+        // A fresh run makes its own databases.
+        settings.schema = SchemaMode::Migrate;
+        Ok(Self {
+            databases,
+            broker_url,
+            settings,
+        })
+    }
+
+    /// Removes every database of this deployment (fresh demo runs), once nothing uses them:
+    /// the SQLite files (and their directory when left empty) or the PostgreSQL databases.
+    pub async fn destroy(&self) -> Result<(), StoreError> {
+        let mut sqlite_files = Vec::new();
+        let mut pg_databases = Vec::new();
+        for database in databases() {
+            let name = self.databases.name(database);
+            match &self.databases.place {
+                DataPlace::SqliteDir(dir) => sqlite_files.push(dir.join(format!("{name}.db"))),
+                DataPlace::PostgresServer(server) => pg_databases.push((server.clone(), name)),
+            }
+        }
+        match BrokerUrl::parse(&self.broker_url) {
+            Ok(BrokerUrl::PostgresLog(url)) => {
+                if let (server, Some(name)) = split_database(&url) {
+                    pg_databases.push((server, name));
+                }
+            }
+            Ok(BrokerUrl::SqliteLog(url)) => {
+                if let Some(path) = sqlite_path(&url) {
+                    sqlite_files.push(PathBuf::from(path));
+                }
+            }
+            // A cluster's topics are shared; nothing of this deployment's to remove there.
+            Ok(BrokerUrl::Kafka(..) | BrokerUrl::Amqp(..)) | Err(_) => {}
+        }
+        for file in &sqlite_files {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut path = file.clone().into_os_string();
+                path.push(suffix);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(StoreError::rejected(e)),
+                }
+            }
+        }
+        for file in &sqlite_files {
+            if let Some(dir) = file.parent() {
+                // Only succeeds when empty: never removes anything km0 did not create.
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+        for (server, name) in pg_databases {
+            let admin = Db::connect(&with_database(&server, "postgres")).await?;
+            // FORCE: pools of this process may still hold idle connections.
+            let sql = format!(
+                "DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)",
+                name.replace('"', "\"\"")
+            );
+            let dropped = admin.execute(query(sql)).await;
+            admin.close().await;
+            dropped?;
+        }
+        Ok(())
+    }
+}
