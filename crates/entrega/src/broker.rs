@@ -227,6 +227,62 @@ impl Broker {
         }
     }
 
+    /// Names the queues of `group` on `topic` after `base` on a broker that keeps a
+    /// group's messages in queues of its own (RabbitMQ: `<base>.*`, in the URL's layout);
+    /// nothing on a log, whose groups are offsets.
+    pub fn name_group(&self, group: &str, topic: &str, base: &str) {
+        #[cfg(feature = "amqp")]
+        if let Transport::Amqp(amqp) = &self.transport {
+            let spec = entrega_amqp::GroupSpec {
+                base: Some(base.to_owned()),
+                layout: amqp.config().layout,
+            };
+            amqp.set_group(group, topic, spec);
+        }
+        let _ = (group, topic, base);
+    }
+
+    /// Makes `group`'s place on `topic` before anything is published: on a broker that
+    /// refuses a message no queue takes (RabbitMQ, `mandatory`), the group's queues; nothing
+    /// on a log, which keeps every record for groups that join later.
+    pub async fn declare_group(&self, group: &str, topic: &str) -> Result<(), TransportError> {
+        #[cfg(feature = "amqp")]
+        if let Transport::Amqp(amqp) = &self.transport {
+            return amqp.declare_group(group, topic).await;
+        }
+        let _ = (group, topic);
+        Ok(())
+    }
+
+    /// Where `group`'s dead letters from `topic` go: its dead-letter queue on a broker with
+    /// queues per group (RabbitMQ), else the topic `<topic>.dlq`.
+    pub fn dead_letter_place(&self, group: &str, topic: &str) -> String {
+        #[cfg(feature = "amqp")]
+        if let Transport::Amqp(amqp) = &self.transport {
+            return amqp.group_queues(group, topic).dead_letter_queue();
+        }
+        let _ = group;
+        format!("{topic}.dlq")
+    }
+
+    /// Removes `group`'s place on `topic` on a broker that keeps one per group (RabbitMQ's
+    /// queues, with what they still hold); nothing on a log, where a group is only offsets.
+    pub async fn delete_group(&self, group: &str, topic: &str) -> Result<(), TransportError> {
+        #[cfg(feature = "amqp")]
+        if let Transport::Amqp(amqp) = &self.transport {
+            return amqp.delete_group(group, topic).await;
+        }
+        let _ = (group, topic);
+        Ok(())
+    }
+
+    /// Whether records stay on their topic at offsets that can be read again (a log or
+    /// Kafka); `false` for a broker whose messages leave the queue once acknowledged
+    /// (RabbitMQ).
+    pub fn has_offsets(&self) -> bool {
+        !self.is_amqp()
+    }
+
     /// Request and reply queues: RabbitMQ's own, or topics of the log (or Kafka) read as
     /// queues ([`crate::rpc::LogRpc`], request topics of `partitions` partitions).
     pub fn rpc(&self, partitions: u32) -> Arc<dyn entrega_core::RpcTransport> {

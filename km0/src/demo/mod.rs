@@ -80,9 +80,9 @@ impl Counters {
         Ok(Self {
             consumed: watch.stock.processed(CONSUMER).await?,
             published: watch.outbox().await?.published,
-            on_topic: match watch.broker.is_amqp() {
-                true => None,
-                false => Some(watch.broker.topic_total(TOPIC).await?),
+            on_topic: match watch.broker.has_offsets() {
+                true => Some(watch.broker.topic_total(TOPIC).await?),
+                false => None,
             },
             dead_letters: dead_letter_count(&watch.broker).await?,
         })

@@ -92,7 +92,7 @@ impl Replayable {
     /// Marks where this run starts on `topic` of `broker`: the topic's ends on a log, a
     /// new tap group (named after `run` and the topic) on RabbitMQ.
     pub async fn open(broker: &Broker, run: &str, topic: &str) -> anyhow::Result<Self> {
-        let source = if broker.is_amqp() {
+        let source = if !broker.has_offsets() {
             let group = format!("km0-demo-tap-{run}-{topic}");
             let sub = broker.subscriber().subscribe(&group, topic, &group).await?;
             Source::Tap { group, sub }
@@ -157,10 +157,7 @@ async fn drain_tap(sub: &mut dyn Subscription, pick: Pick<'_>) -> anyhow::Result
 }
 
 async fn remove_tap(broker: &Broker, group: &str, topic: &str) -> anyhow::Result<()> {
-    if let Some(amqp) = broker.as_amqp() {
-        amqp.delete_group(group, topic).await?;
-    }
-    Ok(())
+    Ok(broker.delete_group(group, topic).await?)
 }
 
 /// The records of `topic` written during this run (from the per-partition offsets in `from`,

@@ -39,9 +39,7 @@ pub async fn connect(url: &BrokerUrl, lease_ttl: Duration) -> Result<Broker, Bro
         }
     };
     let broker = Broker::connect(&full, lease_ttl).await?;
-    if let Some(amqp) = broker.as_amqp() {
-        super::name_amqp_groups(amqp);
-    }
+    super::name_groups(&broker);
     Ok(broker)
 }
 

@@ -30,7 +30,7 @@ pub use spawn::{
 pub use system::{SchemaBehind, System};
 pub use together::{run_together, Part};
 pub use topics::{
-    dead_letter_topic, dead_letters_of, ensure_topic_and_dlq, ensure_topics, name_amqp_groups,
+    dead_letter_topic, dead_letters_of, ensure_topic_and_dlq, ensure_topics, name_groups,
 };
 
 /// A component running as a task until stopped.

@@ -2,7 +2,6 @@
 //! consumer groups' queues too, since a publish no queue takes is refused (`mandatory`).
 
 use anyhow::Context as _;
-use entrega_amqp::{Amqp, GroupSpec};
 
 use super::component::{groups, topics};
 use super::Broker;
@@ -14,52 +13,46 @@ pub fn dead_letter_topic() -> String {
     format!("{}.dlq", crate::services::pedidos::TOPIC)
 }
 
-/// Where the stock consumer's dead letters are on `broker`: its dead-letter queue on
-/// RabbitMQ (`inventario.pedidos.dlq`), else [`dead_letter_topic`].
+/// Where the stock consumer's dead letters are on `broker`: its dead-letter queue on a
+/// broker with queues per group (`inventario.pedidos.dlq` on RabbitMQ), else
+/// [`dead_letter_topic`].
 pub fn dead_letters_of(broker: &Broker) -> String {
-    match broker.as_amqp() {
-        Some(amqp) => amqp
-            .group_queues(inventario::GROUP, inventario::TOPIC)
-            .dead_letter_queue(),
-        None => dead_letter_topic(),
-    }
+    broker.dead_letter_place(inventario::GROUP, inventario::TOPIC)
 }
 
-/// Names km0's groups' queues on RabbitMQ (each component's [`GroupQueue`]s), in the layout
-/// the URL asks.
+/// Names the queues of km0's groups (each component's [`GroupQueue`]s) on a broker that
+/// keeps them in queues.
 ///
 /// [`GroupQueue`]: super::GroupQueue
-pub fn name_amqp_groups(amqp: &Amqp) {
+pub fn name_groups(broker: &Broker) {
     for owned in groups() {
-        let spec = GroupSpec {
-            base: Some(owned.queue.to_owned()),
-            layout: amqp.config().layout,
-        };
-        amqp.set_group(owned.group, owned.topic, spec);
+        broker.name_group(owned.group, owned.topic, owned.queue);
     }
 }
 
-/// Creates the topics km0's components publish to ([`topics`]) and their dead-letter and
-/// retry topics if missing; on RabbitMQ, the topics and km0's groups' queues.
+/// Creates the topics km0's components publish to ([`topics`]) if missing, with their
+/// dead-letter and retry topics where those are topics (a broker with queues per group keeps
+/// them in the group's queues), and each group's place on a broker that needs one before
+/// anything is published.
 pub async fn ensure_topics(broker: &Broker) -> anyhow::Result<()> {
-    let Some(amqp) = broker.as_amqp() else {
-        for topic in topics() {
-            ensure_topic_and_dlq(broker, topic).await?;
-        }
-        return Ok(());
-    };
+    let side_topics = broker.side_queues().is_none();
     for topic in topics() {
-        broker
-            .admin()
-            .ensure_topic(topic, PARTITIONS)
-            .await
-            .with_context(|| format!("creating topic {topic}"))?;
+        if side_topics {
+            ensure_topic_and_dlq(broker, topic).await?;
+        } else {
+            broker
+                .admin()
+                .ensure_topic(topic, PARTITIONS)
+                .await
+                .with_context(|| format!("creating topic {topic}"))?;
+        }
     }
     for owned in groups() {
         let (group, topic) = (owned.group, owned.topic);
-        amqp.declare_group(group, topic)
+        broker
+            .declare_group(group, topic)
             .await
-            .with_context(|| format!("declaring the queues of group {group} on {topic}"))?;
+            .with_context(|| format!("declaring the place of group {group} on {topic}"))?;
     }
     Ok(())
 }

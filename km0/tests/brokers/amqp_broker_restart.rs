@@ -57,8 +57,8 @@ async fn depths(url: &str) -> (Vec<QueueDepth>, Vec<QueueDepth>) {
     let broker = entrega::Broker::connect(url, Duration::from_secs(10))
         .await
         .unwrap();
+    km0::wiring::name_groups(&broker);
     let amqp = broker.as_amqp().unwrap();
-    km0::wiring::name_amqp_groups(amqp);
     let names = amqp.group_queues(GROUP, TOPIC);
     let shards = amqp.queue_depths(&names.queues()).await.unwrap_or_default();
     let dead = amqp

@@ -7,6 +7,7 @@
 mod support;
 
 mod delivery_conformance;
+mod group_places;
 mod rpc;
 mod rpc_durable;
 mod worker_amqp;
