@@ -81,6 +81,9 @@ pub enum MigrationSet {
     HeldLetters,
     /// The database-backed log transport's topics, partitions, offsets and leases.
     Log,
+    /// The sagas' rows and their history (`entrega_sagas`, `entrega_saga_historial`): for
+    /// the service that orchestrates sagas.
+    Sagas,
     /// Operator state of dead letters (`entrega_dlq_state`) and the audit of operator
     /// actions (`entrega_dlq_audit`): for the service whose dead-letter topic is tended.
     Dlq,
@@ -88,12 +91,13 @@ pub enum MigrationSet {
 
 impl MigrationSet {
     /// Every set.
-    pub const ALL: [MigrationSet; 6] = [
+    pub const ALL: [MigrationSet; 7] = [
         Self::Outbox,
         Self::Inbox,
         Self::Rpc,
         Self::HeldLetters,
         Self::Log,
+        Self::Sagas,
         Self::Dlq,
     ];
 
@@ -105,6 +109,9 @@ impl MigrationSet {
             Self::Rpc => "rpc",
             Self::HeldLetters => "held_letters",
             Self::Log => "log",
+            // The name applications recorded before the sagas' tables were one of
+            // entrega's sets.
+            Self::Sagas => "entrega_saga",
             Self::Dlq => "dlq",
         }
     }

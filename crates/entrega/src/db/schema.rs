@@ -1,6 +1,6 @@
 //! entrega's own tables, one migration set per capability, the SQLite and PostgreSQL steps of
 //! each set side by side. The scripts live in `crates/entrega/migrations/<set>/`, named
-//! `<version>_<what>.<backend>.sql`.
+//! `<version>_<what>.<backend>.sql` (`<version>_<what>.sql` when both backends run it).
 //!
 //! Steps differ between the backends only where the dialects do: SQLite has no
 //! `ADD COLUMN IF NOT EXISTS`, so columns added to tables the seed's own SQL may have created
@@ -19,6 +19,7 @@ pub(super) fn steps(set: MigrationSet, backend: Backend) -> &'static [Migration<
         MigrationSet::Rpc => (RPC_SQLITE, RPC_POSTGRES),
         MigrationSet::HeldLetters => (HELD_SQLITE, HELD_POSTGRES),
         MigrationSet::Log => (LOG_SQLITE, LOG_POSTGRES),
+        MigrationSet::Sagas => (SAGAS, SAGAS),
         MigrationSet::Dlq => (DLQ_SQLITE, DLQ_POSTGRES),
     };
     match backend {
@@ -168,6 +169,24 @@ const HELD_POSTGRES: &[Migration<'static>] = &[Migration {
     description: HELD,
     steps: &[script!("held_letters", "0001_held_letters.postgres.sql")],
 }];
+
+/// The same steps on both backends: the script reads alike, and the column is guarded.
+const SAGAS: &[Migration<'static>] = &[
+    Migration {
+        version: 1,
+        description: "entrega_sagas and entrega_saga_historial",
+        steps: &[script!("saga", "0001_sagas.sql")],
+    },
+    Migration {
+        version: 2,
+        description: "entrega_sagas.traza: the trace its commands continue",
+        steps: &[Step::AddColumn {
+            table: "entrega_sagas",
+            column: "traza",
+            definition: "TEXT",
+        }],
+    },
+];
 
 const LOG: &str = "log transport: topics, partitions, records, group offsets, members, leases";
 

@@ -70,8 +70,8 @@ impl std::fmt::Debug for Sagas {
 }
 
 impl Sagas {
-    /// The sagas of `flow` in `db` (migrated with [`Sagas::migrate`] and
-    /// [`MigrationSet::Outbox`](entrega_core::MigrationSet), `Inbox` and `Rpc`). Replies are
+    /// The sagas of `flow` in `db` (migrated with
+    /// [`MigrationSet::Sagas`](entrega_core::MigrationSet), `Outbox`, `Inbox` and `Rpc`). Replies are
     /// claimed in `mensajes_procesados` as consumer `saga.<kind>`.
     pub fn new(db: Db, flow: Arc<dyn SagaFlow>, clock: Arc<dyn Clock>) -> Self {
         let consumer = format!("saga.{}", flow.kind());
@@ -82,13 +82,6 @@ impl Sagas {
             consumer,
             stats: Arc::new(SagaStats::default()),
         }
-    }
-
-    /// Creates or updates the saga tables.
-    pub async fn migrate(&self) -> Result<(), StoreError> {
-        self.db
-            .apply_migrations(store::SET, store::MIGRATIONS)
-            .await
     }
 
     /// The name of step `index` of the flow, if it has one.

@@ -5,38 +5,7 @@ use entrega_core::StoreError;
 use serde_json::{Map, Value};
 
 use super::record::{EventKind, HistoryEntry, Phase, SagaRecord, SagaStatus};
-use crate::db::{query, query_each, Db, Migration, Query, Tx};
-
-/// The set name of the saga tables in `entrega_migrations`.
-pub(crate) const SET: &str = "entrega_saga";
-
-/// The saga tables.
-pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration::same(
-        1,
-        "entrega_sagas and entrega_saga_historial",
-        "CREATE TABLE IF NOT EXISTS entrega_sagas (
-        tipo TEXT NOT NULL, saga_id TEXT NOT NULL, estado TEXT NOT NULL,
-        paso INTEGER NOT NULL, fase TEXT NOT NULL, intentos INTEGER NOT NULL,
-        datos TEXT NOT NULL, resultados TEXT NOT NULL, motivo TEXT,
-        proximo_ms BIGINT, plazo_ms BIGINT, eventos BIGINT NOT NULL, version BIGINT NOT NULL,
-        creada_ms BIGINT NOT NULL, actualizada_ms BIGINT NOT NULL,
-        PRIMARY KEY (tipo, saga_id));
-    CREATE INDEX IF NOT EXISTS entrega_sagas_proximo ON entrega_sagas (tipo, proximo_ms)
-        WHERE proximo_ms IS NOT NULL;
-    CREATE INDEX IF NOT EXISTS entrega_sagas_estado ON entrega_sagas (tipo, estado);
-    CREATE TABLE IF NOT EXISTS entrega_saga_historial (
-        tipo TEXT NOT NULL, saga_id TEXT NOT NULL, n BIGINT NOT NULL, en_ms BIGINT NOT NULL,
-        que TEXT NOT NULL, paso TEXT NOT NULL, fase TEXT NOT NULL, clave TEXT,
-        intento INTEGER, detalle TEXT,
-        PRIMARY KEY (tipo, saga_id, n));",
-    ),
-    Migration::same(
-        2,
-        "entrega_sagas.traza: the trace its commands continue",
-        "ALTER TABLE entrega_sagas ADD COLUMN traza TEXT",
-    ),
-];
+use crate::db::{query, query_each, Db, Query, Tx};
 
 const COLUMNS: &str = "tipo, saga_id, estado, paso, fase, intentos, datos, resultados, motivo, \
      proximo_ms, plazo_ms, eventos, version, creada_ms, actualizada_ms, traza";

@@ -171,14 +171,18 @@ impl Fixture {
         let fresh = FreshDb::new(backend, &dir, "orquestador.db").await;
         fresh
             .db
-            .migrate(&[MigrationSet::Outbox, MigrationSet::Inbox, MigrationSet::Rpc])
+            .migrate(&[
+                MigrationSet::Outbox,
+                MigrationSet::Inbox,
+                MigrationSet::Rpc,
+                MigrationSet::Sagas,
+            ])
             .await
             .unwrap();
         fresh.db.apply_migrations("app", APP).await.unwrap();
         let clock = ManualClock::new(T0);
         let flow = Arc::new(OrderFlow::new());
         let sagas = Sagas::new(fresh.db.clone(), flow.clone(), Arc::new(clock.clone()));
-        sagas.migrate().await.unwrap();
         Self {
             fresh,
             sagas,

@@ -5,12 +5,11 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
-use entrega::saga::Sagas;
 use entrega::{Relay, RelayConfig};
 use entrega_core::SystemClock;
 use futures::FutureExt as _;
 
-use super::{app, routing, OrderSaga, OrderStore, PedidosState, SagaTimings, SOURCE, TOPIC};
+use super::{app, routing, OrderStore, PedidosState, SOURCE, TOPIC};
 use crate::services::{inventario, pagos, reparto};
 use crate::wiring::{
     ensure_topics, serve_http, Component, Database, GroupQueue, InUp, Start, Started, RELAY_POLL,
@@ -20,15 +19,7 @@ use crate::wiring::{
 /// whether or not the deployment runs the saga).
 pub const DATABASE: Database = Database {
     name: "pedidos",
-    migrate: |db| {
-        Box::pin(async move {
-            OrderStore::new(db.clone()).migrate().await?;
-            let flow = Arc::new(OrderSaga::new(SagaTimings::default()));
-            Sagas::new(db.clone(), flow, Arc::new(SystemClock))
-                .migrate()
-                .await
-        })
-    },
+    migrate: |db| Box::pin(async move { OrderStore::new(db.clone()).migrate().await }),
     entrega_tables: true,
     outbox: true,
 };

@@ -81,7 +81,8 @@ impl OrderStore {
         &self.db
     }
 
-    /// Creates entrega's outbox tables and the orders tables, if missing.
+    /// Creates entrega's outbox, inbox and saga tables and the orders tables, if missing
+    /// (the sagas' whether or not the deployment runs the saga).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         // The dead-letter set brings the operator audit, where releases of held rows are kept.
         self.db
@@ -90,6 +91,7 @@ impl OrderStore {
                 MigrationSet::Inbox,
                 MigrationSet::Rpc,
                 MigrationSet::HeldLetters,
+                MigrationSet::Sagas,
                 MigrationSet::Dlq,
             ])
             .await?;
