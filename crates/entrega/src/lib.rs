@@ -9,10 +9,9 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //!
-//! use entrega::entrega_core::SystemClock;
 //! use entrega::{
-//!     shutdown_token, Broker, Db, Handler, Relay, RelayConfig, Router, TopicRouting, Worker,
-//!     WorkerConfig,
+//!     shutdown_token, Broker, Db, Handler, Relay, RelayConfig, Router, SystemClock,
+//!     TopicRouting, Worker, WorkerConfig,
 //! };
 //!
 //! # async fn run(take_stock: Arc<dyn Handler>) -> Result<(), Box<dyn std::error::Error>> {
@@ -61,6 +60,35 @@ pub use worker::{
     Handler, Message, RetryStrategy, Router, Worker, WorkerConfig, WorkerError, WorkerStats,
 };
 
-/// Re-exported so handlers and wiring need only this crate.
-pub use entrega_core;
 pub use tokio_util::sync::CancellationToken;
+
+/// The README's code, compiled with the crate's doctests so its quickstart keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
+// The vocabulary a service speaks, so it needs only this crate: events and messages, what a
+// handler answers, the errors of the seams, time, entrega's migration sets, trace context.
+pub use entrega_core::headers;
+pub use entrega_core::{
+    now_ms, Clock, DeadClass, DeadReason, Envelope, EnvelopeError, ErrorClass, HandlerError,
+    Headers, Limits, ManualClock, MigrationSet, NewEvent, OutgoingMessage, Processed, RawJson,
+    Record, ReplayKey, StoreError, SystemClock, TraceContext, TransportError, TRACEPARENT,
+};
+
+/// The seams between the engine and what it runs on: transports (publish, subscribe, topic
+/// admin, inspection, request/reply, side queues), the outbox's ports (lane leases, pending
+/// rows, maintenance, wake-up) and the consumer's stores (parking, dead-letter marks, held
+/// letters). What a new backend implements; an application rarely names them.
+pub mod seams {
+    pub use entrega_core::migration::{Migration as BackendMigration, Step as MigrationStep};
+    pub use entrega_core::{
+        fair_share, group_lag, lane_of, partition_for, plan_balance, BalancePlan, BlockedRow,
+        DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore, HeldId,
+        HeldLetter, HeldLetterStore, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows,
+        LogInspector, OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup,
+        ParkedAt, ParkedRecord, ParkingStore, PartitionLag, Publisher, Refusal, ReleaseError,
+        RpcDelivery, RpcInbox, RpcMessage, RpcTransport, SideQueues, SlotLease, Subscriber,
+        Subscription, TopicAdmin, LANES,
+    };
+}

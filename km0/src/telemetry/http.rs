@@ -6,7 +6,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
-use entrega::entrega_core::{TraceContext, TRACEPARENT};
+use entrega::{TraceContext, TRACEPARENT};
 use tracing::Instrument as _;
 
 /// Axum middleware (`axum::middleware::from_fn(traced)`): the request's work runs in

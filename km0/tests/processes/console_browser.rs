@@ -20,9 +20,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use entrega::db::query;
-use entrega::entrega_core::headers::{ID_EVENTO, ORIGIN_GROUP, TIPO};
-use entrega::entrega_core::{DeadLetterState, Headers, MigrationSet, OutgoingMessage};
+use entrega::headers::{ID_EVENTO, ORIGIN_GROUP, TIPO};
 use entrega::saga::SagaStatus;
+use entrega::seams::DeadLetterState;
+use entrega::{Headers, MigrationSet, OutgoingMessage};
 use km0::services::inventario;
 use km0::services::pedidos::TOPIC;
 use serde_json::{json, Value};

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use entrega::db::{query, Db, Migration};
-use entrega::entrega_core::{Envelope, HandlerError, MigrationSet, NewEvent, SystemClock};
 use entrega::{
     Broker, CancellationToken, Handler, Message, Relay, RelayConfig, Router, TopicRouting, Worker,
     WorkerConfig,
 };
+use entrega::{Envelope, HandlerError, MigrationSet, NewEvent, SystemClock};
 use serde_json::json;
 
 pub type BoxError = Box<dyn Error + Send + Sync>;
@@ -38,7 +38,7 @@ struct TakeStock {
 #[async_trait]
 impl Handler for TakeStock {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
-        let classify = |e: entrega::entrega_core::StoreError| {
+        let classify = |e: entrega::StoreError| {
             if e.is_transient() {
                 HandlerError::transient(e)
             } else {

@@ -9,9 +9,9 @@
 //!
 //! ```no_run
 //! use entrega::db::{query, Db};
-//! use entrega::entrega_core::{MigrationSet, NewEvent};
+//! use entrega::{MigrationSet, NewEvent};
 //!
-//! # async fn order(url: &str) -> Result<(), entrega::entrega_core::StoreError> {
+//! # async fn order(url: &str) -> Result<(), entrega::StoreError> {
 //! let db = Db::connect(url).await?; // sqlite://pedidos.db or postgres://.../pedidos
 //! db.migrate(&[MigrationSet::Outbox]).await?;
 //! let mut tx = db.begin().await?;

@@ -14,12 +14,10 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use entrega::db::{query, Backend, Db};
-use entrega::entrega_core::{
-    HandlerError, MigrationSet, NewEvent, Record, SystemClock, TraceContext, TRACEPARENT,
-};
 use entrega::{
-    trace, Broker, CancellationToken, Handler, Message, Relay, RelayConfig, Router, TopicRouting,
-    Worker, WorkerConfig,
+    trace, Broker, CancellationToken, Handler, HandlerError, Message, MigrationSet, NewEvent,
+    Record, Relay, RelayConfig, Router, SystemClock, TopicRouting, TraceContext, Worker,
+    WorkerConfig, TRACEPARENT,
 };
 use serde_json::json;
 

@@ -72,7 +72,7 @@ pub struct BatchItem {
     /// The order to apply, or the permanent reason it cannot be.
     pub order: Result<PlacedOrder, StockError>,
     /// The delivery's trace, given to the events its effect writes (`traceparent`).
-    pub trace: Option<entrega::entrega_core::TraceContext>,
+    pub trace: Option<entrega::TraceContext>,
 }
 
 /// How [`StockStore::apply_batch`] applies a batch. Both give every event the outcome it

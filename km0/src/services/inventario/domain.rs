@@ -61,7 +61,7 @@ pub enum StockError {
 
 impl StockError {
     /// A short, fixed code for the refusal, for counting dead letters
-    /// ([`entrega::entrega_core::HandlerError::with_code`]).
+    /// ([`entrega::HandlerError::with_code`]).
     pub fn code(&self) -> &'static str {
         match self {
             Self::OutOfStock { .. } => "sin_stock",

@@ -181,7 +181,7 @@ fn into_handler_error(e: ApplyError) -> HandlerError {
     }
 }
 
-fn item(envelope: &Envelope, trace: Option<entrega::entrega_core::TraceContext>) -> BatchItem {
+fn item(envelope: &Envelope, trace: Option<entrega::TraceContext>) -> BatchItem {
     BatchItem {
         message_id: envelope.id.hyphenated().to_string(),
         order: PlacedOrder::from_payload(&envelope.data),
