@@ -37,8 +37,8 @@ pub struct HeldLetter {
     pub held_at_ms: i64,
 }
 
-/// `grupo, topico, particion, desplazamiento, destino, clave, cabeceras, carga, rechazo,
-/// retenido_ms` of `entrega_retenidos`, as both stores select them.
+/// `group_id, topic, partition_no, log_offset, destination, msg_key, headers, payload, refusal,
+/// held_at_ms` of `entrega_held_letters`, as both stores select them.
 pub type HeldRow = (
     String,
     String,
@@ -59,7 +59,7 @@ impl HeldLetter {
         let (group, topic, partition, offset, destination, key, headers, payload, refusal, at) =
             row;
         let corrupt = |reason: String| StoreError::Corrupt {
-            table: "entrega_retenidos",
+            table: "entrega_held_letters",
             reason,
         };
         Ok(Self {
@@ -67,14 +67,14 @@ impl HeldLetter {
                 group,
                 topic,
                 partition: u32::try_from(partition)
-                    .map_err(|e| corrupt(format!("particion: {e}")))?,
+                    .map_err(|e| corrupt(format!("partition_no: {e}")))?,
                 offset,
             },
             letter: OutgoingMessage {
                 topic: destination,
                 key,
                 headers: Headers::from_json(&headers)
-                    .map_err(|e| corrupt(format!("cabeceras: {e}")))?,
+                    .map_err(|e| corrupt(format!("headers: {e}")))?,
                 payload,
             },
             refusal,

@@ -70,13 +70,13 @@ pub enum Processed<T> {
 pub enum MigrationSet {
     /// `outbox` and the relay's lane leases: for services that publish events.
     Outbox,
-    /// `mensajes_procesados` and `entrega_aparcados` (parking for ordered retries): for
+    /// `mensajes_procesados` and `entrega_parked` (parking for ordered retries): for
     /// services that consume.
     Inbox,
-    /// Request/reply: `entrega_respuestas` (the stored answers of idempotent request
-    /// handlers) and `entrega_peticiones` (a durable requester's requests awaiting replies).
+    /// Request/reply: `entrega_answers` (the stored answers of idempotent request
+    /// handlers) and `entrega_requests` (a durable requester's requests awaiting replies).
     Rpc,
-    /// `entrega_retenidos`: dead letters the broker refused, held in the consumer's database
+    /// `entrega_held_letters`: dead letters the broker refused, held in the consumer's database
     /// for an operator. For services whose consumers send dead letters.
     HeldLetters,
     /// The database-backed log transport's topics, partitions, offsets and leases.

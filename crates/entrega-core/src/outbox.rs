@@ -41,9 +41,9 @@ pub struct OutboxRow {
     pub created_at_ms: i64,
     /// Insertion sequence; publishing order within a lane.
     pub seq: i64,
-    /// Publishing attempts the transport refused so far (`intentos`); 0 for a fresh row.
+    /// Publishing attempts the transport refused so far (`attempts`); 0 for a fresh row.
     pub attempts: u32,
-    /// Headers to publish with the event (`cabeceras`), e.g. its `traceparent`; empty for
+    /// Headers to publish with the event (`headers`), e.g. its `traceparent`; empty for
     /// rows written without any.
     pub headers: Headers,
 }
@@ -105,7 +105,7 @@ pub struct NewEvent {
     pub version: u32,
     /// Payload (`carga`).
     pub payload: Value,
-    /// Headers the relay publishes with the event (`cabeceras`). The transaction's trace
+    /// Headers the relay publishes with the event (`headers`). The transaction's trace
     /// context is added as `traceparent` when the event is enqueued inside one
     /// (`entrega::trace::scope`) and carries none of its own.
     pub headers: Headers,
@@ -198,7 +198,7 @@ pub struct LaneMark {
 /// Reading and marking pending rows.
 ///
 /// Every pending read leaves out the rows of an aggregate from its earliest blocked row on:
-/// a row the transport refused waits for its next attempt (`proximo_intento` still in the
+/// a row the transport refused waits for its next attempt (`next_attempt_at` still in the
 /// future, by the store's clock) or, held, for an operator, and the aggregate's later rows
 /// wait behind it. Rows of the lane's other aggregates are read as usual.
 #[async_trait]
@@ -217,7 +217,7 @@ pub trait OutboxReader: Send + Sync {
     ) -> Result<(), StoreError>;
 
     /// Records that the transport refused the pending row `refusal.id` of `lease`'s lane:
-    /// `intentos + 1`, the last error, and the next attempt time or, when
+    /// `attempts + 1`, the last error, and the next attempt time or, when
     /// [`Refusal::retry_at_ms`] is `None`, the holding time `now_ms`. Only while `lease` is
     /// still held, as [`OutboxReader::mark_published`]: otherwise nothing changes and
     /// [`StoreError::LeaseLost`] is returned. A row that is no longer pending, or not in the
@@ -339,9 +339,9 @@ pub trait OutboxMaintenance: Send + Sync {
     /// Current backlog, with the rows the transport refused.
     async fn status(&self, now_ms: i64) -> Result<OutboxStatus, StoreError>;
 
-    /// Releases the held row `id`: clears `aparcado_en` and `proximo_intento` so the relay
-    /// tries it again at once, ahead of its aggregate's later rows. `intentos` and
-    /// `ultimo_error` are kept as its history; a released row the transport refuses again is
+    /// Releases the held row `id`: clears `held_at` and `next_attempt_at` so the relay
+    /// tries it again at once, ahead of its aggregate's later rows. `attempts` and
+    /// `last_error` are kept as its history; a released row the transport refuses again is
     /// held again. Fails, changing nothing, with [`ReleaseError::UnknownRow`] or
     /// [`ReleaseError::NotHeld`].
     async fn release(&self, id: Uuid) -> Result<(), ReleaseError>;

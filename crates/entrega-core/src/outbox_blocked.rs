@@ -1,9 +1,9 @@
 //! Outbox rows the transport refused: what the relay records about them, how operators see
 //! them, and releasing a held one.
 //!
-//! A row the transport refuses for good (too large, unknown topic) gets `intentos + 1`, the
-//! last error and either a next-attempt time (`proximo_intento`) or, once the relay's attempt
-//! limit is reached, a holding time (`aparcado_en`). While an aggregate's earliest pending row
+//! A row the transport refuses for good (too large, unknown topic) gets `attempts + 1`, the
+//! last error and either a next-attempt time (`next_attempt_at`) or, once the relay's attempt
+//! limit is reached, a holding time (`held_at`). While an aggregate's earliest pending row
 //! is blocked (waiting for its next attempt, or held), the pending reads skip every later
 //! row of that aggregate, so only the aggregate waits and its lane flows.
 
@@ -70,13 +70,13 @@ pub struct BlockedRow {
     pub aggregate_id: String,
     /// Event type (`tipo`).
     pub kind: String,
-    /// Refused publishing attempts (`intentos`).
+    /// Refused publishing attempts (`attempts`).
     pub attempts: u32,
-    /// Next attempt in epoch ms (`proximo_intento`); `None` once held.
+    /// Next attempt in epoch ms (`next_attempt_at`); `None` once held.
     pub next_attempt_ms: Option<i64>,
-    /// Why the transport last refused it (`ultimo_error`).
+    /// Why the transport last refused it (`last_error`).
     pub last_error: Option<String>,
-    /// When it was held, in epoch ms (`aparcado_en`); `None` while it is still retried.
+    /// When it was held, in epoch ms (`held_at`); `None` while it is still retried.
     pub held_at_ms: Option<i64>,
 }
 

@@ -28,7 +28,7 @@ pub const RPC_SERVED: &str = "entrega_rpc_server_requests_total";
 pub const DEAD_LETTERS: &str = "entrega_dead_letters_total";
 
 /// Counter, label `group`: dead letters the broker refused, held in the consumer's database
-/// (`entrega_retenidos`) for an operator to send on.
+/// (`entrega_held_letters`) for an operator to send on.
 pub const HELD_LETTERS: &str = "entrega_dead_letters_held_total";
 
 /// Counts one held dead letter of `group`.

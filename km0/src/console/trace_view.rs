@@ -1,6 +1,6 @@
 //! `GET /console/trace?pedido=<id>`: one order across the services. Every outbox row any
 //! service wrote about it (in each service's own database), with the trace and span it
-//! carries (`cabeceras`), in the order they were written; the trace ids found; its saga; and
+//! carries (`headers`), in the order they were written; the trace ids found; its saga; and
 //! its dead letters.
 
 use std::collections::{BTreeMap, HashMap};
@@ -18,7 +18,7 @@ use super::Console;
 /// Most rows read from one service's outbox for one order.
 const ROWS_PER_SERVICE: i64 = 500;
 
-/// An outbox row as read: tipo, agregado_id, creado_en, publicado_en, cabeceras.
+/// An outbox row as read: tipo, agregado_id, creado_en, publicado_en, headers.
 type StoredRow = (String, String, String, Option<String>, Option<String>);
 
 /// One outbox row about the order.
@@ -47,7 +47,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
             .fetch_all(
                 query(
                     "SELECT tipo, agregado_id, CAST(creado_en AS TEXT), \
-                            CAST(publicado_en AS TEXT), CAST(cabeceras AS TEXT) \
+                            CAST(publicado_en AS TEXT), CAST(headers AS TEXT) \
                      FROM outbox \
                      WHERE agregado_id = $1 OR CAST(carga AS TEXT) LIKE $2 ESCAPE '\\' \
                      ORDER BY creado_en LIMIT $3",

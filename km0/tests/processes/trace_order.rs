@@ -118,7 +118,7 @@ async fn row_traces(
         let rows: Vec<(String, Option<String>)> = db
             .fetch_all(
                 query(
-                    "SELECT CAST(id AS TEXT), CAST(cabeceras AS TEXT) FROM outbox \
+                    "SELECT CAST(id AS TEXT), CAST(headers AS TEXT) FROM outbox \
                      WHERE CAST(carga AS TEXT) LIKE $1",
                 )
                 .bind(format!("%{order}%")),

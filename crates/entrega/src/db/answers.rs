@@ -1,8 +1,8 @@
-//! The statements that store request answers (`entrega_respuestas`), shared by a
+//! The statements that store request answers (`entrega_answers`), shared by a
 //! transaction's [`Tx::store_answers`](super::Tx::store_answers) and the one-round-trip
 //! batches of [`crate::rpc::StoredAnswers`].
 
-use super::{query_each, row_runs, Query};
+use super::{query, row_runs, Query};
 
 /// What storing an answer does when one is stored under its key already.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,26 +30,20 @@ pub(crate) fn insert_answers(
         .into_iter()
         .map(|run| {
             let chunk = &answers[run];
-            let rows = |at: &dyn Fn(usize) -> String| {
-                (0..chunk.len())
-                    .map(|i| {
-                        let n = 4 * i;
-                        format!("(${}, ${}, ${}, {})", n + 1, n + 2, n + 3, at(n + 4))
-                    })
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            let head = "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) VALUES ";
-            let sqlite = format!("{head}{}{tail}", rows(&|n| format!("${n}")));
-            let postgres = format!(
-                "{head}{}{tail}",
-                rows(&|n| format!("to_timestamp(${n}::BIGINT / 1000.0)"))
-            );
-            chunk
-                .iter()
-                .fold(query_each(sqlite, postgres), |q, (key, answer)| {
-                    q.bind(*key).bind(consumer).bind(answer.to_vec()).bind(now)
+            let rows = (0..chunk.len())
+                .map(|i| {
+                    let n = 4 * i;
+                    format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4)
                 })
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "INSERT INTO entrega_answers (request_key, consumer, answer, answered_at_ms) \
+                 VALUES {rows}{tail}"
+            );
+            chunk.iter().fold(query(sql), |q, (key, answer)| {
+                q.bind(*key).bind(consumer).bind(answer.to_vec()).bind(now)
+            })
         })
         .collect()
 }

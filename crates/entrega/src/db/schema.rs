@@ -48,6 +48,9 @@ const OUTBOX_FIRST: &str = "outbox, relay lanes and relay instances";
 const OUTBOX_REFUSED: &str =
     "outbox rows the transport refused: attempts, next attempt, last error, parking";
 const OUTBOX_HEADERS: &str = "outbox headers: metadata copied onto the published message";
+const OUTBOX_ENGLISH: &str =
+    "outbox: the columns entrega added named in English (attempts, next_attempt_at, last_error, \
+     held_at, headers)";
 
 const OUTBOX_SQLITE: &[Migration<'static>] = &[
     Migration {
@@ -77,6 +80,11 @@ const OUTBOX_SQLITE: &[Migration<'static>] = &[
         // A JSON object of text values; NULL for rows written without any.
         steps: &[add_column("cabeceras", "TEXT")],
     },
+    Migration {
+        version: 4,
+        description: OUTBOX_ENGLISH,
+        steps: &[script!("outbox", "0004_english_names.sql")],
+    },
 ];
 
 const OUTBOX_POSTGRES: &[Migration<'static>] = &[
@@ -95,10 +103,16 @@ const OUTBOX_POSTGRES: &[Migration<'static>] = &[
         description: OUTBOX_HEADERS,
         steps: &[script!("outbox", "0003_headers.postgres.sql")],
     },
+    Migration {
+        version: 4,
+        description: OUTBOX_ENGLISH,
+        steps: &[script!("outbox", "0004_english_names.sql")],
+    },
 ];
 
 const INBOX_FIRST: &str = "mensajes_procesados with purge index";
 const INBOX_PARKING: &str = "entrega_aparcados: parking for ordered retries";
+const INBOX_ENGLISH: &str = "parking for ordered retries named in English: entrega_parked";
 
 const INBOX_SQLITE: &[Migration<'static>] = &[
     Migration {
@@ -110,6 +124,11 @@ const INBOX_SQLITE: &[Migration<'static>] = &[
         version: 2,
         description: INBOX_PARKING,
         steps: &[script!("inbox", "0002_parking.sqlite.sql")],
+    },
+    Migration {
+        version: 3,
+        description: INBOX_ENGLISH,
+        steps: &[script!("inbox", "0003_english_names.sqlite.sql")],
     },
 ];
 
@@ -124,11 +143,18 @@ const INBOX_POSTGRES: &[Migration<'static>] = &[
         description: INBOX_PARKING,
         steps: &[script!("inbox", "0002_parking.postgres.sql")],
     },
+    Migration {
+        version: 3,
+        description: INBOX_ENGLISH,
+        steps: &[script!("inbox", "0003_english_names.postgres.sql")],
+    },
 ];
 
 const RPC_ANSWERS: &str = "entrega_respuestas: stored answers of idempotent request handlers";
 const RPC_REQUESTS: &str =
     "entrega_peticiones: requests awaiting their replies (durable request/reply)";
+const RPC_ENGLISH: &str =
+    "request/reply named in English: entrega_answers (answered_at_ms), entrega_requests";
 
 const RPC_SQLITE: &[Migration<'static>] = &[
     Migration {
@@ -140,6 +166,11 @@ const RPC_SQLITE: &[Migration<'static>] = &[
         version: 2,
         description: RPC_REQUESTS,
         steps: &[script!("rpc", "0002_requests.sqlite.sql")],
+    },
+    Migration {
+        version: 3,
+        description: RPC_ENGLISH,
+        steps: &[script!("rpc", "0003_english_names.sqlite.sql")],
     },
 ];
 
@@ -154,21 +185,41 @@ const RPC_POSTGRES: &[Migration<'static>] = &[
         description: RPC_REQUESTS,
         steps: &[script!("rpc", "0002_requests.postgres.sql")],
     },
+    Migration {
+        version: 3,
+        description: RPC_ENGLISH,
+        steps: &[script!("rpc", "0003_english_names.postgres.sql")],
+    },
 ];
 
 const HELD: &str = "entrega_retenidos: dead letters the broker refused, held for an operator";
+const HELD_ENGLISH: &str = "held dead letters named in English: entrega_held_letters";
 
-const HELD_SQLITE: &[Migration<'static>] = &[Migration {
-    version: 1,
-    description: HELD,
-    steps: &[script!("held_letters", "0001_held_letters.sqlite.sql")],
-}];
+const HELD_SQLITE: &[Migration<'static>] = &[
+    Migration {
+        version: 1,
+        description: HELD,
+        steps: &[script!("held_letters", "0001_held_letters.sqlite.sql")],
+    },
+    Migration {
+        version: 2,
+        description: HELD_ENGLISH,
+        steps: &[script!("held_letters", "0002_english_names.sqlite.sql")],
+    },
+];
 
-const HELD_POSTGRES: &[Migration<'static>] = &[Migration {
-    version: 1,
-    description: HELD,
-    steps: &[script!("held_letters", "0001_held_letters.postgres.sql")],
-}];
+const HELD_POSTGRES: &[Migration<'static>] = &[
+    Migration {
+        version: 1,
+        description: HELD,
+        steps: &[script!("held_letters", "0001_held_letters.postgres.sql")],
+    },
+    Migration {
+        version: 2,
+        description: HELD_ENGLISH,
+        steps: &[script!("held_letters", "0002_english_names.postgres.sql")],
+    },
+];
 
 /// The same steps on both backends: the script reads alike, and the column is guarded.
 const SAGAS: &[Migration<'static>] = &[

@@ -5,7 +5,7 @@ use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 
 use super::exec;
 use super::rows::{Column, FromRow};
-use super::{query, query_each, Backend, Query};
+use super::{query, Backend, Query};
 
 /// An open write transaction: the business change, the outbox [`enqueue`](Tx::enqueue) and
 /// the inbox [`claim`](Tx::claim) all go through it, and commit together or not at all.
@@ -127,7 +127,7 @@ impl Tx {
         consumer: &str,
         key: &str,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let sql = "SELECT respuesta FROM entrega_respuestas WHERE clave = $1 AND consumidor = $2";
+        let sql = "SELECT answer FROM entrega_answers WHERE request_key = $1 AND consumer = $2";
         let row: Option<(Vec<u8>,)> = self
             .fetch_optional(query(sql).bind(key).bind(consumer))
             .await?;
@@ -155,8 +155,8 @@ impl Tx {
                 .collect();
             let marks: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
             let sql = format!(
-                "SELECT clave, respuesta FROM entrega_respuestas WHERE consumidor = $1 \
-                 AND clave IN ({})",
+                "SELECT request_key, answer FROM entrega_answers WHERE consumer = $1 \
+                 AND request_key IN ({})",
                 marks.join(", ")
             );
             let q = chunk
@@ -180,11 +180,9 @@ impl Tx {
     ) -> Result<bool, StoreError> {
         let written = self
             .execute(
-                query_each(
-                    "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) \
+                query(
+                    "INSERT INTO entrega_answers (request_key, consumer, answer, answered_at_ms) \
                      VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                    "INSERT INTO entrega_respuestas (clave, consumidor, respuesta, respondido_en) \
-                     VALUES ($1, $2, $3, to_timestamp($4::BIGINT / 1000.0)) ON CONFLICT DO NOTHING",
                 )
                 .bind(key)
                 .bind(consumer)
@@ -224,9 +222,9 @@ impl Tx {
         let written = self
             .execute(
                 query(
-                    "INSERT INTO entrega_peticiones (id_correlacion, cola, carga, estado, \
-                     plazo_ms, creada_ms) VALUES ($1, $2, $3, 'pendiente', $4, $5) \
-                     ON CONFLICT (id_correlacion) DO NOTHING",
+                    "INSERT INTO entrega_requests (correlation_id, queue, payload, state, \
+                     deadline_ms, created_at_ms) VALUES ($1, $2, $3, 'pending', $4, $5) \
+                     ON CONFLICT (correlation_id) DO NOTHING",
                 )
                 .bind(correlation_id)
                 .bind(queue)

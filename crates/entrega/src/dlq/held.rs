@@ -1,4 +1,4 @@
-//! Dead letters the broker refused, held in the consumer's database (`entrega_retenidos`,
+//! Dead letters the broker refused, held in the consumer's database (`entrega_held_letters`,
 //! inbox migration set): the store the worker writes them to, and the operator's way of
 //! sending them on once the cause is mended (the topic created, its size limit raised).
 
@@ -35,8 +35,8 @@ impl HeldLetterStore for DbHeldLetters {
             let (id, letter) = (&held.id, &held.letter);
             tx.execute(
                 query(
-                    "INSERT INTO entrega_retenidos (grupo, topico, particion, desplazamiento,
-                        destino, clave, cabeceras, carga, rechazo, retenido_ms)
+                    "INSERT INTO entrega_held_letters (group_id, topic, partition_no, log_offset,
+                        destination, msg_key, headers, payload, refusal, held_at_ms)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                      ON CONFLICT DO NOTHING",
                 )
@@ -61,10 +61,10 @@ impl HeldLetterStore for DbHeldLetters {
             .db
             .fetch_all(
                 query(
-                    "SELECT grupo, topico, CAST(particion AS BIGINT), desplazamiento, destino,
-                        clave, cabeceras, carga, rechazo, retenido_ms
-                     FROM entrega_retenidos
-                     ORDER BY retenido_ms, grupo, topico, particion, desplazamiento LIMIT $1",
+                    "SELECT group_id, topic, CAST(partition_no AS BIGINT), log_offset, destination,
+                        msg_key, headers, payload, refusal, held_at_ms
+                     FROM entrega_held_letters
+                     ORDER BY held_at_ms, group_id, topic, partition_no, log_offset LIMIT $1",
                 )
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX)),
             )
@@ -75,7 +75,7 @@ impl HeldLetterStore for DbHeldLetters {
     async fn count(&self) -> Result<u64, StoreError> {
         let n: Option<i64> = self
             .db
-            .scalar(query("SELECT COUNT(*) FROM entrega_retenidos"))
+            .scalar(query("SELECT COUNT(*) FROM entrega_held_letters"))
             .await?;
         Ok(n.map_or(0, |n| u64::try_from(n).unwrap_or(0)))
     }
@@ -85,8 +85,8 @@ impl HeldLetterStore for DbHeldLetters {
             .db
             .execute(
                 query(
-                    "DELETE FROM entrega_retenidos
-                     WHERE grupo = $1 AND topico = $2 AND particion = $3 AND desplazamiento = $4",
+                    "DELETE FROM entrega_held_letters
+                     WHERE group_id = $1 AND topic = $2 AND partition_no = $3 AND log_offset = $4",
                 )
                 .bind(&id.group)
                 .bind(&id.topic)

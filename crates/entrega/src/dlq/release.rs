@@ -15,9 +15,9 @@ pub async fn release_outbox_row(db: &Db, id: Uuid, operator: &str) -> Result<(),
     let held: Option<(bool,)> = tx
         .fetch_optional(
             query_each(
-                "SELECT publicado_en IS NULL AND aparcado_en IS NOT NULL FROM outbox
+                "SELECT publicado_en IS NULL AND held_at IS NOT NULL FROM outbox
                  WHERE id = $1",
-                "SELECT publicado_en IS NULL AND aparcado_en IS NOT NULL FROM outbox
+                "SELECT publicado_en IS NULL AND held_at IS NOT NULL FROM outbox
                  WHERE id = CAST($1 AS UUID) FOR UPDATE",
             )
             .bind(id.hyphenated().to_string()),
@@ -30,8 +30,8 @@ pub async fn release_outbox_row(db: &Db, id: Uuid, operator: &str) -> Result<(),
     }
     tx.execute(
         query_each(
-            "UPDATE outbox SET aparcado_en = NULL, proximo_intento = NULL WHERE id = $1",
-            "UPDATE outbox SET aparcado_en = NULL, proximo_intento = NULL
+            "UPDATE outbox SET held_at = NULL, next_attempt_at = NULL WHERE id = $1",
+            "UPDATE outbox SET held_at = NULL, next_attempt_at = NULL
              WHERE id = CAST($1 AS UUID)",
         )
         .bind(id.hyphenated().to_string()),

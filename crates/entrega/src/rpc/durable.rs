@@ -8,7 +8,7 @@
 //! effect written in one transaction, then the reply acknowledged. A requester killed with
 //! calls in flight finds, after its restart, its requests still recorded and their replies
 //! waiting in its queue: every reply is applied once. Past its deadline a request is marked
-//! `caducada`; a reply that comes after that is kept on the row and counted as late.
+//! `expired`; a reply that comes after that is kept on the row and counted as late.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -181,9 +181,9 @@ impl DurableRequester {
             .db
             .fetch_all(
                 query(
-                    "SELECT id_correlacion, cola, carga, plazo_ms, enviada_ms \
-                     FROM entrega_peticiones WHERE estado = 'pendiente' \
-                     OR (estado = 'enviada' AND enviada_ms < $1) ORDER BY creada_ms LIMIT $2",
+                    "SELECT correlation_id, queue, payload, deadline_ms, sent_at_ms \
+                     FROM entrega_requests WHERE state = 'pending' \
+                     OR (state = 'sent' AND sent_at_ms < $1) ORDER BY created_at_ms LIMIT $2",
                 )
                 .bind(resend_before)
                 .bind(SEND_BATCH),
@@ -214,8 +214,8 @@ impl DurableRequester {
             self.db
                 .execute(
                     query(
-                        "UPDATE entrega_peticiones SET estado = 'enviada', enviada_ms = $1 \
-                         WHERE id_correlacion = $2 AND estado IN ('pendiente', 'enviada')",
+                        "UPDATE entrega_requests SET state = 'sent', sent_at_ms = $1 \
+                         WHERE correlation_id = $2 AND state IN ('pending', 'sent')",
                     )
                     .bind(now_ms())
                     .bind(correlation_id),
@@ -230,8 +230,8 @@ impl DurableRequester {
             .db
             .execute(
                 query(
-                    "UPDATE entrega_peticiones SET estado = 'caducada' \
-                     WHERE estado IN ('pendiente', 'enviada') AND plazo_ms <= $1",
+                    "UPDATE entrega_requests SET state = 'expired' \
+                     WHERE state IN ('pending', 'sent') AND deadline_ms <= $1",
                 )
                 .bind(now_ms()),
             )
@@ -252,8 +252,8 @@ impl DurableRequester {
         let row: Option<RequestRow> = tx
             .fetch_optional(
                 query(
-                    "SELECT id_correlacion, cola, carga, plazo_ms FROM entrega_peticiones \
-                     WHERE id_correlacion = $1 AND estado IN ('pendiente', 'enviada')",
+                    "SELECT correlation_id, queue, payload, deadline_ms FROM entrega_requests \
+                     WHERE correlation_id = $1 AND state IN ('pending', 'sent')",
                 )
                 .bind(id.clone()),
             )
@@ -262,8 +262,8 @@ impl DurableRequester {
             // Past its deadline, or never recorded here: kept on the row, not applied.
             tx.execute(
                 query(
-                    "UPDATE entrega_peticiones SET respuesta = $1, respondida_ms = $2 \
-                     WHERE id_correlacion = $3",
+                    "UPDATE entrega_requests SET reply = $1, replied_at_ms = $2 \
+                     WHERE correlation_id = $3",
                 )
                 .bind(reply.payload.clone())
                 .bind(now_ms())
@@ -283,8 +283,8 @@ impl DurableRequester {
         self.handler.apply(&mut tx, &request, reply).await?;
         tx.execute(
             query(
-                "UPDATE entrega_peticiones SET estado = 'respondida', respuesta = $1, \
-                 respondida_ms = $2 WHERE id_correlacion = $3",
+                "UPDATE entrega_requests SET state = 'replied', reply = $1, \
+                 replied_at_ms = $2 WHERE correlation_id = $3",
             )
             .bind(reply.payload.clone())
             .bind(now_ms())

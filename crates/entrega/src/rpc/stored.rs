@@ -89,7 +89,7 @@ pub struct StoredAnswerStats {
 }
 
 /// An [`RpcHandler`] that applies each request once, by [`AnswerInTx::key`], and answers a
-/// repeat with the answer stored the first time (`entrega_respuestas`, migrated with
+/// repeat with the answer stored the first time (`entrega_answers`, migrated with
 /// [`MigrationSet::Rpc`](entrega_core::MigrationSet::Rpc), with
 /// [`MigrationSet::Inbox`](entrega_core::MigrationSet::Inbox) for the handler's own claims).
 pub struct StoredAnswers<H> {

@@ -1,4 +1,4 @@
-//! Parking for ordered retries (`entrega_aparcados`, inbox migration set): a failing key's
+//! Parking for ordered retries (`entrega_parked`, inbox migration set): a failing key's
 //! records wait here in offset order while the partition's other keys flow.
 
 use std::borrow::Cow;
@@ -22,9 +22,9 @@ impl DbParking {
 }
 
 /// The columns every query below selects, in [`Row`] order.
-const COLUMNS: &str = "grupo, topico, CAST(particion AS BIGINT), desplazamiento, clave, \
-                       cabeceras, carga, CAST(intentos AS BIGINT), no_antes_ms, ultimo_error, \
-                       aparcado_ms";
+const COLUMNS: &str = "group_id, topic, CAST(partition_no AS BIGINT), log_offset, msg_key, \
+                       headers, payload, CAST(attempts AS BIGINT), not_before_ms, last_error, \
+                       parked_at_ms";
 
 type Row = (
     String,
@@ -45,18 +45,18 @@ fn record(row: Row) -> Result<ParkedRecord, StoreError> {
         row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
     );
     let corrupt = |reason: String| StoreError::Corrupt {
-        table: "entrega_aparcados",
+        table: "entrega_parked",
         reason,
     };
     Ok(ParkedRecord {
         group,
         topic,
-        partition: u32::try_from(partition).map_err(|e| corrupt(format!("particion: {e}")))?,
+        partition: u32::try_from(partition).map_err(|e| corrupt(format!("partition_no: {e}")))?,
         offset,
         key,
-        headers: Headers::from_json(&headers).map_err(|e| corrupt(format!("cabeceras: {e}")))?,
+        headers: Headers::from_json(&headers).map_err(|e| corrupt(format!("headers: {e}")))?,
         payload,
-        attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("intentos: {e}")))?,
+        attempts: u32::try_from(attempts).map_err(|e| corrupt(format!("attempts: {e}")))?,
         not_before_ms,
         last_error: row.9,
         parked_at_ms: row.10,
@@ -86,8 +86,8 @@ impl ParkingStore for DbParking {
         for r in records {
             tx.execute(
                 query(
-                    "INSERT INTO entrega_aparcados (grupo, topico, particion, desplazamiento, \
-                     clave, cabeceras, carga, intentos, no_antes_ms, ultimo_error, aparcado_ms)
+                    "INSERT INTO entrega_parked (group_id, topic, partition_no, log_offset, \
+                     msg_key, headers, payload, attempts, not_before_ms, last_error, parked_at_ms)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
                      ON CONFLICT DO NOTHING",
                 )
@@ -109,8 +109,8 @@ impl ParkingStore for DbParking {
     }
 
     async fn parked_keys(&self, at: ParkedAt<'_>) -> Result<Vec<Option<String>>, StoreError> {
-        let sql = "SELECT DISTINCT clave FROM entrega_aparcados
-                   WHERE grupo = $1 AND topico = $2 AND particion = $3";
+        let sql = "SELECT DISTINCT msg_key FROM entrega_parked
+                   WHERE group_id = $1 AND topic = $2 AND partition_no = $3";
         let keys: Vec<(Option<String>,)> = self.db.fetch_all(at_partition(sql, at)).await?;
         Ok(keys.into_iter().map(|(key,)| key).collect())
     }
@@ -120,17 +120,17 @@ impl ParkingStore for DbParking {
         at: ParkedAt<'_>,
         key: Option<&str>,
     ) -> Result<Option<ParkedRecord>, StoreError> {
-        // `clave = $4` or `IS NULL` rather than `IS NOT DISTINCT FROM`, which on PostgreSQL
+        // `msg_key = $4` or `IS NULL` rather than `IS NOT DISTINCT FROM`, which on PostgreSQL
         // cannot use the index.
         let key_test = if key.is_some() {
-            "clave = $4"
+            "msg_key = $4"
         } else {
-            "clave IS NULL"
+            "msg_key IS NULL"
         };
         let sql = format!(
-            "SELECT {COLUMNS} FROM entrega_aparcados
-             WHERE grupo = $1 AND topico = $2 AND particion = $3 AND {key_test}
-             ORDER BY desplazamiento LIMIT 1"
+            "SELECT {COLUMNS} FROM entrega_parked
+             WHERE group_id = $1 AND topic = $2 AND partition_no = $3 AND {key_test}
+             ORDER BY log_offset LIMIT 1"
         );
         let mut statement = at_partition(sql, at);
         if let Some(key) = key {
@@ -148,8 +148,8 @@ impl ParkingStore for DbParking {
         not_before_ms: i64,
         last_error: &str,
     ) -> Result<(), StoreError> {
-        let sql = "UPDATE entrega_aparcados SET intentos = $5, no_antes_ms = $6, ultimo_error = $7
-                   WHERE grupo = $1 AND topico = $2 AND particion = $3 AND desplazamiento = $4";
+        let sql = "UPDATE entrega_parked SET attempts = $5, not_before_ms = $6, last_error = $7
+                   WHERE group_id = $1 AND topic = $2 AND partition_no = $3 AND log_offset = $4";
         let statement = at_partition(sql, at)
             .bind(offset)
             .bind(int(attempts))
@@ -159,8 +159,8 @@ impl ParkingStore for DbParking {
     }
 
     async fn remove(&self, at: ParkedAt<'_>, offset: i64) -> Result<(), StoreError> {
-        let sql = "DELETE FROM entrega_aparcados
-                   WHERE grupo = $1 AND topico = $2 AND particion = $3 AND desplazamiento = $4";
+        let sql = "DELETE FROM entrega_parked
+                   WHERE group_id = $1 AND topic = $2 AND partition_no = $3 AND log_offset = $4";
         let statement = at_partition(sql, at).bind(offset);
         self.db.execute(statement).await.map(drop)
     }
@@ -175,8 +175,8 @@ impl ParkingStore for DbParking {
             .db
             .fetch_all(
                 query(format!(
-                    "SELECT {COLUMNS} FROM entrega_aparcados WHERE grupo = $1 AND topico = $2
-                     ORDER BY particion, desplazamiento LIMIT $3"
+                    "SELECT {COLUMNS} FROM entrega_parked WHERE group_id = $1 AND topic = $2
+                     ORDER BY partition_no, log_offset LIMIT $3"
                 ))
                 .bind(group)
                 .bind(topic)

@@ -137,7 +137,7 @@ async fn rpc_child() {
             loop {
                 let open: Option<i64> = db
                     .scalar(query(
-                        "SELECT COUNT(*) FROM entrega_peticiones WHERE estado <> 'respondida'",
+                        "SELECT COUNT(*) FROM entrega_requests WHERE state <> 'replied'",
                     ))
                     .await
                     .unwrap();
@@ -220,7 +220,7 @@ async fn requester_killed_with_calls_in_flight_applies_every_reply_once(amqp: bo
         let applied = count(&db, "SELECT COUNT(*) FROM aplicadas").await;
         let sent = count(
             &db,
-            "SELECT COUNT(*) FROM entrega_peticiones WHERE estado = 'enviada'",
+            "SELECT COUNT(*) FROM entrega_requests WHERE state = 'sent'",
         )
         .await;
         if applied >= 3 && sent >= 5 {
@@ -251,7 +251,7 @@ async fn requester_killed_with_calls_in_flight_applies_every_reply_once(amqp: bo
     assert_eq!(
         count(
             &db,
-            "SELECT COUNT(*) FROM entrega_peticiones WHERE estado = 'respondida'"
+            "SELECT COUNT(*) FROM entrega_requests WHERE state = 'replied'"
         )
         .await,
         REQUESTS as i64

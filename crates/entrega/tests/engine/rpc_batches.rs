@@ -84,7 +84,7 @@ async fn state(db: &Db) -> (Vec<(String, i64)>, i64) {
         .await
         .unwrap();
     let answers: Option<i64> = db
-        .scalar(query("SELECT COUNT(*) FROM entrega_respuestas"))
+        .scalar(query("SELECT COUNT(*) FROM entrega_answers"))
         .await
         .unwrap();
     (counts, answers.unwrap_or(0))

@@ -57,7 +57,7 @@ impl Handler for Follow {
 async fn stored(db: &Db, kind: &str) -> HashMap<String, Option<String>> {
     let rows: Vec<(String, Option<String>)> = db
         .fetch_all(
-            query("SELECT agregado_id, CAST(cabeceras AS TEXT) FROM outbox WHERE tipo = $1")
+            query("SELECT agregado_id, CAST(headers AS TEXT) FROM outbox WHERE tipo = $1")
                 .bind(kind),
         )
         .await

@@ -1,5 +1,5 @@
 //! `km0 dlq held` and `km0 dlq send-held`: dead letters the broker refused (too large, topic
-//! missing), which each consumer holds in its own database (`entrega_retenidos`) so that its
+//! missing), which each consumer holds in its own database (`entrega_held_letters`) so that its
 //! partition goes on. Once the cause is mended (the topic created, its size limit raised),
 //! `send-held` publishes them to their dead-letter topic and forgets them, audited in that
 //! service's database under the operating-system user.

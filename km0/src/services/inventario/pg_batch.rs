@@ -53,7 +53,7 @@ WITH lines AS (
     SELECT $5, $6, 'reservada', $7, NULL, $8 WHERE EXISTS (SELECT 1 FROM taken)
     RETURNING 1
 ), updated AS (
-    INSERT INTO outbox (id, agregado, agregado_id, tipo, carga, cabeceras)
+    INSERT INTO outbox (id, agregado, agregado_id, tipo, carga, headers)
     SELECT gen_random_uuid(), 'producto', t.producto, 'stock.actualizado',
            jsonb_build_object('producto', t.producto, 'antes', t.unidades + t.cantidad,
                               'despues', t.unidades, 'motivo', 'pedido', 'pedido_id', $6::text),

@@ -22,7 +22,7 @@ pub const GROUP: &str = "pagos";
 pub const TOPIC: &str = crate::services::pedidos::TOPIC;
 /// The request queue of card authorisations (DESIGN §2).
 pub const AUTHORISATIONS: &str = "pagos.autorizaciones";
-/// Who stores the authorisations' answers in `entrega_respuestas`.
+/// Who stores the authorisations' answers in `entrega_answers`.
 pub const AUTHORISER: &str = "pagos.autorizacion";
 /// Where pagos' events go.
 pub const EVENTS_TOPIC: &str = "pagos.eventos";

@@ -24,12 +24,12 @@ const LANES_PER_QUERY: usize = 64;
 const SQLITE_UNBLOCKED: &str = "
     (NOT EXISTS (SELECT 1 FROM outbox b
                  WHERE b.lane = {lane} AND b.publicado_en IS NULL
-                   AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL))
+                   AND (b.next_attempt_at IS NOT NULL OR b.held_at IS NOT NULL))
      OR NOT EXISTS (SELECT 1 FROM outbox b
                     WHERE b.lane = o.lane AND b.agregado_id = o.agregado_id
                       AND b.rowid <= o.rowid AND b.publicado_en IS NULL
-                      AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL)
-                      AND (b.aparcado_en IS NOT NULL OR b.proximo_intento > $1)))";
+                      AND (b.next_attempt_at IS NOT NULL OR b.held_at IS NOT NULL)
+                      AND (b.held_at IS NOT NULL OR b.next_attempt_at > $1)))";
 
 /// PostgreSQL: the oldest pending rows of each listed lane past its cursor (up to `$2` each),
 /// lanes in list order, leaving out every row of an aggregate from its earliest blocked row
@@ -43,20 +43,20 @@ CROSS JOIN LATERAL (
     SELECT EXISTS (
         SELECT 1 FROM outbox b
         WHERE b.lane = h.lane AND b.publicado_en IS NULL
-          AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL)
+          AND (b.next_attempt_at IS NOT NULL OR b.held_at IS NOT NULL)
     ) AS blocked
 ) g
 CROSS JOIN LATERAL (
     SELECT p.lane, p.id, p.agregado, p.agregado_id, p.tipo, p.version, p.carga, p.seq,
-           p.intentos, p.cabeceras, p.creado_en
+           p.attempts, p.headers, p.creado_en
     FROM outbox p
     WHERE p.lane = h.lane AND p.publicado_en IS NULL AND p.seq > h.after_seq
       AND (NOT g.blocked OR NOT EXISTS (
           SELECT 1 FROM outbox b
           WHERE b.lane = p.lane AND b.agregado_id = p.agregado_id AND b.seq <= p.seq
             AND b.publicado_en IS NULL
-            AND (b.proximo_intento IS NOT NULL OR b.aparcado_en IS NOT NULL)
-            AND (b.aparcado_en IS NOT NULL OR b.proximo_intento > $4)))
+            AND (b.next_attempt_at IS NOT NULL OR b.held_at IS NOT NULL)
+            AND (b.held_at IS NOT NULL OR b.next_attempt_at > $4)))
     ORDER BY p.seq
     LIMIT $2
 ) o
@@ -163,8 +163,8 @@ fn sqlite_pending(cursors: &[LaneCursor], limit: i64, now_ms: i64) -> Query {
         })
         .collect();
     let sql = format!(
-        "SELECT lane, seq, id, agregado, agregado_id, tipo, version, carga, intentos,
-                cabeceras, creado_en
+        "SELECT lane, seq, id, agregado, agregado_id, tipo, version, carga, attempts,
+                headers, creado_en
          FROM ({}) ORDER BY ord, seq",
         members.join(" UNION ALL ")
     );
@@ -293,13 +293,13 @@ pub(super) async fn enqueue_many_postgres(
         headers.push(e.headers.to_json_object());
     }
     sqlx::query(
-        "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras)
+        "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, headers)
          SELECT u.id, u.agregado, u.agregado_id, u.tipo, u.version, u.carga::jsonb,
-                u.cabeceras::jsonb
+                u.headers::jsonb
          FROM UNNEST($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::text[],
                      $7::text[])
               WITH ORDINALITY AS u(id, agregado, agregado_id, tipo, version, carga,
-                                   cabeceras, ord)
+                                   headers, ord)
          ORDER BY u.ord",
     )
     .bind(&ids)

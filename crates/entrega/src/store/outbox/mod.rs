@@ -68,12 +68,12 @@ async fn enqueue(tx: &mut Tx, event: &NewEvent) -> Result<(), StoreError> {
     let sqlite = tx.backend() == Backend::Sqlite;
     let statement = if sqlite {
         query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras, lane)
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, headers, lane)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
     } else {
         query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, cabeceras)
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, headers)
              VALUES ($1, $2, $3, $4, $5, $6, CAST($7 AS jsonb))",
         )
     }
@@ -101,8 +101,8 @@ struct OutOfRange(String);
 /// `{seq}` is the publishing sequence (SQLite's rowid, PostgreSQL's `seq`).
 const ROW_COLUMNS: &str = "CAST(o.lane AS BIGINT) AS lane, {seq} AS seq, CAST(o.id AS TEXT) AS id,
     o.agregado, o.agregado_id, o.tipo, CAST(o.version AS BIGINT) AS version,
-    CAST(o.carga AS TEXT) AS carga, CAST(o.intentos AS BIGINT) AS intentos,
-    CAST(o.cabeceras AS TEXT) AS cabeceras, o.creado_en";
+    CAST(o.carga AS TEXT) AS carga, CAST(o.attempts AS BIGINT) AS attempts,
+    CAST(o.headers AS TEXT) AS headers, o.creado_en";
 
 /// [`ROW_COLUMNS`] for `backend`.
 fn row_columns(backend: Backend) -> String {

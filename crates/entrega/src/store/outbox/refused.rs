@@ -10,7 +10,7 @@ use crate::db::{query, query_each, Db, TimeMs};
 
 /// Pending rows the transport refused: the predicate of the partial index `outbox_blocked`.
 const REFUSED: &str =
-    "publicado_en IS NULL AND (proximo_intento IS NOT NULL OR aparcado_en IS NOT NULL)";
+    "publicado_en IS NULL AND (next_attempt_at IS NOT NULL OR held_at IS NOT NULL)";
 
 /// Counts the refusal of one row: its attempts, last error, and either the time of its next
 /// attempt or, when it is held, the time it was held. The lease check and the update are one
@@ -23,7 +23,7 @@ pub(super) async fn record(
 ) -> Result<(), StoreError> {
     let statement = query(format!(
         "UPDATE outbox
-         SET intentos = intentos + 1, ultimo_error = $1, proximo_intento = $2, aparcado_en = $3
+         SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, held_at = $3
          WHERE id = $4 AND lane = $5 AND publicado_en IS NULL AND {}",
         lease_held_sql(5)
     ))
@@ -42,7 +42,7 @@ pub(super) async fn record(
     }
 }
 
-/// `id, agregado, agregado_id, tipo, intentos, ultimo_error, proximo_intento, aparcado_en`.
+/// `id, agregado, agregado_id, tipo, attempts, last_error, next_attempt_at, held_at`.
 type BlockedColumns = (
     String,
     String,
@@ -58,8 +58,8 @@ type BlockedColumns = (
 pub(super) async fn listed(db: &Db) -> Result<(u64, u64, Vec<BlockedRow>), StoreError> {
     let counts: Option<(i64, i64)> = db
         .fetch_optional(query(format!(
-            "SELECT COUNT(CASE WHEN aparcado_en IS NULL THEN 1 END),
-                    COUNT(CASE WHEN aparcado_en IS NOT NULL THEN 1 END)
+            "SELECT COUNT(CASE WHEN held_at IS NULL THEN 1 END),
+                    COUNT(CASE WHEN held_at IS NOT NULL THEN 1 END)
              FROM outbox WHERE {REFUSED}"
         )))
         .await?;
@@ -68,13 +68,13 @@ pub(super) async fn listed(db: &Db) -> Result<(u64, u64, Vec<BlockedRow>), Store
         .fetch_all(
             query_each(
                 format!(
-                    "SELECT id, agregado, agregado_id, tipo, CAST(intentos AS BIGINT),
-                            ultimo_error, proximo_intento, aparcado_en
+                    "SELECT id, agregado, agregado_id, tipo, CAST(attempts AS BIGINT),
+                            last_error, next_attempt_at, held_at
                      FROM outbox WHERE {REFUSED} ORDER BY rowid LIMIT $1"
                 ),
                 format!(
                     "SELECT CAST(id AS TEXT), agregado, agregado_id, tipo,
-                            CAST(intentos AS BIGINT), ultimo_error, proximo_intento, aparcado_en
+                            CAST(attempts AS BIGINT), last_error, next_attempt_at, held_at
                      FROM outbox WHERE {REFUSED} ORDER BY seq LIMIT $1"
                 ),
             )
@@ -114,8 +114,8 @@ pub(super) async fn release(db: &Db, id: Uuid) -> Result<(), ReleaseError> {
     let found: Option<(bool,)> = tx
         .fetch_optional(
             query_each(
-                "SELECT publicado_en IS NULL AND aparcado_en IS NOT NULL FROM outbox WHERE id = $1",
-                "SELECT publicado_en IS NULL AND aparcado_en IS NOT NULL FROM outbox WHERE id = $1
+                "SELECT publicado_en IS NULL AND held_at IS NOT NULL FROM outbox WHERE id = $1",
+                "SELECT publicado_en IS NULL AND held_at IS NOT NULL FROM outbox WHERE id = $1
                  FOR UPDATE",
             )
             .bind(id),
@@ -127,8 +127,7 @@ pub(super) async fn release(db: &Db, id: Uuid) -> Result<(), ReleaseError> {
         Some((true,)) => {}
     }
     tx.execute(
-        query("UPDATE outbox SET aparcado_en = NULL, proximo_intento = NULL WHERE id = $1")
-            .bind(id),
+        query("UPDATE outbox SET held_at = NULL, next_attempt_at = NULL WHERE id = $1").bind(id),
     )
     .await?;
     tx.commit().await?;

@@ -21,14 +21,18 @@ const EVERY_STEP: &[(&str, i64)] = &[
     ("entrega_saga", 1),
     ("entrega_saga", 2),
     ("held_letters", 1),
+    ("held_letters", 2),
     ("inbox", 1),
     ("inbox", 2),
+    ("inbox", 3),
     ("log", 1),
     ("outbox", 1),
     ("outbox", 2),
     ("outbox", 3),
+    ("outbox", 4),
     ("rpc", 1),
     ("rpc", 2),
+    ("rpc", 3),
 ];
 
 async fn recorded(db: &Db) -> Vec<(String, i64)> {
@@ -112,14 +116,14 @@ async fn only_the_requested_sets_are_created(backend: Backend) {
     assert_eq!(
         tables(&fresh.db).await,
         [
-            "entrega_aparcados",
             "entrega_migrations",
+            "entrega_parked",
             "mensajes_procesados"
         ]
     );
     assert_eq!(
         recorded(&fresh.db).await,
-        steps(&[("inbox", 1), ("inbox", 2)])
+        steps(&[("inbox", 1), ("inbox", 2), ("inbox", 3)])
     );
 
     fresh
@@ -129,9 +133,9 @@ async fn only_the_requested_sets_are_created(backend: Backend) {
         .unwrap();
     let now = tables(&fresh.db).await;
     for table in [
-        "entrega_respuestas",
-        "entrega_peticiones",
-        "entrega_retenidos",
+        "entrega_answers",
+        "entrega_requests",
+        "entrega_held_letters",
     ] {
         assert!(now.iter().any(|t| t == table), "{table} missing: {now:?}");
     }
@@ -149,10 +153,13 @@ async fn only_the_requested_sets_are_created(backend: Backend) {
         steps(&[
             ("dlq", 1),
             ("held_letters", 1),
+            ("held_letters", 2),
             ("inbox", 1),
             ("inbox", 2),
+            ("inbox", 3),
             ("rpc", 1),
-            ("rpc", 2)
+            ("rpc", 2),
+            ("rpc", 3)
         ])
     );
     fresh.finish().await;
@@ -180,7 +187,7 @@ async fn a_newer_schema_is_refused_without_changes(backend: Backend) {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 3
+                supported: 4
             }
         ),
         "{err:?}"
@@ -220,41 +227,43 @@ on_both_databases!(
     a_database_of_the_earlier_layout_is_upgraded_in_place,
 );
 
-/// Rows of each table of the earlier layout.
-async fn row_counts(db: &Db) -> Vec<(String, i64)> {
+/// Rows of each table of the earlier layout, by its name then (`renamed`: by its name now).
+async fn row_counts(db: &Db, renamed: bool) -> Vec<(&'static str, i64)> {
     let mut counts = Vec::new();
-    for table in EARLIER_TABLES {
+    for (then, now) in EARLIER_TABLES {
+        let table = if renamed { now } else { then };
         let n: Option<i64> = db
             .scalar(query(format!(
                 "SELECT CAST(COUNT(*) AS BIGINT) FROM {table}"
             )))
             .await
             .unwrap();
-        counts.push(((*table).to_owned(), n.unwrap()));
+        counts.push((*then, n.unwrap()));
     }
     counts
 }
 
-/// entrega's tables in a database `km0 migrate` created before the split.
-const EARLIER_TABLES: &[&str] = &[
-    "outbox",
-    "entrega_relay_lanes",
-    "entrega_relay_instances",
-    "mensajes_procesados",
-    "entrega_aparcados",
-    "entrega_respuestas",
-    "entrega_peticiones",
-    "entrega_retenidos",
-    "entrega_dlq_state",
-    "entrega_dlq_audit",
-    "entrega_sagas",
-    "entrega_saga_historial",
-    "entrega_topics",
-    "entrega_partitions",
-    "entrega_log",
-    "entrega_group_offsets",
-    "entrega_group_members",
-    "entrega_partition_leases",
+/// entrega's tables in a database `km0 migrate` created before the split and the English
+/// names: (name then, name now).
+const EARLIER_TABLES: &[(&str, &str)] = &[
+    ("outbox", "outbox"),
+    ("entrega_relay_lanes", "entrega_relay_lanes"),
+    ("entrega_relay_instances", "entrega_relay_instances"),
+    ("mensajes_procesados", "mensajes_procesados"),
+    ("entrega_aparcados", "entrega_parked"),
+    ("entrega_respuestas", "entrega_answers"),
+    ("entrega_peticiones", "entrega_requests"),
+    ("entrega_retenidos", "entrega_held_letters"),
+    ("entrega_dlq_state", "entrega_dlq_state"),
+    ("entrega_dlq_audit", "entrega_dlq_audit"),
+    ("entrega_sagas", "entrega_sagas"),
+    ("entrega_saga_historial", "entrega_saga_historial"),
+    ("entrega_topics", "entrega_topics"),
+    ("entrega_partitions", "entrega_partitions"),
+    ("entrega_log", "entrega_log"),
+    ("entrega_group_offsets", "entrega_group_offsets"),
+    ("entrega_group_members", "entrega_group_members"),
+    ("entrega_partition_leases", "entrega_partition_leases"),
 ];
 
 /// Loads the dump of a database created by the earlier layout into `db`.
@@ -281,18 +290,19 @@ async fn a_database_of_the_earlier_layout_is_upgraded_in_place(backend: Backend)
     let dir = TempDir::new();
     let fresh = FreshDb::new(backend, &dir, FILE).await;
     load_earlier(&fresh.db).await;
-    let before = row_counts(&fresh.db).await;
+    let before = row_counts(&fresh.db, false).await;
     assert!(before.iter().all(|(_, n)| *n > 0), "{before:?}");
 
     fresh.db.migrate(&MigrationSet::ALL).await.unwrap();
     fresh.db.migrate(&MigrationSet::ALL).await.unwrap();
 
     // The inbox steps that created request/reply's and the held letters' tables are now
-    // recorded under the sets that own them; nothing ran twice, nothing is behind.
+    // recorded under the sets that own them, and every table entrega owns has its English
+    // name; nothing ran twice, nothing is behind.
     assert_eq!(recorded(&fresh.db).await, steps(EVERY_STEP));
     assert!(fresh.db.schema_behind().await.unwrap().is_empty());
     assert_eq!(
-        row_counts(&fresh.db).await,
+        row_counts(&fresh.db, true).await,
         before,
         "rows were lost or added"
     );
@@ -316,11 +326,24 @@ async fn still_works(db: &Db) {
     tx.commit().await.unwrap();
     let pending: Option<String> = db
         .scalar(query(
-            "SELECT estado FROM entrega_peticiones WHERE id_correlacion = 'corr-1'",
+            "SELECT state FROM entrega_requests WHERE correlation_id = 'corr-1'",
         ))
         .await
         .unwrap();
-    assert_eq!(pending.as_deref(), Some("pendiente"));
+    assert_eq!(pending.as_deref(), Some("pending"), "the state in English");
+    // Times entrega keeps are epoch ms on both backends (PostgreSQL's were a timestamp).
+    let answered: Option<i64> = db
+        .scalar(query(
+            "SELECT CAST(answered_at_ms AS BIGINT) FROM entrega_answers \
+             WHERE request_key = 'idem-1'",
+        ))
+        .await
+        .unwrap();
+    let expected = match db.backend() {
+        Backend::Sqlite => 1_796_000_000_000,
+        Backend::Postgres => 1_796_119_200_000,
+    };
+    assert_eq!(answered, Some(expected));
 
     // Outbox: the pending row is read, the held one is not.
     let ports = db.outbox();
