@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// What kind of failure dead-lettered a record. Travels as the `entrega-clase` header of the
+/// What kind of failure dead-lettered a record. Travels as the `entrega-class` header of the
 /// dead letter and labels `entrega_dead_letters_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DeadClass {
@@ -59,7 +59,7 @@ pub struct DeadReason {
     /// The kind of failure.
     pub class: DeadClass,
     /// The handler's short, fixed code for it (`sin_stock`), if it gave one
-    /// ([`crate::HandlerError::with_code`]); the `entrega-codigo` header.
+    /// ([`crate::HandlerError::with_code`]); the `entrega-code` header.
     pub code: Option<String>,
     /// The full reason, for a person (`motivo`).
     pub text: String,
@@ -76,7 +76,7 @@ impl DeadReason {
     }
 
     /// What to count it under: the handler's code, or else its class's name.
-    pub fn motivo(&self) -> &str {
+    pub fn counted_as(&self) -> &str {
         self.code.as_deref().unwrap_or(self.class.as_str())
     }
 }
@@ -96,8 +96,8 @@ mod tests {
     #[test]
     fn the_motivo_is_the_code_when_there_is_one() {
         let mut reason = DeadReason::new(DeadClass::Rejected, "out of stock: queso");
-        assert_eq!(reason.motivo(), "rechazado");
+        assert_eq!(reason.counted_as(), "rechazado");
         reason.code = Some("sin_stock".into());
-        assert_eq!(reason.motivo(), "sin_stock");
+        assert_eq!(reason.counted_as(), "sin_stock");
     }
 }

@@ -115,7 +115,7 @@ pub struct DeadLetterMark {
     /// Why (the discard reason); `None` for replays.
     pub reason: Option<String>,
     /// The replay count the message carried when it was published again (its
-    /// `entrega-reenvios` header); 0 for a dead letter discarded without replay.
+    /// `entrega-replays` header); 0 for a dead letter discarded without replay.
     pub replays: u32,
 }
 

@@ -41,7 +41,7 @@ impl HandlerError {
     }
 
     /// Names why it failed with a short, fixed code (`sin_stock`, `producto_desconocido`):
-    /// a dead letter carries it (`entrega-codigo`) and dead letters are counted by it. Keep
+    /// a dead letter carries it (`entrega-code`) and dead letters are counted by it. Keep
     /// the set of codes small: each is a metric label value.
     pub fn with_code(mut self, code: impl Into<String>) -> Self {
         self.code = Some(code.into());

@@ -14,11 +14,11 @@ pub const NO_ANTES: &str = "no_antes";
 pub const ULTIMO_ERROR: &str = "ultimo_error";
 /// Why a message was dead-lettered (`motivo`).
 pub const MOTIVO: &str = "motivo";
-/// The kind of failure that dead-lettered a message (`entrega-clase`, a
+/// The kind of failure that dead-lettered a message (`entrega-class`, a
 /// [`crate::DeadClass`] name).
-pub const CLASE: &str = "entrega-clase";
-/// The handler's short code for why it refused a message (`entrega-codigo`), when it gave one.
-pub const CODIGO: &str = "entrega-codigo";
+pub const CLASS: &str = "entrega-class";
+/// The handler's short code for why it refused a message (`entrega-code`), when it gave one.
+pub const CODE: &str = "entrega-code";
 /// Topic a dead letter came from.
 pub const ORIGIN_TOPIC: &str = "entrega-origin-topic";
 /// Partition a dead letter came from.
@@ -27,16 +27,53 @@ pub const ORIGIN_PARTITION: &str = "entrega-origin-partition";
 pub const ORIGIN_OFFSET: &str = "entrega-origin-offset";
 /// Consumer group that dead-lettered the message.
 pub const ORIGIN_GROUP: &str = "entrega-origin-group";
-/// Times an operator has replayed the message from a dead-letter topic (`entrega-reenvios`,
+/// Times an operator has replayed the message from a dead-letter topic (`entrega-replays`,
 /// decimal text); absent on a message never replayed.
-pub const REENVIOS: &str = "entrega-reenvios";
-/// The one consumer group a replayed message is meant for (`entrega-solo-grupo`): workers of
+pub const REPLAYS: &str = "entrega-replays";
+/// The one consumer group a replayed message is meant for (`entrega-only-group`): workers of
 /// every other group acknowledge it without handling it, provided it carries a valid
-/// [`SOLO_GRUPO_FIRMA`] (see [`crate::ReplayKey`]); without one it is an ordinary record.
-pub const SOLO_GRUPO: &str = "entrega-solo-grupo";
-/// The signature of [`SOLO_GRUPO`] (`entrega-solo-grupo-firma`): HMAC-SHA256, in lowercase
-/// hex, of the group, the key and the payload, under the operators' replay key.
-pub const SOLO_GRUPO_FIRMA: &str = "entrega-solo-grupo-firma";
+/// [`ONLY_GROUP_SIGNATURE`] (see [`crate::ReplayKey`]); without one it is an ordinary record.
+pub const ONLY_GROUP: &str = "entrega-only-group";
+/// The signature of [`ONLY_GROUP`] (`entrega-only-group-signature`): HMAC-SHA256, in
+/// lowercase hex, of the group, the key and the payload, under the operators' replay key.
+pub const ONLY_GROUP_SIGNATURE: &str = "entrega-only-group-signature";
+
+/// The names entrega's own headers had before they were English. Messages written by an
+/// earlier release (dead letters kept for weeks, replays in flight) carry them: they are
+/// read, under [`Headers::get_current`], and removed with the current name, but never
+/// written. Read for one release (docs/GLOSSARY.md).
+pub mod former {
+    /// [`super::CLASS`] before.
+    pub const CLASE: &str = "entrega-clase";
+    /// [`super::CODE`] before.
+    pub const CODIGO: &str = "entrega-codigo";
+    /// [`super::REPLAYS`] before.
+    pub const REENVIOS: &str = "entrega-reenvios";
+    /// [`super::ONLY_GROUP`] before.
+    pub const SOLO_GRUPO: &str = "entrega-solo-grupo";
+    /// [`super::ONLY_GROUP_SIGNATURE`] before.
+    pub const SOLO_GRUPO_FIRMA: &str = "entrega-solo-grupo-firma";
+    /// The request/reply deadline header before (`entrega-rpc-expires-ms` now).
+    pub const RPC_EXPIRA_MS: &str = "entrega-rpc-expira-ms";
+
+    /// `(name now, name before)` of every renamed header.
+    pub const RENAMED: [(&str, &str); 6] = [
+        (super::CLASS, CLASE),
+        (super::CODE, CODIGO),
+        (super::REPLAYS, REENVIOS),
+        (super::ONLY_GROUP, SOLO_GRUPO),
+        (super::ONLY_GROUP_SIGNATURE, SOLO_GRUPO_FIRMA),
+        ("entrega-rpc-expires-ms", RPC_EXPIRA_MS),
+    ];
+
+    /// The name `current` had before, if it was renamed.
+    pub fn before(current: &str) -> Option<&'static str> {
+        RENAMED
+            .iter()
+            .find(|(now, _)| *now == current)
+            .map(|(_, then)| *then)
+    }
+}
 
 /// Ordered list of text headers. Names may repeat; [`Headers::get`] returns the last value,
 /// which is how Kafka clients conventionally read a header.
@@ -79,6 +116,22 @@ impl Headers {
             .rev()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of `name`, or, on a message an earlier release wrote, of the name it had
+    /// then ([`former`]).
+    pub fn get_current(&self, name: &str) -> Option<&str> {
+        self.get(name)
+            .or_else(|| former::before(name).and_then(|then| self.get(then)))
+    }
+
+    /// Removes every header named `name` and every header under the name it had before
+    /// ([`former`]).
+    pub fn remove_current(&mut self, name: &str) {
+        self.remove(name);
+        if let Some(then) = former::before(name) {
+            self.remove(then);
+        }
     }
 
     /// Iterates the headers in order.

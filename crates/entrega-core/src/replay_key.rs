@@ -1,4 +1,4 @@
-//! The key that makes `entrega-solo-grupo` trustworthy. A replay meant for one consumer group
+//! The key that makes `entrega-only-group` trustworthy. A replay meant for one consumer group
 //! makes every other group acknowledge the record without handling it; if anyone able to
 //! publish could set that header, anyone could make a consumer skip any record. So the header
 //! counts only with a signature made with a secret the operators' tool and the consumers
@@ -8,7 +8,7 @@
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::headers::{SOLO_GRUPO, SOLO_GRUPO_FIRMA};
+use crate::headers::{ONLY_GROUP, ONLY_GROUP_SIGNATURE};
 use crate::{Headers, OutgoingMessage};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -69,14 +69,16 @@ impl ReplayKey {
         bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Marks `message` as meant for `group` only: sets `entrega-solo-grupo` and its signature.
+    /// Marks `message` as meant for `group` only: sets `entrega-only-group` and its signature.
     pub fn stamp(&self, message: &mut OutgoingMessage, group: &str) {
         let signature = self.sign(group, message.key.as_deref(), &message.payload);
-        message.headers.set(SOLO_GRUPO, group);
-        message.headers.set(SOLO_GRUPO_FIRMA, signature);
+        message.headers.remove_current(ONLY_GROUP);
+        message.headers.remove_current(ONLY_GROUP_SIGNATURE);
+        message.headers.set(ONLY_GROUP, group);
+        message.headers.set(ONLY_GROUP_SIGNATURE, signature);
     }
 
-    /// The group a record is meant for, when its `entrega-solo-grupo` carries a signature this
+    /// The group a record is meant for, when its `entrega-only-group` carries a signature this
     /// key verifies (in constant time); `None` for a record without the header, and
     /// `Some(Err(()))` for one whose header is unsigned or wrongly signed.
     pub fn solo_group<'a>(
@@ -85,8 +87,11 @@ impl ReplayKey {
         key: Option<&str>,
         payload: &[u8],
     ) -> Option<Result<&'a str, ()>> {
-        let group = headers.get(SOLO_GRUPO)?;
-        let Some(signature) = headers.get(SOLO_GRUPO_FIRMA).and_then(decode_hex) else {
+        let group = headers.get_current(ONLY_GROUP)?;
+        let Some(signature) = headers
+            .get_current(ONLY_GROUP_SIGNATURE)
+            .and_then(decode_hex)
+        else {
             return Some(Err(()));
         };
         let verified = self
@@ -154,11 +159,11 @@ mod tests {
         );
         assert_eq!(k.solo_group(&m.headers, None, &m.payload), Some(Err(())));
         let mut moved = m.headers.clone();
-        moved.set(SOLO_GRUPO, "inventario");
+        moved.set(ONLY_GROUP, "inventario");
         assert_eq!(k.solo_group(&moved, Some("P-1"), &m.payload), Some(Err(())));
         for bad in ["", "zz", "abc", "ñ0"] {
             let mut h = m.headers.clone();
-            h.set(SOLO_GRUPO_FIRMA, bad);
+            h.set(ONLY_GROUP_SIGNATURE, bad);
             assert_eq!(
                 k.solo_group(&h, Some("P-1"), &m.payload),
                 Some(Err(())),
@@ -166,7 +171,7 @@ mod tests {
             );
         }
         let mut unsigned = Headers::new();
-        unsigned.set(SOLO_GRUPO, "analitica");
+        unsigned.set(ONLY_GROUP, "analitica");
         assert_eq!(
             k.solo_group(&unsigned, Some("P-1"), &m.payload),
             Some(Err(()))

@@ -23,7 +23,7 @@ pub const RPC_LATE_REPLIES: &str = "entrega_rpc_client_late_replies_total";
 pub const RPC_SERVED: &str = "entrega_rpc_server_requests_total";
 
 /// Counter: records a consumer group dead-lettered, labelled `group`, `class` (a
-/// [`entrega_core::DeadClass`] name) and `motivo` (the handler's code, or the class name when
+/// [`entrega_core::DeadClass`] name) and `reason` (the handler's code, or the class name when
 /// it gave none).
 pub const DEAD_LETTERS: &str = "entrega_dead_letters_total";
 
@@ -36,13 +36,13 @@ pub(crate) fn held_letter(group: &str) {
     metrics::counter!(HELD_LETTERS, "group" => group.to_owned()).increment(1);
 }
 
-/// Counter, label `group`: records carrying `entrega-solo-grupo` without a signature the
+/// Counter, label `group`: records carrying `entrega-only-group` without a signature the
 /// group's replay key verifies; each was handled as an ordinary record.
-pub const UNSIGNED_SOLO_GROUP: &str = "entrega_solo_grupo_unsigned_total";
+pub const UNSIGNED_ONLY_GROUP: &str = "entrega_only_group_unsigned_total";
 
-/// Counts one record of `group` whose `entrega-solo-grupo` did not verify.
-pub(crate) fn unsigned_solo_group(group: &str) {
-    metrics::counter!(UNSIGNED_SOLO_GROUP, "group" => group.to_owned()).increment(1);
+/// Counts one record of `group` whose `entrega-only-group` did not verify.
+pub(crate) fn unsigned_only_group(group: &str) {
+    metrics::counter!(UNSIGNED_ONLY_GROUP, "group" => group.to_owned()).increment(1);
 }
 
 /// Counts one dead letter of `group`.
@@ -51,7 +51,7 @@ pub(crate) fn dead_letter(group: &str, reason: &entrega_core::DeadReason) {
         DEAD_LETTERS,
         "group" => group.to_owned(),
         "class" => reason.class.as_str(),
-        "motivo" => reason.motivo().to_owned()
+        "reason" => reason.counted_as().to_owned()
     )
     .increment(1);
 }

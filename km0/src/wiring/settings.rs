@@ -96,7 +96,7 @@ impl System {
     }
 
     /// Sets the operators' replay key: `km0 dlq replay --group` signs with it, and the
-    /// consumers obey `entrega-solo-grupo` only when it verifies.
+    /// consumers obey `entrega-only-group` only when it verifies.
     pub fn with_replay_key(mut self, key: entrega_core::ReplayKey) -> Self {
         self.settings.replay_key = Some(key);
         self

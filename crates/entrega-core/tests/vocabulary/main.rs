@@ -4,3 +4,4 @@
 
 mod envelope;
 mod outbox_defaults;
+mod renamed_headers;

@@ -18,7 +18,7 @@ pub struct DlqFilter {
     pub kind: Option<String>,
     /// Only reasons (`motivo`) containing this text, ignoring case.
     pub reason: Option<String>,
-    /// Only dead letters of this kind of failure (`entrega-clase`).
+    /// Only dead letters of this kind of failure (`entrega-class`).
     pub failure: Option<DeadClass>,
     /// Only dead letters written at or after this time (epoch ms).
     pub since_ms: Option<i64>,

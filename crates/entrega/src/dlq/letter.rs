@@ -2,8 +2,8 @@
 //! with what an operator already did to it.
 
 use entrega_core::headers::{
-    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION,
-    ORIGIN_TOPIC, REENVIOS, TIPO,
+    CLASS, CODE, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION,
+    ORIGIN_TOPIC, REPLAYS, TIPO,
 };
 use entrega_core::{DeadClass, DeadLetterId, DeadLetterMark, DeadLetterState, Headers, Record};
 use serde::Serialize;
@@ -33,13 +33,13 @@ pub struct DeadLetter {
     pub kind: Option<String>,
     /// Why it was dead-lettered (`motivo`); empty when missing.
     pub reason: String,
-    /// The kind of failure (`entrega-clase`), when the worker that wrote it recorded one.
+    /// The kind of failure (`entrega-class`), when the worker that wrote it recorded one.
     pub failure: Option<DeadClass>,
-    /// The handler's code for the refusal (`entrega-codigo`), when it gave one.
+    /// The handler's code for the refusal (`entrega-code`), when it gave one.
     pub code: Option<String>,
     /// Delivery attempts made (`intentos`), when recorded.
     pub attempts: Option<u32>,
-    /// Times it was replayed before this dead letter (`entrega-reenvios`, 0 when absent).
+    /// Times it was replayed before this dead letter (`entrega-replays`, 0 when absent).
     pub replays: u32,
     /// The event id (`id_evento` header), which idempotent consumers deduplicate by.
     pub event_id: Option<String>,
@@ -80,11 +80,11 @@ impl DeadLetter {
             key: record.key.clone(),
             kind,
             reason: h.get(MOTIVO).unwrap_or_default().to_owned(),
-            failure: h.get(CLASE).and_then(DeadClass::parse),
-            code: h.get(CODIGO).map(str::to_owned),
+            failure: h.get_current(CLASS).and_then(DeadClass::parse),
+            code: h.get_current(CODE).map(str::to_owned),
             attempts: h.get(INTENTOS).and_then(|a| a.trim().parse().ok()),
             replays: h
-                .get(REENVIOS)
+                .get_current(REPLAYS)
                 .and_then(|r| r.trim().parse().ok())
                 .unwrap_or(0),
             event_id: h.get(ID_EVENTO).map(str::to_owned),

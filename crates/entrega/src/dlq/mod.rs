@@ -93,7 +93,7 @@ impl DeadLetters {
     }
 
     /// Signs replays to one group ([`ReplayOptions::group`]) with `key`, the key the
-    /// consumers verify `entrega-solo-grupo` with. Without it such a replay is refused.
+    /// consumers verify `entrega-only-group` with. Without it such a replay is refused.
     pub fn with_replay_key(mut self, key: ReplayKey) -> Self {
         self.replay_key = Some(key);
         self

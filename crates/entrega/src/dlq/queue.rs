@@ -8,12 +8,12 @@
 //! read it: letters only leave through these actions, so a position stays valid until one
 //! ahead of it is replayed or discarded (`--tipo`, `--motivo` and times select by content).
 //! Replays go to the one group whose queue dead-lettered them, so there is no
-//! `entrega-solo-grupo` to set.
+//! `entrega-only-group` to set.
 
 use std::sync::Arc;
 
 use entrega_amqp::{Amqp, LetterSession, QueuedLetter};
-use entrega_core::headers::REENVIOS;
+use entrega_core::headers::REPLAYS;
 use entrega_core::{
     Clock, DeadLetterId, DlqAction, DlqAuditEntry, DlqStore, Headers, Record, SystemClock,
 };
@@ -120,7 +120,7 @@ impl QueueDeadLetters {
                 continue;
             }
             if !options.dry_run {
-                let extra = Headers::new().with(REENVIOS, (letter.replays + 1).to_string());
+                let extra = Headers::new().with(REPLAYS, (letter.replays + 1).to_string());
                 let replayed = session.replay(&self.group, &self.topic, raw, &extra).await;
                 if let Err(e) = replayed.and(session.remove(raw.position).await) {
                     failure = Some(e);

@@ -2,16 +2,16 @@
 //!
 //! A replay publishes the original key and payload again, in dead-letter offset order (so in
 //! origin order per key: one key's dead letters share a partition), with the dead letter's
-//! own headers minus the dead-letter ones (`intentos`, `motivo`, origin), `entrega-reenvios`
-//! one higher, and `entrega-solo-grupo` when aimed at one group. Only after the publish is
+//! own headers minus the dead-letter ones (`intentos`, `motivo`, origin), `entrega-replays`
+//! one higher, and `entrega-only-group` when aimed at one group. Only after the publish is
 //! confirmed are the dead letters marked replayed; a crash in between leaves them pending,
 //! and replaying them again is absorbed by idempotent consumers.
 
 use std::collections::HashSet;
 
 use entrega_core::headers::{
-    CLASE, CODIGO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
-    REENVIOS, SOLO_GRUPO, SOLO_GRUPO_FIRMA,
+    former, CLASS, CODE, INTENTOS, MOTIVO, ONLY_GROUP, ONLY_GROUP_SIGNATURE, ORIGIN_GROUP,
+    ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC, REPLAYS,
 };
 use entrega_core::{
     DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, OutgoingMessage, ReplayKey,
@@ -36,7 +36,7 @@ pub struct ReplayOptions {
     pub dry_run: bool,
     /// A dead letter already replayed this many times is refused.
     pub max_replays: u32,
-    /// Deliver to this consumer group only (header `entrega-solo-grupo`).
+    /// Deliver to this consumer group only (header `entrega-only-group`).
     pub group: Option<String>,
 }
 
@@ -93,7 +93,7 @@ pub struct Applied {
     pub topic: String,
     /// Its key.
     pub key: Option<String>,
-    /// The replay count it was published with (`entrega-reenvios`); 0 for discards.
+    /// The replay count it was published with (`entrega-replays`); 0 for discards.
     pub replays: u32,
 }
 
@@ -269,22 +269,26 @@ fn replay_message(letter: &DeadLetter, signer: Option<(&str, &ReplayKey)>) -> Ou
     let dead_letter_only = [
         INTENTOS,
         MOTIVO,
-        CLASE,
-        CODIGO,
+        CLASS,
+        CODE,
         ORIGIN_TOPIC,
         ORIGIN_PARTITION,
         ORIGIN_OFFSET,
         ORIGIN_GROUP,
-        REENVIOS,
-        SOLO_GRUPO,
-        SOLO_GRUPO_FIRMA,
+        REPLAYS,
+        ONLY_GROUP,
+        ONLY_GROUP_SIGNATURE,
     ];
     headers = headers
         .iter()
-        .filter(|(name, _)| !dead_letter_only.contains(name))
+        .filter(|(name, _)| {
+            !dead_letter_only
+                .iter()
+                .any(|h| h == name || former::before(h) == Some(*name))
+        })
         .map(|(n, v)| (n.to_owned(), v.to_owned()))
         .collect();
-    headers.set(REENVIOS, (letter.replays + 1).to_string());
+    headers.set(REPLAYS, (letter.replays + 1).to_string());
     let mut message = OutgoingMessage {
         topic: letter.origin.topic.clone(),
         key: letter.key.clone(),

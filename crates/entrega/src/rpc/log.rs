@@ -17,7 +17,7 @@ pub const CORRELATION_ID: &str = "entrega-rpc-correlation-id";
 /// Header of the reply queue.
 pub const REPLY_TO: &str = "entrega-rpc-reply-to";
 /// Header of the request's deadline, epoch ms: past it, the request is dropped unread.
-pub const EXPIRES_AT: &str = "entrega-rpc-expira-ms";
+pub const EXPIRES_AT: &str = "entrega-rpc-expires-ms";
 
 /// How long a request given back waits before it is delivered again.
 const RETRY_AFTER: Duration = Duration::from_millis(500);
@@ -171,7 +171,7 @@ impl LogInbox {
     fn delivery(&mut self, record: Record) -> Option<RpcDelivery> {
         let h = &record.headers;
         let expired = h
-            .get(EXPIRES_AT)
+            .get_current(EXPIRES_AT)
             .and_then(|t| t.parse::<i64>().ok())
             .is_some_and(|t| t < now_ms());
         let (partition, offset) = (record.partition, record.offset);
@@ -182,7 +182,8 @@ impl LogInbox {
         }
         let mut headers = Headers::new();
         for (name, value) in h.iter() {
-            if ![CORRELATION_ID, REPLY_TO, EXPIRES_AT].contains(&name) {
+            let former_expiry = entrega_core::headers::former::RPC_EXPIRA_MS;
+            if ![CORRELATION_ID, REPLY_TO, EXPIRES_AT, former_expiry].contains(&name) {
                 headers.push(name, value);
             }
         }

@@ -1,6 +1,6 @@
 //! Dead letters: the original record, set aside in `<topic>.dlq` with why and how often.
 
-use entrega_core::headers::{CLASE, CODIGO, ORIGIN_TOPIC};
+use entrega_core::headers::{CLASS, CODE, ORIGIN_TOPIC};
 use entrega_core::{DeadReason, OutgoingMessage, Record, TransportError};
 
 use super::{Worker, WorkerConfig};
@@ -22,10 +22,14 @@ pub(super) fn dead_letter(
         attempt,
         &reason.text,
     );
-    letter.headers.set(CLASE, reason.class.as_str());
+    letter.headers.remove_current(CLASS);
+    letter.headers.set(CLASS, reason.class.as_str());
     match &reason.code {
-        Some(code) => letter.headers.set(CODIGO, code.clone()),
-        None => letter.headers.remove(CODIGO),
+        Some(code) => {
+            letter.headers.remove_current(CODE);
+            letter.headers.set(CODE, code.clone())
+        }
+        None => letter.headers.remove_current(CODE),
     }
     if from_retry_topic && record.headers.get(ORIGIN_TOPIC).is_some() {
         for name in crate::dlq::ORIGIN_HEADERS {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use entrega_core::headers::SOLO_GRUPO;
+use entrega_core::headers::ONLY_GROUP;
 use entrega_core::{DeadClass, DeadReason, Envelope, HandlerError, Record, TRACEPARENT};
 use tracing::Instrument as _;
 
@@ -99,7 +99,7 @@ pub(super) fn prepare(ctx: &Context<'_>, record: Record) -> Item {
     {
         return item;
     }
-    // A replay aimed at another group (`entrega-solo-grupo`, signed with the replay key):
+    // A replay aimed at another group (`entrega-only-group`, signed with the replay key):
     // acknowledged, never handled, not even parsed, so it cannot be dead-lettered here either.
     if solo_for_another_group(ctx.worker, &item.record) {
         item.target = Target::Ignored;
@@ -263,12 +263,12 @@ fn message_span(group: &str, msg: &Message) -> tracing::Span {
     )
 }
 
-/// Whether `record` is a replay meant for another group only: its `entrega-solo-grupo` names
+/// Whether `record` is a replay meant for another group only: its `entrega-only-group` names
 /// another group and its signature verifies with the worker's replay key. A header without a
 /// valid signature, or any header when the worker has no key, is ignored (and counted): the
 /// record is handled as any other, so nobody who can publish can make a consumer skip one.
 fn solo_for_another_group(worker: &Worker, record: &Record) -> bool {
-    if record.headers.get(SOLO_GRUPO).is_none() {
+    if record.headers.get_current(ONLY_GROUP).is_none() {
         return false;
     }
     let cfg = &worker.config;
@@ -279,12 +279,12 @@ fn solo_for_another_group(worker: &Worker, record: &Record) -> bool {
     match verified {
         Some(Ok(group)) => group != cfg.group,
         _ => {
-            crate::metrics::unsigned_solo_group(&cfg.group);
+            crate::metrics::unsigned_only_group(&cfg.group);
             tracing::warn!(
                 topic = %record.topic,
                 partition = record.partition,
                 offset = record.offset,
-                "entrega-solo-grupo without a valid signature; handling the record as any other"
+                "entrega-only-group without a valid signature; handling the record as any other"
             );
             false
         }

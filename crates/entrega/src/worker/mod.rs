@@ -91,7 +91,7 @@ pub struct WorkerConfig {
     /// offset order and still batched. Handlers then run concurrently, interleaved on the
     /// worker's task, so they must tolerate concurrent calls.
     pub key_concurrency: usize,
-    /// The operators' replay key: a record's `entrega-solo-grupo` is obeyed only when its
+    /// The operators' replay key: a record's `entrega-only-group` is obeyed only when its
     /// signature verifies with it. Without a key (or with a bad signature) the header is
     /// ignored and the record handled as any other.
     pub replay_key: Option<ReplayKey>,

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use entrega::dlq::DeadLetters;
 use entrega_core::headers::{
-    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION,
-    ORIGIN_TOPIC, REENVIOS, TIPO,
+    CLASS, CODE, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION,
+    ORIGIN_TOPIC, REPLAYS, TIPO,
 };
 use entrega_core::{
     DeadLetterId, Headers, ManualClock, OutgoingMessage, Publisher, Record, TopicAdmin,
@@ -63,14 +63,14 @@ pub fn dead(key: &str, tipo: &str, reason: &str, replays: u32) -> OutgoingMessag
         .with("traceparent", "00-abc-def-01")
         .with(INTENTOS, "3")
         .with(MOTIVO, reason)
-        .with(CLASE, "rechazado")
-        .with(CODIGO, "sin_stock")
+        .with(CLASS, "rechazado")
+        .with(CODE, "sin_stock")
         .with(ORIGIN_TOPIC, TOPIC)
         .with(ORIGIN_PARTITION, "1")
         .with(ORIGIN_OFFSET, "42")
         .with(ORIGIN_GROUP, "inventario");
     if replays > 0 {
-        headers.set(REENVIOS, replays.to_string());
+        headers.set(REPLAYS, replays.to_string());
     }
     let payload = serde_json::json!({"id_evento": id, "tipo": tipo, "version": 1,
         "fecha_ms": START_MS, "origen": "pedidos", "datos": {"id": key}});

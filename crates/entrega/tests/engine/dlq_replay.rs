@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use entrega::dlq::{DeadLetters, DiscardOptions, DlqError, DlqFilter, ReplayOptions};
 use entrega_core::headers::{
-    CLASE, CODIGO, ID_EVENTO, INTENTOS, MOTIVO, ORIGIN_OFFSET, ORIGIN_TOPIC, REENVIOS, SOLO_GRUPO,
-    SOLO_GRUPO_FIRMA, TIPO,
+    CLASS, CODE, ID_EVENTO, INTENTOS, MOTIVO, ONLY_GROUP, ONLY_GROUP_SIGNATURE, ORIGIN_OFFSET,
+    ORIGIN_TOPIC, REPLAYS, TIPO,
 };
 use entrega_core::{DeadLetterState, DlqStore};
 
@@ -53,18 +53,18 @@ async fn replay_publishes_in_order_marks_and_audits_once() {
             .find(|l| l.payload == record.payload)
             .unwrap();
         assert_eq!(record.key, letter.key, "key kept");
-        assert_eq!(record.headers.get(REENVIOS), Some("1"));
+        assert_eq!(record.headers.get(REPLAYS), Some("1"));
         assert_eq!(record.headers.get(ID_EVENTO), letter.event_id.as_deref());
         assert_eq!(record.headers.get("traceparent"), Some("00-abc-def-01"));
         for gone in [
             INTENTOS,
             MOTIVO,
-            CLASE,
-            CODIGO,
+            CLASS,
+            CODE,
             ORIGIN_TOPIC,
             ORIGIN_OFFSET,
-            SOLO_GRUPO,
-            SOLO_GRUPO_FIRMA,
+            ONLY_GROUP,
+            ONLY_GROUP_SIGNATURE,
         ] {
             assert_eq!(record.headers.get(gone), None, "{gone} left on the replay");
         }
@@ -156,7 +156,7 @@ async fn loop_guard_refuses_at_the_limit_and_holds_the_rest_of_its_key() {
     let all = origin_records(&fx);
     let replays: Vec<&str> = all[1..]
         .iter()
-        .map(|r| r.headers.get(REENVIOS).unwrap())
+        .map(|r| r.headers.get(REPLAYS).unwrap())
         .collect();
     assert_eq!(replays, ["3", "1"]);
 }
@@ -202,7 +202,7 @@ async fn replay_to_one_group_and_discard_with_a_reason() {
         .await
         .unwrap();
     let published = origin_records(&fx);
-    assert_eq!(published[0].headers.get(SOLO_GRUPO), Some("inventario"));
+    assert_eq!(published[0].headers.get(ONLY_GROUP), Some("inventario"));
     // Signed for that group, that key and that payload: the consumers' key verifies it.
     assert_eq!(
         dlq_support::replay_key().solo_group(
@@ -243,4 +243,45 @@ async fn replay_to_one_group_and_discard_with_a_reason() {
         .as_deref()
         .unwrap()
         .contains("only group inventario"));
+}
+
+#[tokio::test]
+async fn a_letter_an_earlier_release_wrote_is_read_and_replayed_under_the_english_names() {
+    use entrega_core::headers::former;
+    let fx = fixture().await;
+    // A dead letter written before entrega's headers were English, replayed once already.
+    let mut earlier = dead("K", "pedido.creado", "producto desconocido: a", 0);
+    for (now, then) in [(CLASS, former::CLASE), (CODE, former::CODIGO)] {
+        let value = earlier.headers.get(now).unwrap().to_owned();
+        earlier.headers.remove(now);
+        earlier.headers.set(then, value);
+    }
+    earlier.headers.set(former::REENVIOS, "1");
+    put(&fx, vec![earlier]).await;
+
+    let letters = fx.tool.list(&DlqFilter::all(), false).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].replays, 1, "entrega-reenvios read");
+    assert_eq!(
+        letters[0].code.as_deref(),
+        Some("sin_stock"),
+        "entrega-codigo read"
+    );
+    assert!(letters[0].failure.is_some(), "entrega-clase read");
+
+    fx.tool
+        .replay(&DlqFilter::all(), &ReplayOptions::new("ana"))
+        .await
+        .unwrap();
+    let published = origin_records(&fx);
+    assert_eq!(published.len(), 1);
+    let headers = &published[0].headers;
+    assert_eq!(
+        headers.get(REPLAYS),
+        Some("2"),
+        "counted on under the new name"
+    );
+    for gone in [former::REENVIOS, former::CLASE, former::CODIGO] {
+        assert_eq!(headers.get(gone), None, "{gone} left on the replay");
+    }
 }

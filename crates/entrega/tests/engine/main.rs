@@ -30,6 +30,6 @@ mod worker_held;
 mod worker_keys;
 mod worker_keys_faults;
 mod worker_keys_measure;
+mod worker_only_group;
 mod worker_ordered;
 mod worker_retry_topic;
-mod worker_solo_grupo;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use entrega::Router;
 use entrega_core::headers::{
-    CLASE, CODIGO, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
+    CLASS, CODE, ORIGIN_GROUP, ORIGIN_OFFSET, ORIGIN_PARTITION, ORIGIN_TOPIC,
 };
 use support::handlers::{Scripted, Step};
 use support::worker_steps::{
@@ -72,8 +72,8 @@ async fn permanent_error_goes_to_the_dlq_and_the_offset_advances() {
         );
         assert_eq!(dead.key.as_deref(), Some("P-1"));
         assert_eq!(header(dead, "motivo"), "permanent: stock insuficiente");
-        assert_eq!(header(dead, CLASE), "rechazado");
-        assert_eq!(header(dead, CODIGO), "sin_stock", "the handler's code");
+        assert_eq!(header(dead, CLASS), "rechazado");
+        assert_eq!(header(dead, CODE), "sin_stock", "the handler's code");
         assert_eq!(header(dead, "intentos"), "1");
         assert_eq!(header(dead, "tipo"), "pedido.creado");
         assert_eq!(header(dead, "id_evento"), poison.id.to_string());
@@ -147,8 +147,8 @@ async fn transient_forever_is_dead_lettered_after_max_attempts() {
         let dlq = dead_letters(&env).await;
         assert_eq!(dlq.len(), 1);
         assert_eq!(header(&dlq[0], "intentos"), "3");
-        assert_eq!(header(&dlq[0], CLASE), "agotado");
-        assert_eq!(dlq[0].headers.get(CODIGO), None);
+        assert_eq!(header(&dlq[0], CLASS), "agotado");
+        assert_eq!(dlq[0].headers.get(CODE), None);
         assert_eq!(
             header(&dlq[0], "motivo"),
             "transient exhausted after 3 attempts: inventario db restarting"
@@ -188,7 +188,7 @@ async fn malformed_payloads_go_to_the_dlq() {
         assert_eq!(dlq[0].payload, b"no es json");
         assert_eq!(header(&dlq[1], "motivo"), "missing field `id_evento`");
         for dead in &dlq {
-            assert_eq!(header(dead, CLASE), "ilegible");
+            assert_eq!(header(dead, CLASS), "ilegible");
         }
     }
 }
@@ -220,6 +220,6 @@ async fn unknown_tipo_goes_to_the_dlq_and_ignored_tipo_is_acked() {
             header(&dlq[0], "motivo"),
             "unknown tipo `pedido.desconocido`"
         );
-        assert_eq!(header(&dlq[0], CLASE), "tipo_desconocido");
+        assert_eq!(header(&dlq[0], CLASS), "tipo_desconocido");
     }
 }

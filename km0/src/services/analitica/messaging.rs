@@ -3,7 +3,7 @@
 //! transaction with the group's offsets (`entrega_kafka::KafkaTransformer`).
 
 use async_trait::async_trait;
-use entrega_core::headers::{ID_EVENTO, SOLO_GRUPO, TIPO};
+use entrega_core::headers::{ID_EVENTO, ONLY_GROUP, TIPO};
 use entrega_core::{Envelope, HandlerError, Headers, OutgoingMessage, Record};
 use entrega_kafka::Transform;
 
@@ -43,7 +43,7 @@ impl SalesTransform {
         }
     }
 
-    /// Obeys `entrega-solo-grupo` only when its signature verifies with `key`; without a key
+    /// Obeys `entrega-only-group` only when its signature verifies with `key`; without a key
     /// every record is counted, whatever its headers say.
     pub fn with_replay_key(mut self, key: Option<entrega_core::ReplayKey>) -> Self {
         self.replay_key = key;
@@ -52,7 +52,7 @@ impl SalesTransform {
 
     /// Whether `record` is a signed replay meant for another group.
     fn for_another_group(&self, record: &Record) -> bool {
-        record.headers.get(SOLO_GRUPO).is_some()
+        record.headers.get_current(ONLY_GROUP).is_some()
             && self.replay_key.as_ref().is_some_and(|key| {
                 key.solo_group(&record.headers, record.key.as_deref(), &record.payload)
                     .is_some_and(|g| g.is_ok_and(|g| g != GROUP))

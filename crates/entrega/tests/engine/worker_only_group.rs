@@ -1,4 +1,4 @@
-//! A record with `entrega-solo-grupo` (a dead letter replayed to one group) is handled only by
+//! A record with `entrega-only-group` (a dead letter replayed to one group) is handled only by
 //! that group's workers, provided the header is signed with the operators' replay key: every
 //! other group then acknowledges it without handling it. An unsigned or forged header is
 //! ignored and the record handled as any other, so nobody who can publish can make a
@@ -10,7 +10,7 @@ use crate::support;
 use std::sync::Arc;
 
 use entrega::Router;
-use entrega_core::headers::{SOLO_GRUPO, SOLO_GRUPO_FIRMA};
+use entrega_core::headers::{ONLY_GROUP, ONLY_GROUP_SIGNATURE};
 use entrega_core::ReplayKey;
 use support::handlers::Scripted;
 use support::worker_steps::{
@@ -72,24 +72,24 @@ async fn unsigned_forged_or_unverifiable_headers_are_handled_as_any_record() {
     for with_key in [true, false] {
         for env in setup(1).await {
             let (_, mut unsigned) = event_message(TOPIC, "P-1", "pedido.creado", 0);
-            unsigned.headers.set(SOLO_GRUPO, "analitica");
+            unsigned.headers.set(ONLY_GROUP, "analitica");
             let (_, mut forged) = event_message(TOPIC, "P-1", "pedido.creado", 1);
             forger.stamp(&mut forged, "analitica");
             // A genuine signature copied from another record.
             let (_, mut genuine) = event_message(TOPIC, "P-1", "pedido.creado", 9);
             key.stamp(&mut genuine, "analitica");
             let (_, mut copied) = event_message(TOPIC, "P-1", "pedido.creado", 2);
-            copied.headers.set(SOLO_GRUPO, "analitica");
+            copied.headers.set(ONLY_GROUP, "analitica");
             copied.headers.set(
-                SOLO_GRUPO_FIRMA,
-                genuine.headers.get(SOLO_GRUPO_FIRMA).unwrap(),
+                ONLY_GROUP_SIGNATURE,
+                genuine.headers.get(ONLY_GROUP_SIGNATURE).unwrap(),
             );
             // Signed, but the worker has no key to verify it with (when `with_key` is off).
             let (_, mut signed) = event_message(TOPIC, "P-1", "pedido.creado", 3);
             key.stamp(&mut signed, "analitica");
             // Malformed and unsigned: judged here, so dead-lettered here.
             let mut malformed = raw_message(TOPIC, "P-1", b"not json");
-            malformed.headers.set(SOLO_GRUPO, "analitica");
+            malformed.headers.set(ONLY_GROUP, "analitica");
             env.log
                 .publisher()
                 .publish(&[unsigned, forged, copied, signed, malformed])
