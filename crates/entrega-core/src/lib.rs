@@ -81,7 +81,7 @@ pub enum MigrationSet {
     HeldLetters,
     /// The database-backed log transport's topics, partitions, offsets and leases.
     Log,
-    /// The sagas' rows and their history (`entrega_sagas`, `entrega_saga_historial`): for
+    /// The sagas' rows and their history (`entrega_sagas`, `entrega_saga_history`): for
     /// the service that orchestrates sagas.
     Sagas,
     /// Operator state of dead letters (`entrega_dlq_state`) and the audit of operator

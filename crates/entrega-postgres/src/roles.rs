@@ -11,7 +11,7 @@ use crate::errors::{classify, invalid};
 
 /// Tables a service may read and append to, never change: the operators' audit and the
 /// saga history.
-pub const APPEND_ONLY: [&str; 2] = ["entrega_dlq_audit", "entrega_saga_historial"];
+pub const APPEND_ONLY: [&str; 2] = ["entrega_dlq_audit", "entrega_saga_history"];
 
 /// Tables a service may only read: the migration records.
 pub const READ_ONLY: [&str; 1] = ["entrega_migrations"];

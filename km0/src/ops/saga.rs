@@ -17,8 +17,8 @@ use crate::wiring::System;
 pub enum SagaCommand {
     /// Sagas, newest first, with their state, step and reason.
     List {
-        /// Only sagas in this state: en_curso, compensando, completada, compensada,
-        /// requiere_operador.
+        /// Only sagas in this state: running, compensating, completed, compensated,
+        /// needs_operator (the former Spanish names are understood too).
         #[arg(long, value_parser = parse_status)]
         estado: Option<SagaStatus>,
         /// At most this many.

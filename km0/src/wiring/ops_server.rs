@@ -118,7 +118,7 @@ fn describe() {
     );
     describe_gauge!(
         "km0_sagas",
-        "Order sagas by state (en_curso, compensando, completada, compensada, requiere_operador)."
+        "Order sagas by state (running, compensating, completed, compensated, needs_operator)."
     );
     describe_gauge!(
         "km0_sagas_needing_operator",

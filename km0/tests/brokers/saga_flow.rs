@@ -204,7 +204,7 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
     assert!(ok, "{listed}");
     let listed: Value = serde_json::from_str(&listed).unwrap();
     assert_eq!(listed["sagas"].as_array().unwrap().len(), 3, "{listed}");
-    assert_eq!(listed["recuento"]["completada"], 1);
+    assert_eq!(listed["recuento"]["completed"], 1);
     let (ok, shown) = km0(&["show", "P-ciudad", "--json"]);
     assert!(ok, "{shown}");
     let shown: Value = serde_json::from_str(&shown).unwrap();
@@ -212,7 +212,7 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["que"] == "enviado")
+        .filter(|e| e["que"] == "sent")
         .filter_map(|e| e["clave"].as_str())
         .collect();
     assert_eq!(
@@ -227,7 +227,7 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
     );
     assert_eq!(shown["motivo"], "ciudad_no_cubierta: Lleida");
     let (ok, text) = km0(&["show", "P-ok"]);
-    assert!(ok && text.contains("completada"), "{text}");
+    assert!(ok && text.contains("completed"), "{text}");
     let (ok, _) = km0(&["retry", "P-ok"]);
     assert!(!ok, "a completed saga waits for no operator");
     let (ok, _) = km0(&["show", "P-nada"]);

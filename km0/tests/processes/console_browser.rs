@@ -188,7 +188,7 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         seen["dry_run"].as_str().unwrap().contains("Ensayo"),
         "{seen}"
     );
-    assert_eq!(seen["saga_state"], "completada");
+    assert_eq!(seen["saga_state"], "completed");
     assert_eq!(
         seen["trace_ids"].as_array().unwrap().len(),
         1,

@@ -19,7 +19,7 @@ pub(super) fn steps(set: MigrationSet, backend: Backend) -> &'static [Migration<
         MigrationSet::Rpc => (RPC_SQLITE, RPC_POSTGRES),
         MigrationSet::HeldLetters => (HELD_SQLITE, HELD_POSTGRES),
         MigrationSet::Log => (LOG_SQLITE, LOG_POSTGRES),
-        MigrationSet::Sagas => (SAGAS, SAGAS),
+        MigrationSet::Sagas => (SAGAS_SQLITE, SAGAS_POSTGRES),
         MigrationSet::Dlq => (DLQ_SQLITE, DLQ_POSTGRES),
     };
     match backend {
@@ -221,21 +221,50 @@ const HELD_POSTGRES: &[Migration<'static>] = &[
     },
 ];
 
-/// The same steps on both backends: the script reads alike, and the column is guarded.
-const SAGAS: &[Migration<'static>] = &[
+const SAGAS_FIRST: &str = "entrega_sagas and entrega_saga_historial";
+const SAGAS_TRACE: &str = "entrega_sagas.traza: the trace its commands continue";
+const SAGAS_ENGLISH: &str =
+    "sagas named in English: columns, states, entrega_saga_history";
+/// The first steps read alike on both backends (the added column is guarded).
+const SAGAS_TRACE_COLUMN: Step<'static> = Step::AddColumn {
+    table: "entrega_sagas",
+    column: "traza",
+    definition: "TEXT",
+};
+
+const SAGAS_SQLITE: &[Migration<'static>] = &[
     Migration {
         version: 1,
-        description: "entrega_sagas and entrega_saga_historial",
+        description: SAGAS_FIRST,
         steps: &[script!("saga", "0001_sagas.sql")],
     },
     Migration {
         version: 2,
-        description: "entrega_sagas.traza: the trace its commands continue",
-        steps: &[Step::AddColumn {
-            table: "entrega_sagas",
-            column: "traza",
-            definition: "TEXT",
-        }],
+        description: SAGAS_TRACE,
+        steps: &[SAGAS_TRACE_COLUMN],
+    },
+    Migration {
+        version: 3,
+        description: SAGAS_ENGLISH,
+        steps: &[script!("saga", "0003_english_names.sqlite.sql")],
+    },
+];
+
+const SAGAS_POSTGRES: &[Migration<'static>] = &[
+    Migration {
+        version: 1,
+        description: SAGAS_FIRST,
+        steps: &[script!("saga", "0001_sagas.sql")],
+    },
+    Migration {
+        version: 2,
+        description: SAGAS_TRACE,
+        steps: &[SAGAS_TRACE_COLUMN],
+    },
+    Migration {
+        version: 3,
+        description: SAGAS_ENGLISH,
+        steps: &[script!("saga", "0003_english_names.postgres.sql")],
     },
 ];
 

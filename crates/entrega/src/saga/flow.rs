@@ -146,7 +146,7 @@ impl FlowError {
 /// what the orchestrator's own service does when it ends.
 #[async_trait]
 pub trait SagaFlow: Send + Sync + 'static {
-    /// The saga type, stored in `entrega_sagas.tipo` (`pedido`).
+    /// The saga type, stored in `entrega_sagas.kind` (`pedido`).
     fn kind(&self) -> &str;
 
     /// The steps, in the order they run (at least one).

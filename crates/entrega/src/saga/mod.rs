@@ -3,7 +3,7 @@
 //! order when a step fails for good, misses its deadline, or the saga is cancelled.
 //!
 //! The orchestrator's state lives in its own database (`entrega_sagas`, and every step's
-//! history in `entrega_saga_historial`) and changes only in the transaction that also
+//! history in `entrega_saga_history`) and changes only in the transaction that also
 //! enqueues the commands it sends (the outbox) and claims the inbox key of the reply that
 //! caused the change. A crash at any point leaves either the old state with the reply still
 //! to be delivered, or the new state with its commands on their way: never one without the

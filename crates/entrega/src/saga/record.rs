@@ -1,10 +1,10 @@
 //! A saga as stored: its row in `entrega_sagas` and the entries of its history in
-//! `entrega_saga_historial`, with the names their state columns hold.
+//! `entrega_saga_history`, with the names their state columns hold.
 
 use serde_json::{Map, Value};
 
 macro_rules! stored_names {
-    ($ty:ident { $($variant:ident => $name:literal),+ $(,)? }) => {
+    ($ty:ident { $($variant:ident => $name:literal was $former:literal),+ $(,)? }) => {
         impl $ty {
             /// Every value, in declaration order.
             pub const ALL: &'static [Self] = &[$(Self::$variant),+];
@@ -16,9 +16,20 @@ macro_rules! stored_names {
                 }
             }
 
-            /// The value a stored name stands for.
+            /// The name an earlier release stored, before the names were English.
+            pub fn former(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $former),+
+                }
+            }
+
+            /// The value a stored name stands for; the former names are understood too
+            /// (an operator's habit, a script written before).
             pub fn parse(name: &str) -> Option<Self> {
-                Self::ALL.iter().copied().find(|v| v.as_str() == name)
+                Self::ALL
+                    .iter()
+                    .copied()
+                    .find(|v| v.as_str() == name || v.former() == name)
             }
         }
 
@@ -30,27 +41,27 @@ macro_rules! stored_names {
     };
 }
 
-/// Where a saga stands (`entrega_sagas.estado`).
+/// Where a saga stands (`entrega_sagas.state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SagaStatus {
-    /// Its steps are running (`en_curso`).
+    /// Its steps are running (`running`).
     Running,
-    /// Undoing what its steps did (`compensando`).
+    /// Undoing what its steps did (`compensating`).
     Compensating,
-    /// Every step done (`completada`).
+    /// Every step done (`completed`).
     Completed,
-    /// Every step that may have taken effect undone (`compensada`).
+    /// Every step that may have taken effect undone (`compensated`).
     Compensated,
-    /// A compensation failed past its limit: an operator must look (`requiere_operador`).
+    /// A compensation failed past its limit: an operator must look (`needs_operator`).
     NeedsOperator,
 }
 
 stored_names!(SagaStatus {
-    Running => "en_curso",
-    Compensating => "compensando",
-    Completed => "completada",
-    Compensated => "compensada",
-    NeedsOperator => "requiere_operador",
+    Running => "running" was "en_curso",
+    Compensating => "compensating" was "compensando",
+    Completed => "completed" was "completada",
+    Compensated => "compensated" was "compensada",
+    NeedsOperator => "needs_operator" was "requiere_operador",
 });
 
 impl SagaStatus {
@@ -60,18 +71,18 @@ impl SagaStatus {
     }
 }
 
-/// Whether a step's command or its compensation is meant (`fase`).
+/// Whether a step's command or its compensation is meant (`phase`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
-    /// The step's command (`accion`).
+    /// The step's command (`action`).
     Action,
-    /// The step's compensation (`compensacion`).
+    /// The step's compensation (`compensation`).
     Compensation,
 }
 
 stored_names!(Phase {
-    Action => "accion",
-    Compensation => "compensacion",
+    Action => "action" was "accion",
+    Compensation => "compensation" was "compensacion",
 });
 
 /// One saga's row.
@@ -141,45 +152,45 @@ impl SagaRecord {
 /// What an entry of a saga's history records (`que`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EventKind {
-    /// The saga was started (`iniciada`).
+    /// The saga was started (`started`).
     Started,
     /// A command or compensation was sent (`enviado`; `intento` says which send).
     Sent,
-    /// A reply was applied (`respuesta`).
+    /// A reply was applied (`replied`).
     Replied,
-    /// A reply said the step failed (`fallo`).
+    /// A reply said the step failed (`failed`).
     Failed,
-    /// A reply was not applied: late, repeated, or under another key (`ignorada`).
+    /// A reply was not applied: late, repeated, or under another key (`ignored`).
     Ignored,
-    /// A step's deadline passed with no reply (`plazo_vencido`).
+    /// A step's deadline passed with no reply (`deadline_passed`).
     DeadlinePassed,
-    /// Compensation began (`compensando`).
+    /// Compensation began (`compensating`).
     Compensating,
-    /// The saga completed (`completada`).
+    /// The saga completed (`completed`).
     Completed,
-    /// The saga finished compensating (`compensada`).
+    /// The saga finished compensating (`compensated`).
     Compensated,
-    /// A compensation failed past its limit (`requiere_operador`).
+    /// A compensation failed past its limit (`needs_operator`).
     NeedsOperator,
-    /// A cancel was asked for (`cancelacion`).
+    /// A cancel was asked for (`cancel_requested`).
     CancelRequested,
-    /// An operator sent a waiting compensation again (`reintento_operador`).
+    /// An operator sent a waiting compensation again (`operator_retry`).
     OperatorRetry,
 }
 
 stored_names!(EventKind {
-    Started => "iniciada",
-    Sent => "enviado",
-    Replied => "respuesta",
-    Failed => "fallo",
-    Ignored => "ignorada",
-    DeadlinePassed => "plazo_vencido",
-    Compensating => "compensando",
-    Completed => "completada",
-    Compensated => "compensada",
-    NeedsOperator => "requiere_operador",
-    CancelRequested => "cancelacion",
-    OperatorRetry => "reintento_operador",
+    Started => "started" was "iniciada",
+    Sent => "sent" was "enviado",
+    Replied => "replied" was "respuesta",
+    Failed => "failed" was "fallo",
+    Ignored => "ignored" was "ignorada",
+    DeadlinePassed => "deadline_passed" was "plazo_vencido",
+    Compensating => "compensating" was "compensando",
+    Completed => "completed" was "completada",
+    Compensated => "compensated" was "compensada",
+    NeedsOperator => "needs_operator" was "requiere_operador",
+    CancelRequested => "cancel_requested" was "cancelacion",
+    OperatorRetry => "operator_retry" was "reintento_operador",
 });
 
 /// One entry of a saga's history.

@@ -7,8 +7,8 @@ use serde_json::{Map, Value};
 use super::record::{EventKind, HistoryEntry, Phase, SagaRecord, SagaStatus};
 use crate::db::{query, query_each, Db, Query, Tx};
 
-const COLUMNS: &str = "tipo, saga_id, estado, paso, fase, intentos, datos, resultados, motivo, \
-     proximo_ms, plazo_ms, eventos, version, creada_ms, actualizada_ms, traza";
+const COLUMNS: &str = "kind, saga_id, state, step, phase, attempts, data, results, reason, \
+     next_at_ms, deadline_ms, events, version, created_at_ms, updated_at_ms, trace";
 
 type SagaRow = (
     String,
@@ -52,18 +52,18 @@ fn decode(row: SagaRow) -> Result<SagaRecord, StoreError> {
         row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7, row.8,
     );
     let status =
-        SagaStatus::parse(&status).ok_or_else(|| corrupt(format!("unknown estado `{status}`")))?;
-    let phase = Phase::parse(&phase).ok_or_else(|| corrupt(format!("unknown fase `{phase}`")))?;
+        SagaStatus::parse(&status).ok_or_else(|| corrupt(format!("unknown state `{status}`")))?;
+    let phase = Phase::parse(&phase).ok_or_else(|| corrupt(format!("unknown phase `{phase}`")))?;
     let input: Value = serde_json::from_str(&input)
-        .map_err(|e| corrupt(format!("datos of `{id}` are not JSON: {e}")))?;
+        .map_err(|e| corrupt(format!("data of `{id}` are not JSON: {e}")))?;
     let results: Map<String, Value> = serde_json::from_str(&results)
-        .map_err(|e| corrupt(format!("resultados of `{id}` are not a JSON object: {e}")))?;
+        .map_err(|e| corrupt(format!("results of `{id}` are not a JSON object: {e}")))?;
     Ok(SagaRecord {
         kind,
         status,
-        step: usize::try_from(step).map_err(|_| corrupt(format!("paso {step}")))?,
+        step: usize::try_from(step).map_err(|_| corrupt(format!("step {step}")))?,
         phase,
-        attempts: u32::try_from(attempts).map_err(|_| corrupt(format!("intentos {attempts}")))?,
+        attempts: u32::try_from(attempts).map_err(|_| corrupt(format!("attempts {attempts}")))?,
         input,
         results,
         reason,
@@ -87,7 +87,7 @@ pub(crate) async fn insert(tx: &mut Tx, rec: &SagaRecord) -> Result<bool, StoreE
     let q = query(format!(
         "INSERT INTO entrega_sagas ({COLUMNS}) VALUES \
          ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) \
-         ON CONFLICT (tipo, saga_id) DO NOTHING"
+         ON CONFLICT (kind, saga_id) DO NOTHING"
     ))
     .bind(rec.kind.as_str())
     .bind(rec.id.as_str())
@@ -124,7 +124,7 @@ pub(crate) async fn load(
     id: &str,
     lock: Lock,
 ) -> Result<Option<SagaRecord>, StoreError> {
-    let select = format!("SELECT {COLUMNS} FROM entrega_sagas WHERE tipo = $1 AND saga_id = $2");
+    let select = format!("SELECT {COLUMNS} FROM entrega_sagas WHERE kind = $1 AND saga_id = $2");
     let postgres = match lock {
         Lock::Wait => format!("{select} FOR UPDATE"),
         Lock::Skip => format!("{select} FOR UPDATE SKIP LOCKED"),
@@ -144,10 +144,10 @@ pub(crate) async fn update(
     read_version: i64,
 ) -> Result<bool, StoreError> {
     let q = query(
-        "UPDATE entrega_sagas SET estado = $3, paso = $4, fase = $5, intentos = $6, \
-         resultados = $7, motivo = $8, proximo_ms = $9, plazo_ms = $10, eventos = $11, \
-         version = $12, actualizada_ms = $13 \
-         WHERE tipo = $1 AND saga_id = $2 AND version = $14",
+        "UPDATE entrega_sagas SET state = $3, step = $4, phase = $5, attempts = $6, \
+         results = $7, reason = $8, next_at_ms = $9, deadline_ms = $10, events = $11, \
+         version = $12, updated_at_ms = $13 \
+         WHERE kind = $1 AND saga_id = $2 AND version = $14",
     )
     .bind(rec.kind.as_str())
     .bind(rec.id.as_str())
@@ -175,8 +175,8 @@ pub(crate) async fn append(
 ) -> Result<(), StoreError> {
     for e in entries {
         let q = query(
-            "INSERT INTO entrega_saga_historial \
-             (tipo, saga_id, n, en_ms, que, paso, fase, clave, intento, detalle) \
+            "INSERT INTO entrega_saga_history \
+             (kind, saga_id, n, at_ms, what, step, phase, msg_key, attempt, detail) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(kind)
@@ -202,8 +202,8 @@ pub(crate) async fn due(
     limit: i64,
 ) -> Result<Vec<String>, StoreError> {
     let q = query(
-        "SELECT saga_id FROM entrega_sagas WHERE tipo = $1 AND proximo_ms IS NOT NULL \
-         AND proximo_ms <= $2 ORDER BY proximo_ms LIMIT $3",
+        "SELECT saga_id FROM entrega_sagas WHERE kind = $1 AND next_at_ms IS NOT NULL \
+         AND next_at_ms <= $2 ORDER BY next_at_ms LIMIT $3",
     )
     .bind(kind)
     .bind(now_ms)
@@ -214,7 +214,7 @@ pub(crate) async fn due(
 
 /// When the soonest timer of `kind` fires, if any is set.
 pub(crate) async fn next_due(db: &Db, kind: &str) -> Result<Option<i64>, StoreError> {
-    let q = query("SELECT MIN(proximo_ms) FROM entrega_sagas WHERE tipo = $1").bind(kind);
+    let q = query("SELECT MIN(next_at_ms) FROM entrega_sagas WHERE kind = $1").bind(kind);
     Ok(db.scalar::<Option<i64>>(q).await?.flatten())
 }
 
@@ -227,15 +227,15 @@ pub(crate) async fn list(
 ) -> Result<Vec<SagaRecord>, StoreError> {
     let q: Query = match status {
         Some(status) => query(format!(
-            "SELECT {COLUMNS} FROM entrega_sagas WHERE tipo = $1 AND estado = $2 \
-             ORDER BY creada_ms DESC, saga_id LIMIT $3"
+            "SELECT {COLUMNS} FROM entrega_sagas WHERE kind = $1 AND state = $2 \
+             ORDER BY created_at_ms DESC, saga_id LIMIT $3"
         ))
         .bind(kind)
         .bind(status.as_str())
         .bind(limit),
         None => query(format!(
-            "SELECT {COLUMNS} FROM entrega_sagas WHERE tipo = $1 \
-             ORDER BY creada_ms DESC, saga_id LIMIT $2"
+            "SELECT {COLUMNS} FROM entrega_sagas WHERE kind = $1 \
+             ORDER BY created_at_ms DESC, saga_id LIMIT $2"
         ))
         .bind(kind)
         .bind(limit),
@@ -247,7 +247,7 @@ pub(crate) async fn list(
 /// The saga `kind`/`id`, unlocked.
 pub(crate) async fn get(db: &Db, kind: &str, id: &str) -> Result<Option<SagaRecord>, StoreError> {
     let q = query(format!(
-        "SELECT {COLUMNS} FROM entrega_sagas WHERE tipo = $1 AND saga_id = $2"
+        "SELECT {COLUMNS} FROM entrega_sagas WHERE kind = $1 AND saga_id = $2"
     ))
     .bind(kind)
     .bind(id);
@@ -264,8 +264,8 @@ pub(crate) async fn history(
     id: &str,
 ) -> Result<Vec<HistoryEntry>, StoreError> {
     let q = query(
-        "SELECT n, en_ms, que, paso, fase, clave, intento, detalle FROM entrega_saga_historial \
-         WHERE tipo = $1 AND saga_id = $2 ORDER BY n",
+        "SELECT n, at_ms, what, step, phase, msg_key, attempt, detail FROM entrega_saga_history \
+         WHERE kind = $1 AND saga_id = $2 ORDER BY n",
     )
     .bind(kind)
     .bind(id);
@@ -275,9 +275,9 @@ pub(crate) async fn history(
             Ok(HistoryEntry {
                 n,
                 at_ms,
-                what: EventKind::parse(&what).ok_or_else(|| corrupt(format!("que `{what}`")))?,
+                what: EventKind::parse(&what).ok_or_else(|| corrupt(format!("what `{what}`")))?,
                 step,
-                phase: Phase::parse(&phase).ok_or_else(|| corrupt(format!("fase `{phase}`")))?,
+                phase: Phase::parse(&phase).ok_or_else(|| corrupt(format!("phase `{phase}`")))?,
                 key,
                 attempt: attempt.and_then(|a| u32::try_from(a).ok()),
                 detail,
@@ -288,13 +288,13 @@ pub(crate) async fn history(
 
 /// How many sagas of `kind` are in each status.
 pub(crate) async fn counts(db: &Db, kind: &str) -> Result<Vec<(SagaStatus, i64)>, StoreError> {
-    let q = query("SELECT estado, COUNT(*) FROM entrega_sagas WHERE tipo = $1 GROUP BY estado")
+    let q = query("SELECT state, COUNT(*) FROM entrega_sagas WHERE kind = $1 GROUP BY state")
         .bind(kind);
     let rows: Vec<(String, i64)> = db.fetch_all(q).await?;
     rows.into_iter()
         .map(|(status, n)| {
             let status = SagaStatus::parse(&status)
-                .ok_or_else(|| corrupt(format!("unknown estado `{status}`")))?;
+                .ok_or_else(|| corrupt(format!("unknown state `{status}`")))?;
             Ok((status, n))
         })
         .collect()

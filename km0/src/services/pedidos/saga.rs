@@ -23,7 +23,7 @@ use crate::services::inventario::{self, ReleaseCommand, ReserveCommand, StockLin
 use crate::services::pagos::{self, OrderToCharge, RefundRequest};
 use crate::services::reparto::{self, AssignCommand};
 
-/// The saga type in `entrega_sagas.tipo`.
+/// The saga type in `entrega_sagas.kind`.
 pub const SAGA_KIND: &str = "pedido";
 /// The version of `pedido.pagado` written at the end (it carries `direccion_entrega`).
 pub const PAID_VERSION: u32 = reparto::PAID_VERSION;

@@ -20,6 +20,7 @@ const EVERY_STEP: &[(&str, i64)] = &[
     ("dlq", 1),
     ("entrega_saga", 1),
     ("entrega_saga", 2),
+    ("entrega_saga", 3),
     ("held_letters", 1),
     ("held_letters", 2),
     ("inbox", 1),
@@ -257,7 +258,7 @@ const EARLIER_TABLES: &[(&str, &str)] = &[
     ("entrega_dlq_state", "entrega_dlq_state"),
     ("entrega_dlq_audit", "entrega_dlq_audit"),
     ("entrega_sagas", "entrega_sagas"),
-    ("entrega_saga_historial", "entrega_saga_historial"),
+    ("entrega_saga_historial", "entrega_saga_history"),
     ("entrega_topics", "entrega_topics"),
     ("entrega_partitions", "entrega_partitions"),
     ("entrega_log", "entrega_log"),
@@ -344,6 +345,21 @@ async fn still_works(db: &Db) {
         Backend::Postgres => 1_796_119_200_000,
     };
     assert_eq!(answered, Some(expected));
+    // The saga's row and history: states in English, the saga still readable.
+    let saga: Option<(String, String)> = db
+        .fetch_optional(query(
+            "SELECT state, phase FROM entrega_sagas WHERE kind = 'pedido' AND saga_id = 'P-UP-1'",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(saga, Some(("running".to_owned(), "action".to_owned())));
+    let what: Option<String> = db
+        .scalar(query(
+            "SELECT what FROM entrega_saga_history WHERE saga_id = 'P-UP-1' AND n = 1",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(what.as_deref(), Some("started"));
 
     // Outbox: the pending row is read, the held one is not.
     let ports = db.outbox();
