@@ -135,11 +135,18 @@ async fn sessions_of_the_relay_and_the_consumer_terminated_mid_run() {
     let relay: Km0 = deployment
         .start_with_env("relay", "relay-1", &[("PGAPPNAME", "km0-relay")])
         .await;
+    // Sessions are cut every 250 ms: one batch can have its transaction cut on three
+    // attempts in a row, and with the default three attempts it would be dead-lettered, as
+    // configured. What is tested is that nothing is lost or applied twice, so the consumer
+    // keeps retrying instead.
     let consumer: Km0 = deployment
         .start_with_env(
             "inventario",
             "inventario-1",
-            &[("PGAPPNAME", "km0-inventario")],
+            &[
+                ("PGAPPNAME", "km0-inventario"),
+                ("KM0_MAX_ATTEMPTS", "1000"),
+            ],
         )
         .await;
     let orders = Arc::new(plan_orders(0x7465_726d, 500, 40));

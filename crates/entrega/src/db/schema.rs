@@ -223,8 +223,7 @@ const HELD_POSTGRES: &[Migration<'static>] = &[
 
 const SAGAS_FIRST: &str = "entrega_sagas and entrega_saga_historial";
 const SAGAS_TRACE: &str = "entrega_sagas.traza: the trace its commands continue";
-const SAGAS_ENGLISH: &str =
-    "sagas named in English: columns, states, entrega_saga_history";
+const SAGAS_ENGLISH: &str = "sagas named in English: columns, states, entrega_saga_history";
 /// The first steps read alike on both backends (the added column is guarded).
 const SAGAS_TRACE_COLUMN: Step<'static> = Step::AddColumn {
     table: "entrega_sagas",

@@ -120,6 +120,7 @@ pub struct RpcServer {
     handler: Arc<dyn RpcHandler>,
     config: RpcServerConfig,
     stats: Arc<RpcServerStats>,
+    opened: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for RpcServer {
@@ -150,6 +151,18 @@ impl RpcServer {
             handler,
             config,
             stats: Arc::default(),
+            opened: tokio::sync::watch::Sender::new(false),
+        }
+    }
+
+    /// Resolves once the server has its request queue open (declared if it was missing),
+    /// so a request sent from then on finds a reader's queue; resolves at once after that.
+    /// Take it before [`RpcServer::run`] moves the server onto a task.
+    pub fn opened(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut opened = self.opened.subscribe();
+        async move {
+            // An error means the server was dropped: nothing more to wait for.
+            let _ = opened.wait_for(|open| *open).await;
         }
     }
 
@@ -200,6 +213,7 @@ impl RpcServer {
                 Err(e) => break Err(e),
             };
             failures = 0;
+            self.opened.send_replace(true);
             let reading = Reading {
                 inbox: inbox.as_mut(),
                 to_lanes: &to_lanes,

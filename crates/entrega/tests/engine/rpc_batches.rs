@@ -335,3 +335,42 @@ scenarios!(sqlite, Backend::Sqlite, Writing::InTx);
 scenarios!(postgres, Backend::Postgres, Writing::InTx);
 scenarios!(sqlite_statements, Backend::Sqlite, Writing::Statements);
 scenarios!(postgres_statements, Backend::Postgres, Writing::Statements);
+
+/// A server says when its request queue is open: a call sent from then on is taken at the
+/// first try, however soon after the server started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_the_server_says_its_queue_is_open_the_first_call_is_taken() {
+    let dir = TempDir::new();
+    let broker_db = Db::connect(&dir.url("broker.db")).await.unwrap();
+    broker_db.migrate(&[MigrationSet::Log]).await.unwrap();
+    let broker = Broker::log(&broker_db, Duration::from_secs(2));
+    let store = fresh(Backend::Sqlite, &dir).await;
+    let handler: Arc<dyn RpcHandler> = Arc::new(StoredAnswers::new(
+        store.db.clone(),
+        CONSUMER,
+        authorise_by(Writing::Statements),
+    ));
+    let queue = format!("rpc.abierta.{}", Uuid::new_v4().simple());
+    let server = RpcServer::new(broker.rpc(3), handler, RpcServerConfig::new(&queue));
+    let opened = server.opened();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn({
+        let stop = stop.clone();
+        async move { server.run(stop).await.unwrap() }
+    });
+    tokio::time::timeout(Duration::from_secs(20), opened)
+        .await
+        .expect("the server never opened its queue");
+    let client = RpcClient::start(broker.rpc(3)).await.unwrap();
+    let request = json!({"pedido_id": "A-1", "importe_centimos": 100})
+        .to_string()
+        .into_bytes();
+    let answer = client
+        .call(&queue, request, Duration::from_secs(10))
+        .await
+        .expect("the first call is taken");
+    assert!(!answer.is_empty());
+    stop.cancel();
+    task.await.unwrap();
+    store.finish().await;
+}

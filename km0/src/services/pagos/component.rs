@@ -24,6 +24,9 @@ use crate::wiring::{
 /// Where pagos finds the gateway when `--pasarela-url` is not given.
 pub const DEFAULT_PASARELA_URL: &str = "http://127.0.0.1:8095";
 
+/// Longest wait at start for the authorisation server's request queue.
+const QUEUE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Orders whose commands pagos has at the gateway at once, at least.
 const GATEWAY_CONCURRENCY: usize = 8;
 
@@ -124,6 +127,7 @@ impl Component for Pagos {
         let mut rpc = super::server_config(store.db());
         rpc.consumer = instance.clone();
         let server = RpcServer::new(broker.rpc(PARTITIONS), handler, rpc);
+        let opened = server.opened();
 
         let relay = relay_of(system, &store, &broker, &instance);
         tracing::info!(%instance, gateway = %entrega_core::redact_url(url), "pagos started");
@@ -150,6 +154,14 @@ impl Component for Pagos {
             ],
             child,
         );
+        // Ready once requests have a queue to land in (a request sent to a queue nobody
+        // declared yet is refused), or once pagos has stopped trying.
+        tokio::select! {
+            () = opened => {}
+            () = tokio::time::sleep(QUEUE_WAIT) => {
+                tracing::warn!("the authorisation queue is not open yet; pagos goes on starting");
+            }
+        }
         Ok(Started {
             tasks: vec![("pagos", task)],
             databases: vec![("pagos", store.db().clone())],
