@@ -297,35 +297,35 @@ pub struct RunArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct FaultArgs {
     /// Added to every request, in milliseconds.
-    #[arg(long, default_value_t = 0)]
-    pub latencia_ms: u64,
+    #[arg(long, alias = "latencia-ms", default_value_t = 0)]
+    pub latency_ms: u64,
     /// The next N requests answer 503 before charging.
-    #[arg(long, default_value_t = 0)]
-    pub fallar_503: u32,
-    /// The next N charges are recorded, then answered only after `--colgar-ms`.
-    #[arg(long, default_value_t = 0)]
-    pub colgar_tras_cobro: u32,
+    #[arg(long, alias = "fallar-503", default_value_t = 0)]
+    pub fail_503: u32,
+    /// The next N charges are recorded, then answered only after `--hang-ms`.
+    #[arg(long, alias = "colgar-tras-cobro", default_value_t = 0)]
+    pub hang_after_charge: u32,
     /// How long such an answer waits, in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    pub colgar_ms: u64,
+    #[arg(long, alias = "colgar-ms", default_value_t = 10_000)]
+    pub hang_ms: u64,
     /// A card to decline (repeat for several).
-    #[arg(long = "rechazar-tarjeta")]
-    pub tarjetas_rechazadas: Vec<String>,
+    #[arg(long = "decline-card", alias = "rechazar-tarjeta")]
+    pub declined_cards: Vec<String>,
     /// Decline amounts above this, in cents.
-    #[arg(long)]
-    pub importe_maximo_centimos: Option<i64>,
+    #[arg(long, alias = "importe-maximo-centimos")]
+    pub max_amount_cents: Option<i64>,
 }
 
 impl FaultArgs {
     /// The gateway's faults.
     pub fn to_faults(&self) -> crate::services::pasarela::Faults {
         crate::services::pasarela::Faults {
-            latencia_ms: self.latencia_ms,
-            fallar_503: self.fallar_503,
-            colgar_tras_cobro: self.colgar_tras_cobro,
-            colgar_ms: self.colgar_ms,
-            tarjetas_rechazadas: self.tarjetas_rechazadas.clone(),
-            importe_maximo_centimos: self.importe_maximo_centimos,
+            latency_ms: self.latency_ms,
+            fail_503: self.fail_503,
+            hang_after_charge: self.hang_after_charge,
+            hang_ms: self.hang_ms,
+            declined_cards: self.declined_cards.clone(),
+            max_amount_cents: self.max_amount_cents,
         }
     }
 }
@@ -417,8 +417,8 @@ pub struct DemoArgs {
     pub json: bool,
     /// The seed's first flow only (pedidos → inventario, no payment or delivery) instead of
     /// the order saga.
-    #[arg(long)]
-    pub sin_saga: bool,
+    #[arg(long, alias = "sin-saga")]
+    pub no_saga: bool,
 }
 
 impl Cli {
@@ -581,7 +581,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 seed: args.seed,
                 progress: !args.no_progress,
                 redeliver: args.redeliver.unwrap_or(args.orders / 50),
-                saga: !args.sin_saga,
+                saga: !args.no_saga,
                 json: args.json,
             };
             let report = demo::run(&system, &options).await?;

@@ -1,6 +1,6 @@
 //! `km0 demo`: the whole system in one process, orders placed through the real HTTP API with
 //! concurrency, then a report whose invariants decide the exit code. By default the orders
-//! go through the order saga ([`saga_run`]); `--sin-saga` runs the seed's first flow only.
+//! go through the order saga ([`saga_run`]); `--no-saga` runs the seed's first flow only.
 
 mod backlog;
 mod client;

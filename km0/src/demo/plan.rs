@@ -212,11 +212,11 @@ impl DemoPlan {
         let faults = Faults {
             // A run of 503s pagos outlasts even if they all fall on one charge: its own quick
             // tries times the consumer's default attempts.
-            fallar_503: u32::try_from(count / 50).unwrap_or(u32::MAX).min(8),
-            colgar_tras_cobro: u32::from(count >= 100) * 2,
+            fail_503: u32::try_from(count / 50).unwrap_or(u32::MAX).min(8),
+            hang_after_charge: u32::from(count >= 100) * 2,
             // Longer than pagos' gateway timeout: pagos gives up and asks again.
-            colgar_ms: 6_000,
-            tarjetas_rechazadas: vec![DECLINED_CARD.to_owned()],
+            hang_ms: 6_000,
+            declined_cards: vec![DECLINED_CARD.to_owned()],
             ..Faults::default()
         };
         plan.saga = Some(SagaPlan { fates, faults });
@@ -268,7 +268,7 @@ impl DemoPlan {
                 out,
                 "gateway faults: {} answers 503, {} charges whose answer is lost after \
                  charging, card {} declined",
-                f.fallar_503, f.colgar_tras_cobro, DECLINED_CARD
+                f.fail_503, f.hang_after_charge, DECLINED_CARD
             );
             out.push_str("expected stock: start minus the units of the orders that end paid\n");
         }
@@ -304,7 +304,7 @@ mod tests {
             let declined = order.card.as_deref() == Some(DECLINED_CARD);
             assert_eq!(declined, *fate == Fate::Declined, "{order:?}");
         }
-        assert!(saga.faults.fallar_503 > 0 && saga.faults.colgar_tras_cobro > 0);
+        assert!(saga.faults.fail_503 > 0 && saga.faults.hang_after_charge > 0);
         // The same orders as the seed flow's plan, with the saga's fields added.
         let plain = DemoPlan::generate(1000, "r", 7);
         assert_eq!(plain.orders[0].lines, a.orders[0].lines);

@@ -19,8 +19,8 @@ pub enum SagaCommand {
     List {
         /// Only sagas in this state: running, compensating, completed, compensated,
         /// needs_operator (the former Spanish names are understood too).
-        #[arg(long, value_parser = parse_status)]
-        estado: Option<SagaStatus>,
+        #[arg(long, alias = "estado", value_parser = parse_status)]
+        state: Option<SagaStatus>,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -31,7 +31,7 @@ pub enum SagaCommand {
     /// One saga's timeline.
     Show {
         /// The order id (the saga's id).
-        pedido: String,
+        order: String,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -39,7 +39,7 @@ pub enum SagaCommand {
     /// Sends again the compensation a saga waits on for an operator, recorded in its history.
     Retry {
         /// The order id.
-        pedido: String,
+        order: String,
     },
 }
 
@@ -58,20 +58,16 @@ pub async fn run(system: &System, command: SagaCommand) -> anyhow::Result<()> {
         .context("opening the pedidos database")?;
     let sagas = system.sagas(&store).await.context("opening the sagas")?;
     let done = match command {
-        SagaCommand::List {
-            estado,
-            limit,
-            json,
-        } => list(&sagas, estado, limit, json).await,
-        SagaCommand::Show { pedido, json } => show(&sagas, &pedido, json).await,
-        SagaCommand::Retry { pedido } => {
+        SagaCommand::List { state, limit, json } => list(&sagas, state, limit, json).await,
+        SagaCommand::Show { order, json } => show(&sagas, &order, json).await,
+        SagaCommand::Retry { order } => {
             // Kept in the saga's history: the user the system says runs this command.
-            let operador = crate::ops::identity::os_user();
+            let operator = crate::ops::identity::os_user();
             sagas
-                .retry(&pedido, &operador)
+                .retry(&order, &operator)
                 .await
-                .with_context(|| format!("retrying saga {pedido}"))?;
-            println!("saga {pedido}: compensation sent again, asked by {operador}");
+                .with_context(|| format!("retrying saga {order}"))?;
+            println!("saga {order}: compensation sent again, asked by {operator}");
             Ok(())
         }
     };

@@ -39,7 +39,7 @@ async fn the_demo_runs_over_amqps_and_a_foreign_ca_is_refused() {
             &format!("sqlite://{}", dir.join("data").display()),
         ])
         .args(["--broker", &amqps(&vhost, &common::tls::test_ca())])
-        .args(["demo", "--orders", "20", "--sin-saga", "--no-progress"])
+        .args(["demo", "--orders", "20", "--no-saga", "--no-progress"])
         .env_remove("KM0_DATABASE")
         .env_remove("KM0_BROKER")
         .output()

@@ -102,7 +102,7 @@ async fn kafka_over_ssl_and_sasl_ssl_with_scram() {
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         .args(["--database", &format!("sqlite://{}", data.display())])
         .args(["--broker", &sasl_url(ports.sasl_ssl, PASSWORD, &pki.ca)])
-        .args(["demo", "--orders", "20", "--sin-saga", "--no-progress"])
+        .args(["demo", "--orders", "20", "--no-saga", "--no-progress"])
         .env_remove("KM0_DATABASE")
         .env_remove("KM0_BROKER")
         .output()

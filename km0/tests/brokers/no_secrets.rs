@@ -43,7 +43,7 @@ fn the_demo_on_postgres_shows_no_password() {
             "demo",
             "--orders",
             "3",
-            "--sin-saga",
+            "--no-saga",
             "--no-progress",
         ],
         &[("RUST_LOG", "debug")],

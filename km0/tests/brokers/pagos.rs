@@ -61,10 +61,10 @@ async fn every_order_charged_once_whatever_the_gateway_does(broker_url: Option<S
     let mut gateway = Components::none("pasarela");
     gateway.add(&km0::services::pasarela::COMPONENT);
     gateway.faults = Faults {
-        fallar_503: 3,
-        colgar_tras_cobro: 1,
-        colgar_ms: 7_000,
-        tarjetas_rechazadas: vec!["tok_robada".into()],
+        fail_503: 3,
+        hang_after_charge: 1,
+        hang_ms: 7_000,
+        declined_cards: vec!["tok_robada".into()],
         ..Faults::default()
     };
     let gateway = system

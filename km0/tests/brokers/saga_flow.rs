@@ -39,7 +39,7 @@ async fn every_order_reaches_one_final_state(system: System) {
     let mut gateway = Components::none("pasarela-saga");
     gateway.add(&km0::services::pasarela::COMPONENT);
     gateway.faults = Faults {
-        tarjetas_rechazadas: vec!["tok_robada".into()],
+        declined_cards: vec!["tok_robada".into()],
         ..Faults::default()
     };
     let gateway = system

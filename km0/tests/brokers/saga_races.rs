@@ -63,7 +63,7 @@ async fn start(setup: Setup, latency_ms: u64, step_deadline: Duration) -> Run {
     let mut gateway = Components::none("pasarela-races");
     gateway.add(&km0::services::pasarela::COMPONENT);
     gateway.faults = Faults {
-        latencia_ms: latency_ms,
+        latency_ms,
         ..Faults::default()
     };
     let gateway = system

@@ -170,7 +170,7 @@ async fn a_refund_before_its_charge_refuses_the_charge(backend: &str) {
 
 async fn a_refund_of_a_declined_charge_gives_nothing_back(backend: &str) {
     let faults = Faults {
-        tarjetas_rechazadas: vec!["tok_robada".into()],
+        declined_cards: vec!["tok_robada".into()],
         ..Faults::default()
     };
     let f = Fixture::new(backend, faults).await;
@@ -189,7 +189,7 @@ async fn a_refund_of_a_declined_charge_gives_nothing_back(backend: &str) {
 async fn a_refund_while_the_charge_runs_waits_for_it(backend: &str) {
     // Longer than pagos' own quick tries of the refund (100 + 200 + 400 ms).
     let faults = Faults {
-        latencia_ms: 2_000,
+        latency_ms: 2_000,
         ..Faults::default()
     };
     let f = std::sync::Arc::new(Fixture::new(backend, faults).await);
@@ -212,7 +212,7 @@ async fn a_refund_while_the_charge_runs_waits_for_it(backend: &str) {
 async fn a_gateway_503_on_a_refund_is_retried(backend: &str) {
     // pagos asks again at once a few times itself: enough 503s to outlast those.
     let faults = Faults {
-        fallar_503: GATEWAY_QUICK_TRIES,
+        fail_503: GATEWAY_QUICK_TRIES,
         ..Faults::default()
     };
     let f = Fixture::new(backend, faults).await;
@@ -226,7 +226,7 @@ async fn a_gateway_503_on_a_refund_is_retried(backend: &str) {
     let put = reqwest::Client::new()
         .put(format!("{}/fallos", f.url))
         .json(&Faults {
-            fallar_503: GATEWAY_QUICK_TRIES,
+            fail_503: GATEWAY_QUICK_TRIES,
             ..Faults::default()
         })
         .send()

@@ -110,8 +110,8 @@ async fn a_key_charges_once_and_answers_again_with_what_it_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_still_running_is_a_conflict_and_declines_are_stored_answers_too() {
     let g = gateway(Faults {
-        latencia_ms: 600,
-        tarjetas_rechazadas: vec!["tok_robada".into()],
+        latency_ms: 600,
+        declined_cards: vec!["tok_robada".into()],
         ..Faults::default()
     })
     .await;
@@ -150,7 +150,7 @@ async fn a_key_still_running_is_a_conflict_and_declines_are_stored_answers_too()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_503_charges_nothing_and_a_late_answer_is_still_one_charge() {
     let g = gateway(Faults {
-        fallar_503: 1,
+        fail_503: 1,
         ..Faults::default()
     })
     .await;
@@ -165,8 +165,8 @@ async fn a_503_charges_nothing_and_a_late_answer_is_still_one_charge() {
 
     // Charged, then the answer comes after the client gave up; the retry gets the charge.
     g.set_faults(&Faults {
-        colgar_tras_cobro: 1,
-        colgar_ms: 1_500,
+        hang_after_charge: 1,
+        hang_ms: 1_500,
         ..Faults::default()
     })
     .await;

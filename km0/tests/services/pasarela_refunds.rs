@@ -111,7 +111,7 @@ async fn a_charge_is_given_back_once_however_often_it_is_refunded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_charged_means_nothing_to_give_back() {
     let g = Gateway::start(Faults {
-        tarjetas_rechazadas: vec!["tok_robada".into()],
+        declined_cards: vec!["tok_robada".into()],
         ..Faults::default()
     })
     .await;
@@ -152,7 +152,7 @@ async fn nothing_charged_means_nothing_to_give_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_charge_still_running_cannot_be_refunded_yet_and_503s_change_nothing() {
     let g = Gateway::start(Faults {
-        latencia_ms: 600,
+        latency_ms: 600,
         ..Faults::default()
     })
     .await;
@@ -175,7 +175,7 @@ async fn a_charge_still_running_cannot_be_refunded_yet_and_503s_change_nothing()
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(charging.await.unwrap(), StatusCode::CREATED);
     let faults = Faults {
-        fallar_503: 1,
+        fail_503: 1,
         ..Faults::default()
     };
     let put = g

@@ -61,15 +61,20 @@ pub struct Charge {
     /// Charge id (`ch_...`).
     pub id: String,
     /// The idempotency key it was made under.
-    pub clave: String,
+    #[serde(rename = "clave")]
+    pub key: String,
     /// The merchant's reference (the order id).
-    pub referencia: String,
+    #[serde(rename = "referencia")]
+    pub reference: String,
     /// Amount in cents.
-    pub importe_centimos: i64,
+    #[serde(rename = "importe_centimos")]
+    pub amount_cents: i64,
     /// `aprobado` or `rechazado`.
-    pub resultado: String,
+    #[serde(rename = "resultado")]
+    pub outcome: String,
     /// Why it was declined.
-    pub motivo: Option<String>,
+    #[serde(rename = "motivo")]
+    pub reason: Option<String>,
 }
 
 /// One refund of the ledger.
@@ -78,13 +83,17 @@ pub struct Refund {
     /// Refund id (`re_...`).
     pub id: String,
     /// The idempotency key it was made under.
-    pub clave: String,
+    #[serde(rename = "clave")]
+    pub key: String,
     /// The charge it gives back.
-    pub cargo: String,
+    #[serde(rename = "cargo")]
+    pub charge: String,
     /// The merchant's reference.
-    pub referencia: String,
+    #[serde(rename = "referencia")]
+    pub reference: String,
     /// Amount in cents.
-    pub importe_centimos: i64,
+    #[serde(rename = "importe_centimos")]
+    pub amount_cents: i64,
 }
 
 /// What one reference was charged and given back, summed over the ledger.
@@ -228,7 +237,7 @@ impl Ledger {
         &self,
         key: &str,
         charge: Option<&Charge>,
-        tarjeta: &str,
+        card: &str,
         status: u16,
         body: &str,
         now_ms: i64,
@@ -242,11 +251,11 @@ impl Ledger {
                 )
                 .bind(c.id.clone())
                 .bind(key)
-                .bind(c.referencia.clone())
-                .bind(tarjeta)
-                .bind(c.importe_centimos)
-                .bind(c.resultado.clone())
-                .bind(c.motivo.clone())
+                .bind(c.reference.clone())
+                .bind(card)
+                .bind(c.amount_cents)
+                .bind(c.outcome.clone())
+                .bind(c.reason.clone())
                 .bind(now_ms),
             )
             .await?;
@@ -284,14 +293,14 @@ impl Ledger {
             )
             .await?;
         Ok(match row {
-            Some((id, clave, referencia, importe_centimos, resultado, motivo)) => {
+            Some((id, key, reference, amount_cents, outcome, reason)) => {
                 ChargeLookup::Approved(Charge {
                     id,
-                    clave,
-                    referencia,
-                    importe_centimos,
-                    resultado,
-                    motivo,
+                    key,
+                    reference,
+                    amount_cents,
+                    outcome,
+                    reason,
                 })
             }
             None => ChargeLookup::Nothing,
@@ -320,21 +329,22 @@ impl Ledger {
                     )
                     .bind(r.id.as_str())
                     .bind(key)
-                    .bind(r.cargo.as_str())
-                    .bind(r.referencia.as_str())
-                    .bind(r.importe_centimos)
+                    .bind(r.charge.as_str())
+                    .bind(r.reference.as_str())
+                    .bind(r.amount_cents)
                     .bind(now_ms),
                 )
                 .await?;
             if inserted == 0 {
                 let earlier: Option<String> = tx
                     .scalar(
-                        query("SELECT id FROM reembolsos WHERE cargo = $1").bind(r.cargo.as_str()),
+                        query("SELECT id FROM reembolsos WHERE cargo = $1").bind(r.charge.as_str()),
                     )
                     .await?;
-                body = serde_json::json!({"id": earlier, "estado": "reembolsado", "cargo": r.cargo,
-                    "importe_centimos": r.importe_centimos, "referencia": r.referencia})
-                .to_string();
+                body =
+                    serde_json::json!({"id": earlier, "estado": "reembolsado", "cargo": r.charge,
+                    "importe_centimos": r.amount_cents, "referencia": r.reference})
+                    .to_string();
             }
         }
         tx.execute(
@@ -365,12 +375,12 @@ impl Ledger {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, clave, cargo, referencia, importe_centimos)| Refund {
+            .map(|(id, key, charge, reference, amount_cents)| Refund {
                 id,
-                clave,
-                cargo,
-                referencia,
-                importe_centimos,
+                key,
+                charge,
+                reference,
+                amount_cents,
             })
             .collect())
     }
@@ -450,13 +460,13 @@ impl Ledger {
         Ok(rows
             .into_iter()
             .map(
-                |(id, clave, referencia, importe_centimos, resultado, motivo)| Charge {
+                |(id, key, reference, amount_cents, outcome, reason)| Charge {
                     id,
-                    clave,
-                    referencia,
-                    importe_centimos,
-                    resultado,
-                    motivo,
+                    key,
+                    reference,
+                    amount_cents,
+                    outcome,
+                    reason,
                 },
             )
             .collect())

@@ -99,35 +99,42 @@ impl RefundRequest {
     }
 }
 
-/// Faults injected in this run, set by flags at start and replaced through `PUT /fallos`.
-/// Counters (`fallar_503`, `colgar_tras_cobro`) count down as requests use them.
+/// Faults injected in this run, set by flags at start and replaced through `PUT /fallos`
+/// (whose JSON keeps the gateway API's names: `latencia_ms`, `fallar_503`, ...).
+/// Counters (`fail_503`, `hang_after_charge`) count down as requests use them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Faults {
     /// Time each charge takes, with its key held, in milliseconds.
-    pub latencia_ms: u64,
+    #[serde(rename = "latencia_ms")]
+    pub latency_ms: u64,
     /// The next this many requests answer 503 before charging anything.
-    pub fallar_503: u32,
-    /// The next this many charges are recorded, then their answer waits `colgar_ms`: the
+    #[serde(rename = "fallar_503")]
+    pub fail_503: u32,
+    /// The next this many charges are recorded, then their answer waits `hang_ms`: the
     /// client times out although it was charged.
-    pub colgar_tras_cobro: u32,
+    #[serde(rename = "colgar_tras_cobro")]
+    pub hang_after_charge: u32,
     /// How long such an answer waits, in milliseconds.
-    pub colgar_ms: u64,
+    #[serde(rename = "colgar_ms")]
+    pub hang_ms: u64,
     /// Cards declined (`tarjeta_rechazada`).
-    pub tarjetas_rechazadas: Vec<String>,
+    #[serde(rename = "tarjetas_rechazadas")]
+    pub declined_cards: Vec<String>,
     /// Amounts above this are declined (`importe_excesivo`).
-    pub importe_maximo_centimos: Option<i64>,
+    #[serde(rename = "importe_maximo_centimos")]
+    pub max_amount_cents: Option<i64>,
 }
 
 impl Default for Faults {
     fn default() -> Self {
         Self {
-            latencia_ms: 0,
-            fallar_503: 0,
-            colgar_tras_cobro: 0,
-            colgar_ms: 10_000,
-            tarjetas_rechazadas: Vec::new(),
-            importe_maximo_centimos: None,
+            latency_ms: 0,
+            fail_503: 0,
+            hang_after_charge: 0,
+            hang_ms: 10_000,
+            declined_cards: Vec::new(),
+            max_amount_cents: None,
         }
     }
 }
@@ -144,11 +151,11 @@ pub enum Decision {
 impl Faults {
     /// The decision on `request` under these rules.
     pub fn decide(&self, request: &ChargeRequest) -> Decision {
-        if self.tarjetas_rechazadas.contains(&request.card) {
+        if self.declined_cards.contains(&request.card) {
             return Decision::Declined("tarjeta_rechazada".into());
         }
         if self
-            .importe_maximo_centimos
+            .max_amount_cents
             .is_some_and(|max| request.amount_cents > max)
         {
             return Decision::Declined("importe_excesivo".into());
@@ -158,12 +165,12 @@ impl Faults {
 
     /// Takes one of the pending 503s, if any.
     pub fn take_503(&mut self) -> bool {
-        take(&mut self.fallar_503)
+        take(&mut self.fail_503)
     }
 
     /// Takes one of the pending hangs after charging, if any.
     pub fn take_hang(&mut self) -> bool {
-        take(&mut self.colgar_tras_cobro)
+        take(&mut self.hang_after_charge)
     }
 }
 
@@ -200,9 +207,9 @@ mod tests {
     #[test]
     fn declines_by_card_and_amount_and_counters_run_down() {
         let mut f = Faults {
-            tarjetas_rechazadas: vec!["tok_robada".into()],
-            importe_maximo_centimos: Some(10_000),
-            fallar_503: 1,
+            declined_cards: vec!["tok_robada".into()],
+            max_amount_cents: Some(10_000),
+            fail_503: 1,
             ..Faults::default()
         };
         let req = |card: &str, cents| ChargeRequest {

@@ -49,7 +49,7 @@ impl PasarelaState {
     /// This request's latency, and whether it takes one of the pending 503s.
     pub(super) async fn latency_and_503(&self) -> (u64, bool) {
         let mut f = self.faults.lock().await;
-        (f.latencia_ms, f.take_503())
+        (f.latency_ms, f.take_503())
     }
 
     /// The gateway over `ledger` (migrated), with `faults` at start.
@@ -161,7 +161,7 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
     let (decision, hang) = {
         let mut f = state.faults.lock().await;
         let decision = f.decide(&request);
-        (decision, f.take_hang().then_some(f.colgar_ms))
+        (decision, f.take_hang().then_some(f.hang_ms))
     };
     let id = format!("ch_{}", uuid::Uuid::new_v4().simple());
     let (status, body, charge) = match decision {
@@ -171,11 +171,11 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
                    "referencia": request.reference}),
             Charge {
                 id: id.clone(),
-                clave: key.to_owned(),
-                referencia: request.reference.clone(),
-                importe_centimos: request.amount_cents,
-                resultado: "aprobado".into(),
-                motivo: None,
+                key: key.to_owned(),
+                reference: request.reference.clone(),
+                amount_cents: request.amount_cents,
+                outcome: "aprobado".into(),
+                reason: None,
             },
         ),
         Decision::Declined(reason) => (
@@ -184,11 +184,11 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
                    "referencia": request.reference}),
             Charge {
                 id: id.clone(),
-                clave: key.to_owned(),
-                referencia: request.reference.clone(),
-                importe_centimos: request.amount_cents,
-                resultado: "rechazado".into(),
-                motivo: Some(reason),
+                key: key.to_owned(),
+                reference: request.reference.clone(),
+                amount_cents: request.amount_cents,
+                outcome: "rechazado".into(),
+                reason: Some(reason),
             },
         ),
     };
@@ -213,14 +213,15 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
 
 #[derive(serde::Deserialize)]
 struct ByReference {
-    referencia: String,
+    #[serde(rename = "referencia")]
+    reference: String,
 }
 
 async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference>) -> Response {
-    let found = match state.ledger.charges_for(&q.referencia).await {
+    let found = match state.ledger.charges_for(&q.reference).await {
         Ok(charges) => state
             .ledger
-            .refunds_for(&q.referencia)
+            .refunds_for(&q.reference)
             .await
             .map(|refunds| (charges, refunds)),
         Err(e) => Err(e),

@@ -7,7 +7,7 @@
 //!   or failed before charging): nothing to give back.
 //! - 409 while the charge under `clave_cargo` is still running, or another request holds
 //!   this refund's key; 422 for the key used with another body; 400 for a bad body; 503 as
-//!   injected (`fallar_503`) or when the ledger fails.
+//!   injected (`fail_503`) or when the ledger fails.
 //!
 //! The same key and body get the stored answer (`Idempotent-Replayed: true`): a refund
 //! delivered twice gives the money back once.
@@ -71,14 +71,14 @@ pub(super) async fn refund(
         Some(charge) => {
             let refund = Refund {
                 id: format!("re_{}", uuid::Uuid::new_v4().simple()),
-                clave: key.to_owned(),
-                cargo: charge.id.clone(),
-                referencia: charge.referencia.clone(),
-                importe_centimos: charge.importe_centimos,
+                key: key.to_owned(),
+                charge: charge.id.clone(),
+                reference: charge.reference.clone(),
+                amount_cents: charge.amount_cents,
             };
             let body = json!({"id": refund.id, "estado": "reembolsado", "cargo": charge.id,
-                              "importe_centimos": charge.importe_centimos,
-                              "referencia": charge.referencia});
+                              "importe_centimos": charge.amount_cents,
+                              "referencia": charge.reference});
             (201, body, Some(refund))
         }
         None => (
