@@ -9,8 +9,10 @@ use entrega_core::{LaneCursor, LaneMark, LaneRows, NewEvent, StoreError};
 use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
 
+use std::sync::OnceLock;
+
 use super::{corrupt, decode, id_list, row_columns, Row};
-use crate::db::{query, Backend, Db, Pool, Query, TimeMs};
+use crate::db::{query, Db, Pool, Query, TimeMs};
 
 /// Lanes per SQLite statement: each is one member of a compound `SELECT`, and SQLite
 /// allows 500.
@@ -128,11 +130,7 @@ pub(super) async fn pending_lanes(
                 .map(|c| i16::try_from(c.lane).map_err(|_| corrupt(format!("no lane {}", c.lane))))
                 .collect::<Result<_, _>>()?;
             let after: Vec<i64> = cursors.iter().map(|c| c.after_seq).collect();
-            let sql = format!(
-                "SELECT {} {POSTGRES_PENDING_LANES}",
-                row_columns(Backend::Postgres)
-            );
-            let rows: Vec<Row> = sqlx::query_as::<Postgres, Row>(&sql)
+            let rows: Vec<Row> = sqlx::query_as::<Postgres, Row>(postgres_pending_lanes())
                 .bind(&lanes)
                 .bind(limit)
                 .bind(&after)
@@ -145,31 +143,52 @@ pub(super) async fn pending_lanes(
     }
 }
 
-/// The SQLite statement for up to [`LANES_PER_QUERY`] lanes: one member per lane, each an
-/// index probe with its own `LIMIT`; `ord` keeps the caller's lane order, rowid the insertion
-/// order within a lane. `$1` is the current time, `$2` the limit, then three per lane.
-fn sqlite_pending(cursors: &[LaneCursor], limit: i64, now_ms: i64) -> Query {
-    let columns = row_columns(Backend::Sqlite);
-    let members: Vec<String> = (0..cursors.len())
+/// PostgreSQL's statement for the pending rows of several lanes.
+fn postgres_pending_lanes() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| format!("SELECT {} {POSTGRES_PENDING_LANES}", row_columns!("o.seq")))
+}
+
+/// The SQLite statement for `lanes` lanes (1 to [`LANES_PER_QUERY`]): one member per lane,
+/// each an index probe with its own `LIMIT`; `ord` keeps the caller's lane order, rowid the
+/// insertion order within a lane. `$1` is the current time, `$2` the limit, then three per
+/// lane. Each text is built once: the relay reads many times a second.
+fn sqlite_pending_text(lanes: usize) -> &'static str {
+    static TEXTS: OnceLock<Vec<String>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| (1..=LANES_PER_QUERY).map(sqlite_pending_sql).collect());
+    texts
+        .get(lanes.clamp(1, LANES_PER_QUERY) - 1)
+        .map_or("", String::as_str)
+}
+
+fn sqlite_pending_sql(lanes: usize) -> String {
+    let members: Vec<String> = (0..lanes)
         .map(|k| {
             let (ord, lane, after) = (3 * k + 3, 3 * k + 4, 3 * k + 5);
             let unblocked = SQLITE_UNBLOCKED.replace("{lane}", &format!("${lane}"));
             format!(
-                "SELECT * FROM (SELECT ${ord} AS ord, {columns} FROM outbox o
+                "SELECT * FROM (SELECT ${ord} AS ord, {} FROM outbox o
                                 WHERE o.lane = ${lane} AND o.publicado_en IS NULL
                                   AND o.rowid > ${after} AND {unblocked}
-                                ORDER BY o.rowid LIMIT $2)"
+                                ORDER BY o.rowid LIMIT $2)",
+                row_columns!("o.rowid")
             )
         })
         .collect();
-    let sql = format!(
+    format!(
         "SELECT lane, seq, id, agregado, agregado_id, tipo, version, carga, attempts,
                 headers, creado_en
          FROM ({}) ORDER BY ord, seq",
         members.join(" UNION ALL ")
-    );
+    )
+}
+
+/// The SQLite query for up to [`LANES_PER_QUERY`] cursors.
+fn sqlite_pending(cursors: &[LaneCursor], limit: i64, now_ms: i64) -> Query {
     cursors.iter().enumerate().fold(
-        query(sql).bind(TimeMs(now_ms)).bind(limit),
+        query(sqlite_pending_text(cursors.len()))
+            .bind(TimeMs(now_ms))
+            .bind(limit),
         |q, (ord, cursor)| {
             q.bind(i64::try_from(ord).unwrap_or(i64::MAX))
                 .bind(i64::from(cursor.lane))

@@ -97,21 +97,22 @@ async fn enqueue(tx: &mut Tx, event: &NewEvent) -> Result<(), StoreError> {
 #[error("{0} is out of range")]
 struct OutOfRange(String);
 
-/// The columns every read of pending rows selects, in [`Row`] order, on table alias `o`;
-/// `{seq}` is the publishing sequence (SQLite's rowid, PostgreSQL's `seq`).
-const ROW_COLUMNS: &str = "CAST(o.lane AS BIGINT) AS lane, {seq} AS seq, CAST(o.id AS TEXT) AS id,
-    o.agregado, o.agregado_id, o.tipo, CAST(o.version AS BIGINT) AS version,
-    CAST(o.carga AS TEXT) AS carga, CAST(o.attempts AS BIGINT) AS attempts,
-    CAST(o.headers AS TEXT) AS headers, o.creado_en";
-
-/// [`ROW_COLUMNS`] for `backend`.
-fn row_columns(backend: Backend) -> String {
-    let seq = match backend {
-        Backend::Sqlite => "o.rowid",
-        Backend::Postgres => "o.seq",
+/// The columns every read of pending rows selects, in [`Row`] order, on table alias `o`,
+/// with `$seq` the publishing sequence (SQLite's rowid, PostgreSQL's `seq`). Statement texts
+/// are built at compile time: the relay's reads run many times a second.
+macro_rules! row_columns {
+    ($seq:literal) => {
+        concat!(
+            "CAST(o.lane AS BIGINT) AS lane, ",
+            $seq,
+            " AS seq, CAST(o.id AS TEXT) AS id, o.agregado, o.agregado_id, o.tipo, \
+             CAST(o.version AS BIGINT) AS version, CAST(o.carga AS TEXT) AS carga, \
+             CAST(o.attempts AS BIGINT) AS attempts, CAST(o.headers AS TEXT) AS headers, \
+             o.creado_en"
+        )
     };
-    ROW_COLUMNS.replace("{seq}", seq)
 }
+pub(super) use row_columns;
 
 /// A pending row as selected by [`ROW_COLUMNS`].
 type Row = (
@@ -171,21 +172,27 @@ fn id_list(ids: &[Uuid]) -> TextList {
 }
 
 /// The lease still held as handed out, as a condition on `entrega_relay_lanes` with the lane,
-/// owner and token bound at `$lane`, `$lane + 1`, `$lane + 2`.
-fn lease_held_sql(lane: usize) -> String {
-    format!(
-        "EXISTS (SELECT 1 FROM entrega_relay_lanes
-                 WHERE lane = ${lane} AND owner = ${} AND token = ${})",
-        lane + 1,
-        lane + 2
-    )
+/// owner and token bound at the three placeholders given.
+macro_rules! lease_held_sql {
+    ($lane:literal, $owner:literal, $token:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM entrega_relay_lanes WHERE lane = ",
+            $lane,
+            " AND owner = ",
+            $owner,
+            " AND token = ",
+            $token,
+            ")"
+        )
+    };
 }
+pub(super) use lease_held_sql;
 
 /// Whether `lease` is still held as it was handed out.
 async fn lease_held(db: &Db, lease: &LaneLease) -> Result<bool, StoreError> {
     let held: Option<bool> = db
         .scalar(
-            query(format!("SELECT {}", lease_held_sql(1)))
+            query(concat!("SELECT ", lease_held_sql!("$1", "$2", "$3")))
                 .bind(lane_int(lease.lane))
                 .bind(&lease.owner)
                 .bind(lease.token),
@@ -229,16 +236,15 @@ impl OutboxReader for DbOutbox {
         // The lease check and the update are one statement: a relay that lost its lane cannot
         // mark anything, whatever happened since it read the rows.
         let statement = query_each(
-            format!(
-                "UPDATE outbox SET publicado_en = $1
-                 WHERE lane = $2 AND publicado_en IS NULL
-                   AND id IN (SELECT value FROM json_each($5)) AND {}",
-                lease_held_sql(2)
+            concat!(
+                "UPDATE outbox SET publicado_en = $1 WHERE lane = $2 AND publicado_en IS NULL \
+                 AND id IN (SELECT value FROM json_each($5)) AND ",
+                lease_held_sql!("$2", "$3", "$4")
             ),
-            format!(
-                "UPDATE outbox SET publicado_en = $1
-                 WHERE id = ANY(CAST($5 AS uuid[])) AND publicado_en IS NULL AND {}",
-                lease_held_sql(2)
+            concat!(
+                "UPDATE outbox SET publicado_en = $1 \
+                 WHERE id = ANY(CAST($5 AS uuid[])) AND publicado_en IS NULL AND ",
+                lease_held_sql!("$2", "$3", "$4")
             ),
         )
         .bind(TimeMs(now_ms))

@@ -21,11 +21,11 @@ pub(super) async fn record(
     refusal: &Refusal,
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    let statement = query(format!(
-        "UPDATE outbox
-         SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, held_at = $3
-         WHERE id = $4 AND lane = $5 AND publicado_en IS NULL AND {}",
-        lease_held_sql(5)
+    let statement = query(concat!(
+        "UPDATE outbox \
+         SET attempts = attempts + 1, last_error = $1, next_attempt_at = $2, held_at = $3 \
+         WHERE id = $4 AND lane = $5 AND publicado_en IS NULL AND ",
+        lease_held_sql!("$5", "$6", "$7")
     ))
     .bind(&refusal.error)
     .bind(refusal.retry_at_ms.map(TimeMs))
