@@ -12,6 +12,7 @@
 
 pub(crate) mod dead_letters;
 pub(crate) mod inbox;
+pub(crate) mod leases;
 pub(crate) mod log;
 pub(crate) mod outbox;
 pub(crate) mod parking;

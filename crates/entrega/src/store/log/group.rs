@@ -1,10 +1,12 @@
-//! Consumer-group membership: heartbeats, partition leases shared by [`plan_balance`] and
-//! fenced by tokens, and offset commits that only a partition's current holder can make.
+//! Consumer-group membership: heartbeats, partition leases shared as every lease is
+//! ([`crate::store::leases`]) and fenced by tokens, and offset commits that only a
+//! partition's current holder can make.
 
-use entrega_core::{plan_balance, SlotLease, StoreError};
+use entrega_core::StoreError;
 
 use super::{partition_int, partition_of};
-use crate::db::{query, query_each, Db, IntList, Pool};
+use crate::db::{query, Db, Pool};
+use crate::store::leases::{self, LeaseTable};
 
 /// Who is balancing what.
 #[derive(Debug, Clone, Copy)]
@@ -28,11 +30,7 @@ const TABLE: &str = "entrega_partition_leases";
 
 /// Records that the member is alive (joining the group if new).
 pub(super) async fn join(db: &Db, m: Member<'_>, now_ms: i64) -> Result<(), StoreError> {
-    db.execute(join_statement(m, now_ms)).await.map(drop)
-}
-
-fn join_statement(m: Member<'_>, now_ms: i64) -> crate::db::Query {
-    query(
+    let joined = query(
         "INSERT INTO entrega_group_members (group_id, topic, member, seen_at_ms)
          VALUES ($1, $2, $3, $4)
          ON CONFLICT (group_id, topic, member) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
@@ -40,23 +38,19 @@ fn join_statement(m: Member<'_>, now_ms: i64) -> crate::db::Query {
     .bind(m.group)
     .bind(m.topic)
     .bind(m.member)
-    .bind(now_ms)
-}
-
-fn partitions(slots: &[u32]) -> IntList {
-    IntList(slots.iter().map(|&s| i64::from(s)).collect())
+    .bind(now_ms);
+    db.execute(joined).await.map(drop)
 }
 
 /// Heartbeats the member, renews its leases, takes free or expired partitions up to its fair
-/// share and gives back its surplus, in one write transaction on a settled picture (SQLite's
-/// write lock; PostgreSQL's row locks on the group's leases). Returns what it holds.
+/// share and gives back its surplus, in one write transaction on a settled picture
+/// ([`crate::store::leases`]). Returns what it holds, with the group's committed offsets.
 pub(super) async fn balance(
     db: &Db,
     m: Member<'_>,
     now_ms: i64,
     ttl_ms: i64,
 ) -> Result<Vec<Held>, StoreError> {
-    let expires = now_ms.saturating_add(ttl_ms);
     let mut tx = db.begin().await?;
     // Lease rows appear lazily, one per partition of the topic, for each group.
     tx.execute(
@@ -70,116 +64,36 @@ pub(super) async fn balance(
         .bind(m.topic),
     )
     .await?;
-    let rows: Vec<(i64, Option<String>, i64, i64)> = tx
+    let table = LeaseTable {
+        leases: TABLE,
+        slot: "partition_no",
+        members: "entrega_group_members",
+        member: "member",
+        scope: &[("group_id", m.group), ("topic", m.topic)],
+    };
+    let held = leases::balance(&mut tx, &table, m.member, now_ms, ttl_ms).await?;
+    let committed: Vec<(i64, i64)> = tx
         .fetch_all(
-            query_each(
-                "SELECT CAST(partition_no AS BIGINT), owner, token, expires_at_ms
-                 FROM entrega_partition_leases WHERE group_id = $1 AND topic = $2
-                 ORDER BY partition_no",
-                "SELECT CAST(partition_no AS BIGINT), owner, token, expires_at_ms
-                 FROM entrega_partition_leases WHERE group_id = $1 AND topic = $2
-                 ORDER BY partition_no FOR UPDATE",
+            query(
+                "SELECT CAST(partition_no AS BIGINT), next_offset FROM entrega_group_offsets
+                 WHERE group_id = $1 AND topic = $2",
             )
             .bind(m.group)
             .bind(m.topic),
         )
         .await?;
-    let leases = rows
-        .into_iter()
-        .map(|(slot, owner, token, expires_at_ms)| {
-            Ok(SlotLease {
-                slot: partition_of(slot, TABLE)?,
-                owner,
-                token,
-                expires_at_ms,
-            })
-        })
-        .collect::<Result<Vec<_>, StoreError>>()?;
-    // Members silent for a whole lease period are gone and no longer count for the share.
-    tx.execute(join_statement(m, now_ms)).await?;
-    tx.execute(
-        query(
-            "DELETE FROM entrega_group_members
-             WHERE group_id = $1 AND topic = $2 AND seen_at_ms <= $3",
-        )
-        .bind(m.group)
-        .bind(m.topic)
-        .bind(now_ms.saturating_sub(ttl_ms)),
-    )
-    .await?;
-    let live: Option<i64> = tx
-        .scalar(
-            query("SELECT COUNT(*) FROM entrega_group_members WHERE group_id = $1 AND topic = $2")
-                .bind(m.group)
-                .bind(m.topic),
-        )
-        .await?;
-    let live = live
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(1)
-        .max(1);
-    let plan = plan_balance(m.member, &leases, live, now_ms);
-
-    // `$1` group, `$2` topic, `$3` the partitions, `$4` the member, `$5` the new expiry.
-    // Taking bumps the token, so the previous holder's commits are refused from now on.
-    let writes: [(&str, &[u32]); 3] = [
-        (
-            "SET owner = NULL, expires_at_ms = 0 WHERE owner = $4 AND",
-            &plan.release,
-        ),
-        ("SET expires_at_ms = $5 WHERE owner = $4 AND", &plan.renew),
-        (
-            "SET owner = $4, token = token + 1, expires_at_ms = $5 WHERE",
-            &plan.take,
-        ),
-    ];
-    for (change, slots) in writes {
-        if slots.is_empty() {
-            continue;
-        }
-        let head = format!("UPDATE entrega_partition_leases {change} group_id = $1 AND topic = $2");
-        let statement = query_each(
-            format!("{head} AND partition_no IN (SELECT value FROM json_each($3))"),
-            format!("{head} AND partition_no = ANY($3)"),
-        )
-        .bind(m.group)
-        .bind(m.topic)
-        .bind(partitions(slots))
-        .bind(m.member);
-        // Only the statements that set an expiry have a `$5`.
-        let statement = if change.contains("$5") {
-            statement.bind(expires)
-        } else {
-            statement
-        };
-        tx.execute(statement).await?;
-    }
-    let held: Vec<(i64, i64, Option<i64>)> = tx
-        .fetch_all(
-            query(
-                "SELECT CAST(l.partition_no AS BIGINT), l.token, o.next_offset
-                 FROM entrega_partition_leases l
-                 LEFT JOIN entrega_group_offsets o
-                        ON o.group_id = l.group_id AND o.topic = l.topic
-                       AND o.partition_no = l.partition_no
-                 WHERE l.group_id = $1 AND l.topic = $2 AND l.owner = $3
-                 ORDER BY l.partition_no",
-            )
-            .bind(m.group)
-            .bind(m.topic)
-            .bind(m.member),
-        )
-        .await?;
     tx.commit().await?;
-    held.into_iter()
-        .map(|(partition, token, committed)| {
-            Ok(Held {
-                partition: partition_of(partition, TABLE)?,
-                token,
-                committed,
-            })
+    Ok(held
+        .into_iter()
+        .map(|h| Held {
+            partition: h.slot,
+            token: h.token,
+            committed: committed
+                .iter()
+                .find(|(p, _)| *p == i64::from(h.slot))
+                .map(|(_, next)| *next),
         })
-        .collect()
+        .collect())
 }
 
 /// Gives back every partition of the member and removes it from the group, so others take
