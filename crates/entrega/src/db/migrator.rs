@@ -51,7 +51,7 @@ pub(super) async fn own_sets(db: &Db, sets: &[MigrationSet]) -> Result<(), Store
             continue;
         }
         done.push(set);
-        apply_set(&mut tx, set.name(), schema::steps(set, backend)).await?;
+        apply_set(&mut tx, set.name(), &schema::steps(set, backend)).await?;
     }
     tx.commit().await
 }
@@ -75,7 +75,7 @@ pub(super) async fn application_set(
 
 /// The latest version of `set` this build knows on `backend`.
 pub(super) fn latest_version(set: MigrationSet, backend: Backend) -> i64 {
-    migration::latest_version(schema::steps(set, backend))
+    migration::latest_version(&schema::steps(set, backend))
 }
 
 /// A write transaction that holds the migrators' lock, with the record table in place.

@@ -1,6 +1,6 @@
-//! entrega's own tables, one migration set per capability, the SQLite and PostgreSQL steps of
-//! each set side by side. The scripts live in `crates/entrega/migrations/<set>/`, named
-//! `<version>_<what>.<backend>.sql` (`<version>_<what>.sql` when both backends run it).
+//! entrega's own tables, one migration set per capability, each version with its SQLite and
+//! PostgreSQL steps side by side. The scripts live in `crates/entrega/migrations/<set>/`,
+//! named `<version>_<what>.<backend>.sql` (`<version>_<what>.sql` when both backends run it).
 //!
 //! Steps differ between the backends only where the dialects do: SQLite has no
 //! `ADD COLUMN IF NOT EXISTS`, so columns added to tables the seed's own SQL may have created
@@ -11,21 +11,36 @@ use entrega_core::MigrationSet;
 
 use super::Backend;
 
+/// One version of a set: what it does, and its steps on each backend.
+struct Version {
+    version: i64,
+    description: &'static str,
+    sqlite: &'static [Step<'static>],
+    postgres: &'static [Step<'static>],
+}
+
 /// The steps of `set` on `backend`.
-pub(super) fn steps(set: MigrationSet, backend: Backend) -> &'static [Migration<'static>] {
-    let (sqlite, postgres) = match set {
-        MigrationSet::Outbox => (OUTBOX_SQLITE, OUTBOX_POSTGRES),
-        MigrationSet::Inbox => (INBOX_SQLITE, INBOX_POSTGRES),
-        MigrationSet::Rpc => (RPC_SQLITE, RPC_POSTGRES),
-        MigrationSet::HeldLetters => (HELD_SQLITE, HELD_POSTGRES),
-        MigrationSet::Log => (LOG_SQLITE, LOG_POSTGRES),
-        MigrationSet::Sagas => (SAGAS_SQLITE, SAGAS_POSTGRES),
-        MigrationSet::Dlq => (DLQ_SQLITE, DLQ_POSTGRES),
+pub(super) fn steps(set: MigrationSet, backend: Backend) -> Vec<Migration<'static>> {
+    let versions = match set {
+        MigrationSet::Outbox => OUTBOX,
+        MigrationSet::Inbox => INBOX,
+        MigrationSet::Rpc => RPC,
+        MigrationSet::HeldLetters => HELD_LETTERS,
+        MigrationSet::Log => LOG,
+        MigrationSet::Sagas => SAGAS,
+        MigrationSet::Dlq => DLQ,
     };
-    match backend {
-        Backend::Sqlite => sqlite,
-        Backend::Postgres => postgres,
-    }
+    versions
+        .iter()
+        .map(|v| Migration {
+            version: v.version,
+            description: v.description,
+            steps: match backend {
+                Backend::Sqlite => v.sqlite,
+                Backend::Postgres => v.postgres,
+            },
+        })
+        .collect()
 }
 
 /// A step that is one script.
@@ -35,264 +50,151 @@ macro_rules! script {
     };
 }
 
-/// A column SQLite adds unless present.
-const fn add_column(column: &'static str, definition: &'static str) -> Step<'static> {
+/// A column SQLite adds to `table` unless present.
+const fn add_column(
+    table: &'static str,
+    column: &'static str,
+    definition: &'static str,
+) -> Step<'static> {
     Step::AddColumn {
-        table: "outbox",
+        table,
         column,
         definition,
     }
 }
 
-const OUTBOX_FIRST: &str = "outbox, relay lanes and relay instances";
-const OUTBOX_REFUSED: &str =
-    "outbox rows the transport refused: attempts, next attempt, last error, parking";
-const OUTBOX_HEADERS: &str = "outbox headers: metadata copied onto the published message";
-const OUTBOX_ENGLISH: &str =
-    "outbox: the columns entrega added named in English (attempts, next_attempt_at, last_error, \
-     held_at, headers)";
-
-const OUTBOX_SQLITE: &[Migration<'static>] = &[
-    Migration {
+const OUTBOX: &[Version] = &[
+    Version {
         version: 1,
-        description: OUTBOX_FIRST,
-        steps: &[
+        description: "outbox, relay lanes and relay instances",
+        sqlite: &[
             script!("outbox", "0001_outbox.sqlite.sql"),
-            add_column("lane", "INTEGER NOT NULL DEFAULT 0"),
+            add_column("outbox", "lane", "INTEGER NOT NULL DEFAULT 0"),
             script!("outbox", "0001_relay_lanes.sqlite.sql"),
         ],
+        postgres: &[script!("outbox", "0001_outbox.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 2,
-        description: OUTBOX_REFUSED,
+        description:
+            "outbox rows the transport refused: attempts, next attempt, last error, parking",
         // Times as the seed's other columns: UTC text, `%Y-%m-%dT%H:%M:%fZ`.
-        steps: &[
-            add_column("intentos", "INTEGER NOT NULL DEFAULT 0"),
-            add_column("proximo_intento", "TEXT"),
-            add_column("ultimo_error", "TEXT"),
-            add_column("aparcado_en", "TEXT"),
+        sqlite: &[
+            add_column("outbox", "intentos", "INTEGER NOT NULL DEFAULT 0"),
+            add_column("outbox", "proximo_intento", "TEXT"),
+            add_column("outbox", "ultimo_error", "TEXT"),
+            add_column("outbox", "aparcado_en", "TEXT"),
             script!("outbox", "0002_blocked_index.sqlite.sql"),
         ],
+        postgres: &[script!("outbox", "0002_refused_rows.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 3,
-        description: OUTBOX_HEADERS,
+        description: "outbox headers: metadata copied onto the published message",
         // A JSON object of text values; NULL for rows written without any.
-        steps: &[add_column("cabeceras", "TEXT")],
+        sqlite: &[add_column("outbox", "cabeceras", "TEXT")],
+        postgres: &[script!("outbox", "0003_headers.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 4,
-        description: OUTBOX_ENGLISH,
-        steps: &[script!("outbox", "0004_english_names.sql")],
+        description: "outbox: the columns entrega added named in English (attempts, \
+                      next_attempt_at, last_error, held_at, headers)",
+        sqlite: &[script!("outbox", "0004_english_names.sql")],
+        postgres: &[script!("outbox", "0004_english_names.sql")],
     },
 ];
 
-const OUTBOX_POSTGRES: &[Migration<'static>] = &[
-    Migration {
+const INBOX: &[Version] = &[
+    Version {
         version: 1,
-        description: OUTBOX_FIRST,
-        steps: &[script!("outbox", "0001_outbox.postgres.sql")],
+        description: "mensajes_procesados with purge index",
+        sqlite: &[script!("inbox", "0001_mensajes_procesados.sqlite.sql")],
+        postgres: &[script!("inbox", "0001_mensajes_procesados.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 2,
-        description: OUTBOX_REFUSED,
-        steps: &[script!("outbox", "0002_refused_rows.postgres.sql")],
+        description: "entrega_aparcados: parking for ordered retries",
+        sqlite: &[script!("inbox", "0002_parking.sqlite.sql")],
+        postgres: &[script!("inbox", "0002_parking.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 3,
-        description: OUTBOX_HEADERS,
-        steps: &[script!("outbox", "0003_headers.postgres.sql")],
-    },
-    Migration {
-        version: 4,
-        description: OUTBOX_ENGLISH,
-        steps: &[script!("outbox", "0004_english_names.sql")],
+        description: "parking for ordered retries named in English: entrega_parked",
+        sqlite: &[script!("inbox", "0003_english_names.sqlite.sql")],
+        postgres: &[script!("inbox", "0003_english_names.postgres.sql")],
     },
 ];
 
-const INBOX_FIRST: &str = "mensajes_procesados with purge index";
-const INBOX_PARKING: &str = "entrega_aparcados: parking for ordered retries";
-const INBOX_ENGLISH: &str = "parking for ordered retries named in English: entrega_parked";
-
-const INBOX_SQLITE: &[Migration<'static>] = &[
-    Migration {
+const RPC: &[Version] = &[
+    Version {
         version: 1,
-        description: INBOX_FIRST,
-        steps: &[script!("inbox", "0001_mensajes_procesados.sqlite.sql")],
+        description: "entrega_respuestas: stored answers of idempotent request handlers",
+        sqlite: &[script!("rpc", "0001_answers.sqlite.sql")],
+        postgres: &[script!("rpc", "0001_answers.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 2,
-        description: INBOX_PARKING,
-        steps: &[script!("inbox", "0002_parking.sqlite.sql")],
+        description: "entrega_peticiones: requests awaiting their replies (durable request/reply)",
+        sqlite: &[script!("rpc", "0002_requests.sqlite.sql")],
+        postgres: &[script!("rpc", "0002_requests.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 3,
-        description: INBOX_ENGLISH,
-        steps: &[script!("inbox", "0003_english_names.sqlite.sql")],
+        description:
+            "request/reply named in English: entrega_answers (answered_at_ms), entrega_requests",
+        sqlite: &[script!("rpc", "0003_english_names.sqlite.sql")],
+        postgres: &[script!("rpc", "0003_english_names.postgres.sql")],
     },
 ];
 
-const INBOX_POSTGRES: &[Migration<'static>] = &[
-    Migration {
+const HELD_LETTERS: &[Version] = &[
+    Version {
         version: 1,
-        description: INBOX_FIRST,
-        steps: &[script!("inbox", "0001_mensajes_procesados.postgres.sql")],
+        description: "entrega_retenidos: dead letters the broker refused, held for an operator",
+        sqlite: &[script!("held_letters", "0001_held_letters.sqlite.sql")],
+        postgres: &[script!("held_letters", "0001_held_letters.postgres.sql")],
     },
-    Migration {
+    Version {
         version: 2,
-        description: INBOX_PARKING,
-        steps: &[script!("inbox", "0002_parking.postgres.sql")],
-    },
-    Migration {
-        version: 3,
-        description: INBOX_ENGLISH,
-        steps: &[script!("inbox", "0003_english_names.postgres.sql")],
+        description: "held dead letters named in English: entrega_held_letters",
+        sqlite: &[script!("held_letters", "0002_english_names.sqlite.sql")],
+        postgres: &[script!("held_letters", "0002_english_names.postgres.sql")],
     },
 ];
 
-const RPC_ANSWERS: &str = "entrega_respuestas: stored answers of idempotent request handlers";
-const RPC_REQUESTS: &str =
-    "entrega_peticiones: requests awaiting their replies (durable request/reply)";
-const RPC_ENGLISH: &str =
-    "request/reply named in English: entrega_answers (answered_at_ms), entrega_requests";
-
-const RPC_SQLITE: &[Migration<'static>] = &[
-    Migration {
-        version: 1,
-        description: RPC_ANSWERS,
-        steps: &[script!("rpc", "0001_answers.sqlite.sql")],
-    },
-    Migration {
-        version: 2,
-        description: RPC_REQUESTS,
-        steps: &[script!("rpc", "0002_requests.sqlite.sql")],
-    },
-    Migration {
-        version: 3,
-        description: RPC_ENGLISH,
-        steps: &[script!("rpc", "0003_english_names.sqlite.sql")],
-    },
-];
-
-const RPC_POSTGRES: &[Migration<'static>] = &[
-    Migration {
-        version: 1,
-        description: RPC_ANSWERS,
-        steps: &[script!("rpc", "0001_answers.postgres.sql")],
-    },
-    Migration {
-        version: 2,
-        description: RPC_REQUESTS,
-        steps: &[script!("rpc", "0002_requests.postgres.sql")],
-    },
-    Migration {
-        version: 3,
-        description: RPC_ENGLISH,
-        steps: &[script!("rpc", "0003_english_names.postgres.sql")],
-    },
-];
-
-const HELD: &str = "entrega_retenidos: dead letters the broker refused, held for an operator";
-const HELD_ENGLISH: &str = "held dead letters named in English: entrega_held_letters";
-
-const HELD_SQLITE: &[Migration<'static>] = &[
-    Migration {
-        version: 1,
-        description: HELD,
-        steps: &[script!("held_letters", "0001_held_letters.sqlite.sql")],
-    },
-    Migration {
-        version: 2,
-        description: HELD_ENGLISH,
-        steps: &[script!("held_letters", "0002_english_names.sqlite.sql")],
-    },
-];
-
-const HELD_POSTGRES: &[Migration<'static>] = &[
-    Migration {
-        version: 1,
-        description: HELD,
-        steps: &[script!("held_letters", "0001_held_letters.postgres.sql")],
-    },
-    Migration {
-        version: 2,
-        description: HELD_ENGLISH,
-        steps: &[script!("held_letters", "0002_english_names.postgres.sql")],
-    },
-];
-
-const SAGAS_FIRST: &str = "entrega_sagas and entrega_saga_historial";
-const SAGAS_TRACE: &str = "entrega_sagas.traza: the trace its commands continue";
-const SAGAS_ENGLISH: &str = "sagas named in English: columns, states, entrega_saga_history";
-/// The first steps read alike on both backends (the added column is guarded).
-const SAGAS_TRACE_COLUMN: Step<'static> = Step::AddColumn {
-    table: "entrega_sagas",
-    column: "traza",
-    definition: "TEXT",
-};
-
-const SAGAS_SQLITE: &[Migration<'static>] = &[
-    Migration {
-        version: 1,
-        description: SAGAS_FIRST,
-        steps: &[script!("saga", "0001_sagas.sql")],
-    },
-    Migration {
-        version: 2,
-        description: SAGAS_TRACE,
-        steps: &[SAGAS_TRACE_COLUMN],
-    },
-    Migration {
-        version: 3,
-        description: SAGAS_ENGLISH,
-        steps: &[script!("saga", "0003_english_names.sqlite.sql")],
-    },
-];
-
-const SAGAS_POSTGRES: &[Migration<'static>] = &[
-    Migration {
-        version: 1,
-        description: SAGAS_FIRST,
-        steps: &[script!("saga", "0001_sagas.sql")],
-    },
-    Migration {
-        version: 2,
-        description: SAGAS_TRACE,
-        steps: &[SAGAS_TRACE_COLUMN],
-    },
-    Migration {
-        version: 3,
-        description: SAGAS_ENGLISH,
-        steps: &[script!("saga", "0003_english_names.postgres.sql")],
-    },
-];
-
-const LOG: &str = "log transport: topics, partitions, records, group offsets, members, leases";
-
-const LOG_SQLITE: &[Migration<'static>] = &[Migration {
+const LOG: &[Version] = &[Version {
     version: 1,
-    description: LOG,
-    steps: &[script!("log", "0001_log.sqlite.sql")],
+    description: "log transport: topics, partitions, records, group offsets, members, leases",
+    sqlite: &[script!("log", "0001_log.sqlite.sql")],
+    postgres: &[script!("log", "0001_log.postgres.sql")],
 }];
 
-const LOG_POSTGRES: &[Migration<'static>] = &[Migration {
-    version: 1,
-    description: LOG,
-    steps: &[script!("log", "0001_log.postgres.sql")],
-}];
+const SAGAS: &[Version] = &[
+    Version {
+        version: 1,
+        description: "entrega_sagas and entrega_saga_historial",
+        sqlite: &[script!("saga", "0001_sagas.sql")],
+        postgres: &[script!("saga", "0001_sagas.sql")],
+    },
+    Version {
+        version: 2,
+        description: "entrega_sagas.traza: the trace its commands continue",
+        sqlite: &[add_column("entrega_sagas", "traza", "TEXT")],
+        postgres: &[add_column("entrega_sagas", "traza", "TEXT")],
+    },
+    Version {
+        version: 3,
+        description: "sagas named in English: columns, states, entrega_saga_history",
+        sqlite: &[script!("saga", "0003_english_names.sqlite.sql")],
+        postgres: &[script!("saga", "0003_english_names.postgres.sql")],
+    },
+];
 
-const DLQ: &str = "dead-letter operator state and audit";
-
-const DLQ_SQLITE: &[Migration<'static>] = &[Migration {
+const DLQ: &[Version] = &[Version {
     version: 1,
-    description: DLQ,
-    steps: &[script!("dlq", "0001_dlq.sqlite.sql")],
-}];
-
-const DLQ_POSTGRES: &[Migration<'static>] = &[Migration {
-    version: 1,
-    description: DLQ,
-    steps: &[script!("dlq", "0001_dlq.postgres.sql")],
+    description: "dead-letter operator state and audit",
+    sqlite: &[script!("dlq", "0001_dlq.sqlite.sql")],
+    postgres: &[script!("dlq", "0001_dlq.postgres.sql")],
 }];
 
 /// Steps that databases migrated before the tables had sets of their own recorded under
