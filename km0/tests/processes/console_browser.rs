@@ -133,7 +133,7 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         l.starts_with("entrega_dead_letters_total{")
             && l.contains("class=\"rechazado\"")
             && l.contains("group=\"inventario\"")
-            && l.contains("motivo=\"producto_desconocido\"")
+            && l.contains("reason=\"producto_desconocido\"")
     });
     assert_eq!(
         counted.and_then(|l| l.rsplit(' ').next()),
