@@ -122,7 +122,7 @@ pub struct FilterArgs {
     pub reason: Option<String>,
     /// Only this kind of failure: ilegible, tipo_desconocido, rechazado, agotado,
     /// cabeceras_invalidas.
-    #[arg(long = "clase", id = "clase", value_parser = parse_class)]
+    #[arg(long = "class", alias = "clase", id = "class", value_parser = parse_class)]
     pub failure: Option<DeadClass>,
     /// Only dead letters written at or after: epoch ms, an age (30m, 2h, 1d) or UTC time.
     #[arg(long)]
