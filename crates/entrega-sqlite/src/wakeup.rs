@@ -117,11 +117,11 @@ impl CommitWaiter {
         self.seen.store(now, Ordering::SeqCst);
     }
 
-    /// Wakes every waiter on `watched` in the database of `pool` now (pools built by
-    /// [`crate::connect`] do so on their own after each commit).
-    pub fn signal(pool: &sqlx::SqlitePool, watched: Watched) {
-        let signals = signals_for(&pool.connect_options());
-        Self::signal_of(&signals, watched).fire();
+    /// Wakes every waiter on this handle's table and database now (pools built by
+    /// [`crate::connect`] do so on their own after each commit). Cheap: keep a handle
+    /// rather than making one per signal, which looks the database file up.
+    pub fn fire(&self) {
+        Self::signal_of(&self.signals, self.watched).fire();
     }
 
     /// Waits until a commit this handle has not seen yet, or `timeout`; returns whether one

@@ -65,6 +65,8 @@ pub struct DbLog {
     round_robin: Arc<AtomicU32>,
     /// PostgreSQL's notifications of appends, keyed by topic.
     listener: Option<Listener>,
+    /// SQLite's in-process wake-up of subscribers after an append.
+    appended: Option<Arc<entrega_sqlite::CommitWaiter>>,
 }
 
 /// Channel every append notifies on PostgreSQL, with the topic as payload.
@@ -74,9 +76,15 @@ impl DbLog {
     /// The log in `db` (migrated with the log set), with its tuning and the clock its leases,
     /// heartbeats, pauses and append times read.
     pub fn new(db: Db, config: LogConfig, clock: Arc<dyn Clock>) -> Self {
-        let listener = match &db.pool {
-            Pool::Postgres(pool) => Some(Listener::new(pool.clone(), LOG_CHANNEL)),
-            Pool::Sqlite(_) => None,
+        let (listener, appended) = match &db.pool {
+            Pool::Postgres(pool) => (Some(Listener::new(pool.clone(), LOG_CHANNEL)), None),
+            Pool::Sqlite(pool) => (
+                None,
+                Some(Arc::new(entrega_sqlite::CommitWaiter::new(
+                    pool,
+                    entrega_sqlite::Watched::Log,
+                ))),
+            ),
         };
         Self {
             db,
@@ -85,6 +93,7 @@ impl DbLog {
             topics: Arc::new(Mutex::new(HashMap::new())),
             round_robin: Arc::new(AtomicU32::new(0)),
             listener,
+            appended,
         }
     }
 

@@ -150,7 +150,7 @@ impl Publisher for DbLog {
         let groups = self.placed(batch).await?;
         let now = self.clock.now_ms();
         match &self.db.pool {
-            Pool::Sqlite(pool) => {
+            Pool::Sqlite(_) => {
                 let mut tx = self.db.begin().await?;
                 for (place, messages) in &groups {
                     append(self, &mut tx, *place, messages, now).await?;
@@ -158,7 +158,9 @@ impl Publisher for DbLog {
                 tx.commit().await?;
                 // Wake this process's subscribers now (pools from `connect` also do on
                 // release).
-                entrega_sqlite::CommitWaiter::signal(pool, entrega_sqlite::Watched::Log);
+                if let Some(appended) = &self.appended {
+                    appended.fire();
+                }
                 Ok(())
             }
             Pool::Postgres(pool) => {
