@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
 
 use async_trait::async_trait;
 use entrega_core::{partition_for, OutgoingMessage, Publisher, StoreError, TransportError};
@@ -94,24 +95,57 @@ async fn append(
         )
         .await?;
     let end = end.ok_or_else(|| log.unknown(topic))?;
-    for (offset, message) in (end - count..).zip(messages) {
-        tx.execute(
-            query(
-                "INSERT INTO entrega_log
-                     (topic, partition_no, log_offset, msg_key, headers, payload, appended_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(topic)
-            .bind(partition_int(partition))
-            .bind(offset)
-            .bind(message.key.as_deref())
-            .bind(message.headers.to_json())
-            .bind(message.payload.as_slice())
-            .bind(now_ms),
-        )
-        .await?;
+    let mut offset = end - count;
+    for rows in messages.chunks(SQLITE_ROWS_PER_INSERT) {
+        let statement = rows.iter().fold(
+            query(sqlite_insert(rows.len()))
+                .bind(topic)
+                .bind(partition_int(partition))
+                .bind(now_ms),
+            |q, message| {
+                let q = q
+                    .bind(offset)
+                    .bind(message.key.as_deref())
+                    .bind(message.headers.to_json())
+                    .bind(message.payload.as_slice());
+                offset += 1;
+                q
+            },
+        );
+        tx.execute(statement).await?;
     }
     Ok(())
+}
+
+/// Records per SQLite insert statement (four parameters each, three shared).
+const SQLITE_ROWS_PER_INSERT: usize = 64;
+
+/// SQLite: the insert of `rows` records of one partition (1 to [`SQLITE_ROWS_PER_INSERT`]):
+/// `$1` topic, `$2` partition, `$3` append time, then offset, key, headers and payload per
+/// record. Each text is built once; a statement per record cost more than its row.
+fn sqlite_insert(rows: usize) -> &'static str {
+    static TEXTS: OnceLock<Vec<String>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(|| {
+        (1..=SQLITE_ROWS_PER_INSERT)
+            .map(|n| {
+                let values: Vec<String> = (0..n)
+                    .map(|k| {
+                        let p = 4 + 4 * k;
+                        format!("($1, $2, ${p}, ${}, ${}, ${}, $3)", p + 1, p + 2, p + 3)
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO entrega_log \
+                     (topic, partition_no, log_offset, msg_key, headers, payload, appended_at_ms) \
+                     VALUES {}",
+                    values.join(", ")
+                )
+            })
+            .collect()
+    });
+    texts
+        .get(rows.clamp(1, SQLITE_ROWS_PER_INSERT) - 1)
+        .map_or("", String::as_str)
 }
 
 /// Appends one partition's messages on PostgreSQL with [`POSTGRES_APPEND`]; returns how many
