@@ -25,7 +25,7 @@ pub use component::{
 pub use components::{run_until_signal, Components, Running};
 pub use settings::{Retention, SchemaMode, DEFAULT_LEASE_TTL};
 pub use spawn::{
-    consumer_worker, consumer_worker_keyed, serve_http, spawn_inbox_purge, RELAY_POLL,
+    consumer_worker, consumer_worker_keyed, outbox_relay, serve_http, spawn_inbox_purge, RELAY_POLL,
 };
 pub use system::{SchemaBehind, System};
 pub use together::{run_together, Part};

@@ -77,6 +77,28 @@ pub fn spawn_inbox_purge(db: Db, retention: Duration, stop: CancellationToken) {
     });
 }
 
+/// The relay of `db`'s outbox to `broker` as lane owner `instance`, for the service `source`
+/// with its `routing`, with the deployment's lease, poll and retention.
+pub fn outbox_relay(
+    system: &System,
+    db: &Db,
+    broker: &Broker,
+    (source, routing): (&str, entrega::TopicRouting),
+    instance: &str,
+) -> entrega::Relay {
+    let mut config = entrega::RelayConfig::new(source, routing);
+    config.instance_id = instance.to_owned();
+    config.lease_ttl = system.lease_ttl();
+    config.poll_interval = RELAY_POLL;
+    config.retention = system.retention().outbox;
+    entrega::Relay::new(
+        db.outbox(),
+        broker.publisher(),
+        std::sync::Arc::new(entrega::SystemClock),
+        config,
+    )
+}
+
 /// Binds `start.http`, then serves `router` there (HTTPS when the deployment has TLS) as
 /// `name`'s task until the component stops; returns the address it listens on.
 pub async fn serve_http(

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
-use entrega::{Relay, RelayConfig, TopicRouting};
-use entrega_core::SystemClock;
+use entrega::TopicRouting;
 use futures::FutureExt as _;
 
 use super::{
@@ -16,8 +15,8 @@ use super::{
     GROUP, RESERVATION_AGGREGATE, STOCK_AGGREGATE, TOPIC,
 };
 use crate::wiring::{
-    consumer_worker, ensure_topics, run_together, spawn_inbox_purge, Broker, Component, Database,
-    GroupQueue, InUp, Start, Started, System, RELAY_POLL,
+    consumer_worker, ensure_topics, outbox_relay, run_together, spawn_inbox_purge, Component,
+    Database, GroupQueue, InUp, Start, Started,
 };
 
 /// The producing service of inventario's events (`origen`).
@@ -113,7 +112,7 @@ impl Component for Inventario {
             format!("{instance}-reservas"),
         );
         let commands = consumer_worker(system, &broker, commands.router(), names, &db);
-        let relay = relay_of(system, &stock, &broker, instance);
+        let relay = outbox_relay(system, &db, &broker, (SOURCE, routing()), instance);
         let workers = vec![(GROUP, orders.stats()), (COMMANDS_GROUP, commands.stats())];
         tracing::info!(
             instance,
@@ -149,18 +148,4 @@ impl Component for Inventario {
             ..Started::default()
         })
     }
-}
-
-fn relay_of(system: &System, store: &StockStore, broker: &Broker, instance: &str) -> Relay {
-    let mut config = RelayConfig::new(SOURCE, routing());
-    config.instance_id = instance.to_owned();
-    config.lease_ttl = system.lease_ttl();
-    config.poll_interval = RELAY_POLL;
-    config.retention = system.retention().outbox;
-    Relay::new(
-        store.db().outbox(),
-        broker.publisher(),
-        Arc::new(SystemClock),
-        config,
-    )
 }

@@ -7,8 +7,6 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use async_trait::async_trait;
 use entrega::rpc::{RpcServer, StoredAnswers};
-use entrega::{Relay, RelayConfig};
-use entrega_core::SystemClock;
 use futures::FutureExt as _;
 
 use super::{
@@ -17,8 +15,8 @@ use super::{
 };
 use crate::services::pedidos::PARTITIONS;
 use crate::wiring::{
-    consumer_worker, consumer_worker_keyed, ensure_topics, run_together, Broker, Component,
-    Database, GroupQueue, InUp, Start, Started, System, RELAY_POLL,
+    consumer_worker, consumer_worker_keyed, ensure_topics, outbox_relay, run_together, Component,
+    Database, GroupQueue, InUp, Start, Started,
 };
 
 /// Where pagos finds the gateway when `--pasarela-url` is not given.
@@ -129,7 +127,13 @@ impl Component for Pagos {
         let server = RpcServer::new(broker.rpc(PARTITIONS), handler, rpc);
         let opened = server.opened();
 
-        let relay = relay_of(system, &store, &broker, &instance);
+        let relay = outbox_relay(
+            system,
+            store.db(),
+            &broker,
+            (SOURCE, super::routing()),
+            &instance,
+        );
         tracing::info!(%instance, gateway = %entrega_core::redact_url(url), "pagos started");
         let child = start.stop.child_token();
         let (c1, c2, c3, c4) = (child.clone(), child.clone(), child.clone(), child.clone());
@@ -168,18 +172,4 @@ impl Component for Pagos {
             ..Started::default()
         })
     }
-}
-
-fn relay_of(system: &System, store: &PaymentStore, broker: &Broker, instance: &str) -> Relay {
-    let mut config = RelayConfig::new(SOURCE, super::routing());
-    config.instance_id = instance.to_owned();
-    config.lease_ttl = system.lease_ttl();
-    config.poll_interval = RELAY_POLL;
-    config.retention = system.retention().outbox;
-    Relay::new(
-        store.db().outbox(),
-        broker.publisher(),
-        Arc::new(SystemClock),
-        config,
-    )
 }

@@ -1,18 +1,14 @@
 //! pedidos' components: its HTTP API (with the order saga's orchestrator when orders run
 //! through the saga) and the relay of its outbox.
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use async_trait::async_trait;
-use entrega::{Relay, RelayConfig};
-use entrega_core::SystemClock;
 use futures::FutureExt as _;
 
 use super::{app, routing, OrderStore, PedidosState, SOURCE, TOPIC};
 use crate::services::{inventario, pagos, reparto};
 use crate::wiring::{
-    ensure_topics, serve_http, Component, Database, GroupQueue, InUp, Start, Started, RELAY_POLL,
+    ensure_topics, outbox_relay, serve_http, Component, Database, GroupQueue, InUp, Start, Started,
 };
 
 /// pedidos' database: orders, their lines, the outbox, and the order sagas (their tables
@@ -159,17 +155,7 @@ impl Component for OutboxRelay {
             .context("opening the pedidos database")?;
         let broker = system.broker().await.context("opening the broker")?;
         ensure_topics(&broker).await?;
-        let mut config = RelayConfig::new(SOURCE, routing());
-        config.instance_id = instance.to_owned();
-        config.lease_ttl = system.lease_ttl();
-        config.poll_interval = RELAY_POLL;
-        config.retention = system.retention().outbox;
-        let relay = Relay::new(
-            pedidos.db().outbox(),
-            broker.publisher(),
-            Arc::new(SystemClock),
-            config,
-        );
+        let relay = outbox_relay(system, pedidos.db(), &broker, (SOURCE, routing()), instance);
         tracing::info!(instance, "relay started");
         let stats = relay.stats();
         let stop = start.stop.clone();

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
-use entrega::{CancellationToken, Relay, RelayConfig, TopicRouting};
-use entrega_core::SystemClock;
+use entrega::{CancellationToken, TopicRouting};
 use futures::FutureExt as _;
 
 use super::{
@@ -16,8 +15,8 @@ use super::{
     COMMANDS_TOPIC, DELIVERY_AGGREGATE, EVENTS_TOPIC, GROUP, TOPIC,
 };
 use crate::wiring::{
-    consumer_worker, ensure_topics, run_together, Component, Database, GroupQueue, InUp, Start,
-    Started, RELAY_POLL,
+    consumer_worker, ensure_topics, outbox_relay, run_together, Component, Database, GroupQueue,
+    InUp, Start, Started,
 };
 
 /// How often reparto looks for free couriers for its pending deliveries.
@@ -100,20 +99,8 @@ impl Component for Reparto {
         let commands = Arc::new(CommandConsumer::new(store.clone(), maps));
         let names = (COMMANDS_GROUP, COMMANDS_TOPIC, format!("{member}-comandos"));
         let commands = consumer_worker(system, &broker, commands.router(), names, &db);
-        let mut config = RelayConfig::new(
-            "reparto",
-            TopicRouting::new().route(DELIVERY_AGGREGATE, EVENTS_TOPIC),
-        );
-        config.instance_id = member;
-        config.lease_ttl = system.lease_ttl();
-        config.poll_interval = RELAY_POLL;
-        config.retention = system.retention().outbox;
-        let relay = Relay::new(
-            db.outbox(),
-            broker.publisher(),
-            Arc::new(SystemClock),
-            config,
-        );
+        let routing = TopicRouting::new().route(DELIVERY_AGGREGATE, EVENTS_TOPIC);
+        let relay = outbox_relay(system, &db, &broker, ("reparto", routing), &member);
         tracing::info!(instance, retry = ?system.retry().mode, "reparto started");
         let child = start.stop.child_token();
         let (c1, c2, c3) = (child.clone(), child.clone(), child.clone());
