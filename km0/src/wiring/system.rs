@@ -19,6 +19,10 @@ use crate::services::pedidos::{OrderSaga, OrderStore};
 use crate::services::reparto::DeliveryStore;
 use crate::services::{catalogo, inventario, pagos, pasarela, pedidos, reparto};
 
+/// Attempts at opening a database that fails transiently, and the pause between them.
+const OPEN_TRIES: u32 = 20;
+const OPEN_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// The databases and the broker of one km0 deployment, and its settings.
 #[derive(Debug, Clone)]
 pub struct System {
@@ -59,10 +63,30 @@ impl System {
     /// `database`, opened as its service opens it: migrated, or checked under
     /// [`SchemaMode::Expect`].
     pub async fn open(&self, database: &Database) -> Result<Db, StoreError> {
+        // Processes started together on one new SQLite file can find it locked while another
+        // creates and migrates it (a journal-mode switch does not wait): try again for a while.
+        let mut tries = 0;
+        loop {
+            match self.open_once(database).await {
+                Err(e) if e.is_transient() && tries < OPEN_TRIES => {
+                    tries += 1;
+                    tracing::warn!(database = database.name, error = %e, "opening failed; trying again");
+                    tokio::time::sleep(OPEN_PAUSE).await;
+                }
+                opened => return opened,
+            }
+        }
+    }
+
+    async fn open_once(&self, database: &Database) -> Result<Db, StoreError> {
         let db = self.database(database).await?;
-        match self.settings.schema {
-            SchemaMode::Migrate => (database.migrate)(&db).await?,
-            SchemaMode::Expect => expect_current(database, &db).await?,
+        let ready = match self.settings.schema {
+            SchemaMode::Migrate => (database.migrate)(&db).await,
+            SchemaMode::Expect => expect_current(database, &db).await,
+        };
+        if let Err(e) = ready {
+            db.close().await;
+            return Err(e);
         }
         Ok(db)
     }
