@@ -120,8 +120,11 @@ const INBOX: &[Version] = &[
     Version {
         version: 3,
         description: "parking for ordered retries named in English: entrega_parked",
-        sqlite: &[script!("inbox", "0003_english_names.sqlite.sql")],
-        postgres: &[script!("inbox", "0003_english_names.postgres.sql")],
+        sqlite: &[script!("inbox", "0003_english_names.sql")],
+        postgres: &[
+            script!("inbox", "0003_english_names.sql"),
+            script!("inbox", "0003_english_names.postgres.sql"),
+        ],
     },
 ];
 
@@ -142,8 +145,11 @@ const RPC: &[Version] = &[
         version: 3,
         description:
             "request/reply named in English: entrega_answers (answered_at_ms), entrega_requests",
-        sqlite: &[script!("rpc", "0003_english_names.sqlite.sql")],
-        postgres: &[script!("rpc", "0003_english_names.postgres.sql")],
+        sqlite: &[script!("rpc", "0003_english_names.sql")],
+        postgres: &[
+            script!("rpc", "0003_english_names.sql"),
+            script!("rpc", "0003_english_names.postgres.sql"),
+        ],
     },
 ];
 
@@ -157,8 +163,11 @@ const HELD_LETTERS: &[Version] = &[
     Version {
         version: 2,
         description: "held dead letters named in English: entrega_held_letters",
-        sqlite: &[script!("held_letters", "0002_english_names.sqlite.sql")],
-        postgres: &[script!("held_letters", "0002_english_names.postgres.sql")],
+        sqlite: &[script!("held_letters", "0002_english_names.sql")],
+        postgres: &[
+            script!("held_letters", "0002_english_names.sql"),
+            script!("held_letters", "0002_english_names.postgres.sql"),
+        ],
     },
 ];
 
@@ -185,8 +194,11 @@ const SAGAS: &[Version] = &[
     Version {
         version: 3,
         description: "sagas named in English: columns, states, entrega_saga_history",
-        sqlite: &[script!("saga", "0003_english_names.sqlite.sql")],
-        postgres: &[script!("saga", "0003_english_names.postgres.sql")],
+        sqlite: &[script!("saga", "0003_english_names.sql")],
+        postgres: &[
+            script!("saga", "0003_english_names.sql"),
+            script!("saga", "0003_english_names.postgres.sql"),
+        ],
     },
 ];
 
