@@ -3,6 +3,7 @@
 # Every step says what it does; a failing step names itself and the log file to read.
 #
 #   ensure_rust        cargo with rustfmt and clippy
+#   ensure_build_cache the workspace's builds under $KM0_CACHE (CARGO_TARGET_DIR)
 #   ensure_postgres    a PostgreSQL server on 127.0.0.1:5432 (Debian's packages), loopback trust,
 #                      TLS with the test suite's own CA (tls.sh)
 #   ensure_rabbitmq    RabbitMQ on 127.0.0.1:5672 with the consistent-hash exchange (rabbitmq.sh)
@@ -59,6 +60,31 @@ ensure_rust() {
     run_step "installing ${missing[*]} (librdkafka's build)" "$KM0_LOGS/apt-build-deps.log" \
       apt_install "${missing[@]}"
   fi
+}
+
+# The workspace's build directory, outside the clone under $KM0_CACHE, keyed by the toolchain:
+# a fresh clone then compiles only the workspace's own crates, its dependencies (librdkafka's
+# C build among them) come from the cache. A caller's CARGO_TARGET_DIR wins. A cache of an
+# older toolchain is removed, and one grown past KM0_TARGET_CACHE_GIB (default 20: each
+# clone's path builds its own copy of the workspace's crates) starts over.
+ensure_build_cache() {
+  [ -z "${CARGO_TARGET_DIR:-}" ] || return 0
+  local key dir old size_kib
+  key=$(rustc -vV | sha256sum | cut -c1-12)
+  dir="$KM0_CACHE/target-$key"
+  for old in "$KM0_CACHE"/target-*; do
+    [ -d "$old" ] && [ "$old" != "$dir" ] && rm -rf "$old"
+  done
+  if [ -d "$dir" ]; then
+    size_kib=$(du -sk "$dir" | cut -f1)
+    if [ "$size_kib" -gt $((${KM0_TARGET_CACHE_GIB:-20} * 1024 * 1024)) ]; then
+      echo "the build cache $dir holds $((size_kib / 1024 / 1024)) GiB: starting it over"
+      rm -rf "$dir"
+    fi
+  fi
+  mkdir -p "$dir"
+  export CARGO_TARGET_DIR="$dir"
+  echo "builds in $CARGO_TARGET_DIR"
 }
 
 # --- PostgreSQL --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ use entrega_core::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::Connection;
 
-use crate::errors::{classify, invalid, sqlstate};
+use crate::errors::{classify, invalid};
 
 /// Connections per pool: enough for a relay, a few consumers and the listeners that each
 /// outbox or log handle keeps open, without crowding a default server (100 connections).
@@ -85,7 +85,8 @@ pub async fn ensure_database(server_url: &str, name: &str) -> Result<String, Sto
             .await;
         if let Err(e) = created {
             // 42P04: created meanwhile; 23505: two CREATEs raced on pg_database's unique index.
-            let raced = matches!(sqlstate(&e).as_deref(), Some("42P04") | Some("23505"));
+            let raced = matches!(&e, sqlx::Error::Database(db)
+                if matches!(db.code().as_deref(), Some("42P04" | "23505")));
             if !raced {
                 return Err(classify(e));
             }

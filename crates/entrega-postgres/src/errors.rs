@@ -43,22 +43,10 @@ fn is_transient(e: &sqlx::Error) -> bool {
     }
 }
 
-/// The SQLSTATE of a database error, if it is one.
-pub(crate) fn sqlstate(e: &sqlx::Error) -> Option<String> {
-    match e {
-        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
-        _ => None,
-    }
-}
-
-/// A caller's input the database cannot take (bad name, out-of-range number).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct Invalid(pub(crate) String);
-
-/// A permanent error for invalid input.
+/// A permanent error for a caller's input the database cannot take (bad name,
+/// out-of-range number).
 pub(crate) fn invalid(reason: impl Into<String>) -> StoreError {
-    StoreError::rejected(Invalid(reason.into()))
+    StoreError::rejected(reason.into())
 }
 
 #[cfg(test)]

@@ -86,11 +86,6 @@ impl Listener {
             .subscribe()
     }
 
-    /// Whether notifications are currently being received.
-    pub fn healthy(&self) -> bool {
-        self.inner.shared.healthy.load(Ordering::Acquire)
-    }
-
     /// Starts the background connection unless it runs already. Needs a tokio runtime; outside
     /// one it does nothing and waiters rely on their timeouts.
     pub fn start(&self) {
@@ -124,7 +119,8 @@ impl Listener {
         fallback: Duration,
     ) -> bool {
         self.start();
-        let limit = if self.healthy() {
+        // While notifications are not being received, the fallback bounds the wait.
+        let limit = if self.inner.shared.healthy.load(Ordering::Acquire) {
             timeout
         } else {
             timeout.min(fallback)

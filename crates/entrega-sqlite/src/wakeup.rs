@@ -19,11 +19,6 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::SqliteConnection;
 use tokio::sync::Notify;
 
-/// Bit of a transaction that changed `outbox`.
-const OUTBOX: u8 = 1;
-/// Bit of a transaction that changed `entrega_log`.
-const LOG: u8 = 2;
-
 /// A wake-up that waiters cannot miss: every firing bumps a generation, and a waiter returns
 /// as soon as the generation differs from the one it last saw.
 #[derive(Debug, Default)]
@@ -70,6 +65,9 @@ pub enum Watched {
     Log,
 }
 
+/// Every watched table, in the order [`Watched`] declares them (its index is `watched as usize`); a transaction's changes are noted as bit `1 << index`.
+const WATCHED: [(Watched, &str); 2] = [(Watched::Outbox, "outbox"), (Watched::Log, "entrega_log")];
+
 /// Waits for commits to one table of a database, made through any pool of this process on
 /// the same file. Each handle keeps its own position, so a commit signalled between two waits
 /// still ends the next one; a clone starts from its original's position.
@@ -104,10 +102,7 @@ impl CommitWaiter {
     }
 
     fn signal_of(signals: &DbSignals, watched: Watched) -> &Signal {
-        match watched {
-            Watched::Outbox => &signals.outbox,
-            Watched::Log => &signals.log,
-        }
+        &signals.signals[watched as usize]
     }
 
     /// Counts every commit signalled so far as seen: call it before reading the table, so a
@@ -139,10 +134,8 @@ impl CommitWaiter {
 /// The signals of one database file, shared by every pool and handle on it in this process.
 #[derive(Debug, Default)]
 pub(crate) struct DbSignals {
-    /// Rows were committed to `outbox`.
-    pub(crate) outbox: Signal,
-    /// Records were appended to `entrega_log`.
-    pub(crate) log: Signal,
+    /// Commits to each table of [`WATCHED`], in its order.
+    signals: [Signal; WATCHED.len()],
     /// Committed-but-not-yet-signalled table bits, by connection handle address.
     dirty: Mutex<HashMap<usize, u8>>,
 }
@@ -163,11 +156,10 @@ impl DbSignals {
 
     fn fire_committed(&self, connection: usize) {
         let bits = self.dirty().remove(&connection).unwrap_or(0);
-        if bits & OUTBOX != 0 {
-            self.outbox.fire();
-        }
-        if bits & LOG != 0 {
-            self.log.fire();
+        for (i, signal) in self.signals.iter().enumerate() {
+            if bits & (1 << i) != 0 {
+                signal.fire();
+            }
         }
     }
 }
@@ -228,13 +220,8 @@ pub(crate) async fn install_hooks(
 
     let on_update = Arc::clone(&touched);
     handle.set_update_hook(move |change| {
-        let bit = match change.table {
-            "outbox" => OUTBOX,
-            "entrega_log" => LOG,
-            _ => 0,
-        };
-        if bit != 0 {
-            on_update.fetch_or(bit, Ordering::SeqCst);
+        if let Some(i) = WATCHED.iter().position(|(_, table)| *table == change.table) {
+            on_update.fetch_or(1 << i, Ordering::SeqCst);
         }
     });
 

@@ -4,7 +4,7 @@
 use entrega_core::StoreError;
 use sqlx::Executor;
 
-use super::rows::{Column, FromRow};
+use super::rows::FromRow;
 use super::{Backend, Query};
 
 macro_rules! backend_exec {
@@ -53,22 +53,6 @@ macro_rules! backend_exec {
                 let (sql, args) = q.$split()?;
                 sqlx::query_as_with::<_, T, _>(sql.text($backend), args)
                     .fetch_all(executor)
-                    .await
-                    .map_err($classify)
-            }
-
-            /// The first column of the first row, if any.
-            pub(crate) async fn scalar<'c, E, T>(
-                executor: E,
-                q: Query,
-            ) -> Result<Option<T>, StoreError>
-            where
-                E: Executor<'c, Database = $db>,
-                T: Column,
-            {
-                let (sql, args) = q.$split()?;
-                sqlx::query_scalar_with::<_, T, _>(sql.text($backend), args)
-                    .fetch_optional(executor)
                     .await
                     .map_err($classify)
             }

@@ -1,9 +1,7 @@
 //! An application's schema steps, with the SQLite and PostgreSQL texts side by side, run by
 //! the same runner as entrega's own sets.
 
-use entrega_core::migration::{Migration as BackendMigration, Step};
-
-use super::{Backend, Sql};
+use super::Sql;
 
 /// One numbered step of an application's set (see [`Db::apply_migrations`](super::Db::apply_migrations)).
 /// Recorded in `entrega_migrations` under the set's name once applied, so it runs once per
@@ -45,28 +43,4 @@ impl Migration {
             },
         }
     }
-}
-
-/// The steps of `migrations` for `backend`, as the backend runner takes them: one script each.
-pub(super) fn scripts(migrations: &[Migration], backend: Backend) -> Vec<[Step<'_>; 1]> {
-    migrations
-        .iter()
-        .map(|m| [Step::Sql(m.sql.text(backend))])
-        .collect()
-}
-
-/// `migrations` with their `scripts`, for the backend runner.
-pub(super) fn for_runner<'a>(
-    migrations: &'a [Migration],
-    scripts: &'a [[Step<'a>; 1]],
-) -> Vec<BackendMigration<'a>> {
-    migrations
-        .iter()
-        .zip(scripts)
-        .map(|(m, steps)| BackendMigration {
-            version: m.version,
-            description: m.description,
-            steps,
-        })
-        .collect()
 }

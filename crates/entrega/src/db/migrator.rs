@@ -16,29 +16,15 @@ use super::{query, schema, Backend, Db, Tx};
 /// Advisory locks are per database, so databases never wait on each other.
 const MIGRATION_LOCK: i64 = 0x0065_6e74_7265_6761;
 
-/// The record of applied steps, created by the first migration of a database.
-fn version_table(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Sqlite => {
-            "CREATE TABLE IF NOT EXISTS entrega_migrations (
-                set_name      TEXT    NOT NULL,
-                version       INTEGER NOT NULL,
-                description   TEXT    NOT NULL,
-                applied_at_ms INTEGER NOT NULL,
-                PRIMARY KEY (set_name, version)
-            )"
-        }
-        Backend::Postgres => {
-            "CREATE TABLE IF NOT EXISTS entrega_migrations (
-                set_name      TEXT   NOT NULL,
-                version       BIGINT NOT NULL,
-                description   TEXT   NOT NULL,
-                applied_at_ms BIGINT NOT NULL,
-                PRIMARY KEY (set_name, version)
-            )"
-        }
-    }
-}
+/// The record of applied steps, created by the first migration of a database (`BIGINT` has
+/// SQLite's integer affinity).
+const VERSION_TABLE: &str = "CREATE TABLE IF NOT EXISTS entrega_migrations (
+    set_name      TEXT   NOT NULL,
+    version       BIGINT NOT NULL,
+    description   TEXT   NOT NULL,
+    applied_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (set_name, version)
+)";
 
 /// Brings entrega's `sets` up to date on `db`, each once even if listed twice.
 pub(super) async fn own_sets(db: &Db, sets: &[MigrationSet]) -> Result<(), StoreError> {
@@ -85,8 +71,7 @@ async fn begin(db: &Db) -> Result<Tx, StoreError> {
         tx.execute(query("SELECT pg_advisory_xact_lock($1)").bind(MIGRATION_LOCK))
             .await?;
     }
-    let backend = tx.backend();
-    tx.script(version_table(backend)).await?;
+    tx.script(VERSION_TABLE).await?;
     Ok(tx)
 }
 

@@ -37,14 +37,14 @@ mod tx;
 pub(crate) mod types;
 
 use std::sync::Arc;
-use std::time::Duration;
 
+use entrega_core::migration::Step;
 use entrega_core::{DlqStore, HeldLetterStore, MigrationSet, ParkingStore, StoreError};
 use sqlx::{PgPool, SqlitePool};
 
 pub use migration::Migration;
 pub use query::{query, query_each, Query, Sql, Value};
-pub use row_runs::{padded_len, row_runs};
+pub use row_runs::row_runs;
 pub use rows::{Column, FromRow};
 pub use tx::Tx;
 pub use types::{IntList, JsonText, TextList, TimeMs};
@@ -190,10 +190,8 @@ impl Db {
 
     /// The first column of the first row, if any.
     pub async fn scalar<T: Column>(&self, q: Query) -> Result<Option<T>, StoreError> {
-        match &self.pool {
-            Pool::Sqlite(pool) => exec::sqlite::scalar(pool, q).await,
-            Pool::Postgres(pool) => exec::postgres::scalar(pool, q).await,
-        }
+        let row: Option<(T,)> = self.fetch_optional(q).await?;
+        Ok(row.map(|(value,)| value))
     }
 
     /// Creates or updates entrega's own tables for the given sets.
@@ -246,8 +244,20 @@ impl Db {
         name: &str,
         migrations: &[Migration],
     ) -> Result<(), StoreError> {
-        let scripts = migration::scripts(migrations, self.backend());
-        let steps = migration::for_runner(migrations, &scripts);
+        let backend = self.backend();
+        let scripts: Vec<[Step<'_>; 1]> = migrations
+            .iter()
+            .map(|m| [Step::Sql(m.sql.text(backend))])
+            .collect();
+        let steps: Vec<entrega_core::migration::Migration<'_>> = migrations
+            .iter()
+            .zip(&scripts)
+            .map(|(m, steps)| entrega_core::migration::Migration {
+                version: m.version,
+                description: m.description,
+                steps,
+            })
+            .collect();
         migrator::application_set(self, name, &steps).await
     }
 
@@ -281,18 +291,6 @@ impl Db {
         Arc::new(crate::store::dead_letters::DbDeadLetterMarks::new(
             self.clone(),
         ))
-    }
-
-    /// Deletes processed-message keys recorded more than `age` ago; returns how many. A
-    /// message redelivered after its key is gone would be applied again, so `age` must exceed
-    /// the broker's redelivery window.
-    pub async fn purge_processed(&self, age: Duration) -> Result<u64, StoreError> {
-        crate::store::inbox::purge_older_than(self, age).await
-    }
-
-    /// Keys recorded for `consumer`: messages it applied.
-    pub async fn processed(&self, consumer: &str) -> Result<u64, StoreError> {
-        crate::store::inbox::count(self, consumer).await
     }
 
     /// Checks that the database answers.

@@ -23,12 +23,6 @@ fn prev_power_of_two(n: usize) -> usize {
     1 << (usize::BITS - 1 - n.leading_zeros())
 }
 
-/// The length a list of `len` values is padded to (repeating a value) so an `IN (...)` list
-/// comes in few shapes: the next power of two.
-pub fn padded_len(len: usize) -> usize {
-    len.max(1).next_power_of_two()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,13 +41,5 @@ mod tests {
         }
         assert_eq!(row_runs(21, 64), vec![0..16, 16..20, 20..21]);
         assert_eq!(row_runs(130, 100), vec![0..64, 64..128, 128..130]);
-    }
-
-    #[test]
-    fn padding_is_the_next_power_of_two() {
-        assert_eq!(
-            [0, 1, 2, 3, 5, 64, 65].map(padded_len),
-            [1, 1, 2, 4, 8, 64, 128]
-        );
     }
 }

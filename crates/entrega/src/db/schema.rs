@@ -45,7 +45,7 @@ pub(super) fn steps(set: MigrationSet, backend: Backend) -> Vec<Migration<'stati
 
 /// A step that is one script.
 macro_rules! script {
-    ($set:literal, $file:literal) => {
+    ($set:literal, $file:expr) => {
         Step::Sql(include_str!(concat!("../../migrations/", $set, "/", $file)))
     };
 }
@@ -61,6 +61,40 @@ const fn add_column(
         column,
         definition,
     }
+}
+
+/// A version whose steps are scripts of `$set`, by the shape of their files: `pair(stem)` runs
+/// `stem.sqlite.sql` or `stem.postgres.sql`; `both(stem)` runs `stem.sql` on either; `renamed(stem)`
+/// runs `stem.sql` on either, then `stem.postgres.sql` on PostgreSQL (constraint names and
+/// types SQLite does not have).
+macro_rules! version {
+    ($set:literal, $version:literal, $description:expr, pair($stem:literal)) => {
+        Version {
+            version: $version,
+            description: $description,
+            sqlite: &[script!($set, concat!($stem, ".sqlite.sql"))],
+            postgres: &[script!($set, concat!($stem, ".postgres.sql"))],
+        }
+    };
+    ($set:literal, $version:literal, $description:expr, both($stem:literal)) => {
+        Version {
+            version: $version,
+            description: $description,
+            sqlite: &[script!($set, concat!($stem, ".sql"))],
+            postgres: &[script!($set, concat!($stem, ".sql"))],
+        }
+    };
+    ($set:literal, $version:literal, $description:expr, renamed($stem:literal)) => {
+        Version {
+            version: $version,
+            description: $description,
+            sqlite: &[script!($set, concat!($stem, ".sql"))],
+            postgres: &[
+                script!($set, concat!($stem, ".sql")),
+                script!($set, concat!($stem, ".postgres.sql")),
+            ],
+        }
+    };
 }
 
 const OUTBOX: &[Version] = &[
@@ -95,119 +129,106 @@ const OUTBOX: &[Version] = &[
         sqlite: &[add_column("outbox", "cabeceras", "TEXT")],
         postgres: &[script!("outbox", "0003_headers.postgres.sql")],
     },
-    Version {
-        version: 4,
-        description: "outbox: the columns entrega added named in English (attempts, \
-                      next_attempt_at, last_error, held_at, headers)",
-        sqlite: &[script!("outbox", "0004_english_names.sql")],
-        postgres: &[script!("outbox", "0004_english_names.sql")],
-    },
+    version!(
+        "outbox",
+        4,
+        "outbox: the columns entrega added named in English (attempts, next_attempt_at, \
+         last_error, held_at, headers)",
+        both("0004_english_names")
+    ),
 ];
 
 const INBOX: &[Version] = &[
-    Version {
-        version: 1,
-        description: "mensajes_procesados with purge index",
-        sqlite: &[script!("inbox", "0001_mensajes_procesados.sqlite.sql")],
-        postgres: &[script!("inbox", "0001_mensajes_procesados.postgres.sql")],
-    },
-    Version {
-        version: 2,
-        description: "entrega_aparcados: parking for ordered retries",
-        sqlite: &[script!("inbox", "0002_parking.sqlite.sql")],
-        postgres: &[script!("inbox", "0002_parking.postgres.sql")],
-    },
-    Version {
-        version: 3,
-        description: "parking for ordered retries named in English: entrega_parked",
-        sqlite: &[script!("inbox", "0003_english_names.sql")],
-        postgres: &[
-            script!("inbox", "0003_english_names.sql"),
-            script!("inbox", "0003_english_names.postgres.sql"),
-        ],
-    },
+    version!(
+        "inbox",
+        1,
+        "mensajes_procesados with purge index",
+        pair("0001_mensajes_procesados")
+    ),
+    version!(
+        "inbox",
+        2,
+        "entrega_aparcados: parking for ordered retries",
+        pair("0002_parking")
+    ),
+    version!(
+        "inbox",
+        3,
+        "parking for ordered retries named in English: entrega_parked",
+        renamed("0003_english_names")
+    ),
 ];
 
 const RPC: &[Version] = &[
-    Version {
-        version: 1,
-        description: "entrega_respuestas: stored answers of idempotent request handlers",
-        sqlite: &[script!("rpc", "0001_answers.sqlite.sql")],
-        postgres: &[script!("rpc", "0001_answers.postgres.sql")],
-    },
-    Version {
-        version: 2,
-        description: "entrega_peticiones: requests awaiting their replies (durable request/reply)",
-        sqlite: &[script!("rpc", "0002_requests.sqlite.sql")],
-        postgres: &[script!("rpc", "0002_requests.postgres.sql")],
-    },
-    Version {
-        version: 3,
-        description:
-            "request/reply named in English: entrega_answers (answered_at_ms), entrega_requests",
-        sqlite: &[script!("rpc", "0003_english_names.sql")],
-        postgres: &[
-            script!("rpc", "0003_english_names.sql"),
-            script!("rpc", "0003_english_names.postgres.sql"),
-        ],
-    },
+    version!(
+        "rpc",
+        1,
+        "entrega_respuestas: stored answers of idempotent request handlers",
+        pair("0001_answers")
+    ),
+    version!(
+        "rpc",
+        2,
+        "entrega_peticiones: requests awaiting their replies (durable request/reply)",
+        pair("0002_requests")
+    ),
+    version!(
+        "rpc",
+        3,
+        "request/reply named in English: entrega_answers (answered_at_ms), entrega_requests",
+        renamed("0003_english_names")
+    ),
 ];
 
 const HELD_LETTERS: &[Version] = &[
-    Version {
-        version: 1,
-        description: "entrega_retenidos: dead letters the broker refused, held for an operator",
-        sqlite: &[script!("held_letters", "0001_held_letters.sqlite.sql")],
-        postgres: &[script!("held_letters", "0001_held_letters.postgres.sql")],
-    },
-    Version {
-        version: 2,
-        description: "held dead letters named in English: entrega_held_letters",
-        sqlite: &[script!("held_letters", "0002_english_names.sql")],
-        postgres: &[
-            script!("held_letters", "0002_english_names.sql"),
-            script!("held_letters", "0002_english_names.postgres.sql"),
-        ],
-    },
+    version!(
+        "held_letters",
+        1,
+        "entrega_retenidos: dead letters the broker refused, held for an operator",
+        pair("0001_held_letters")
+    ),
+    version!(
+        "held_letters",
+        2,
+        "held dead letters named in English: entrega_held_letters",
+        renamed("0002_english_names")
+    ),
 ];
 
-const LOG: &[Version] = &[Version {
-    version: 1,
-    description: "log transport: topics, partitions, records, group offsets, members, leases",
-    sqlite: &[script!("log", "0001_log.sqlite.sql")],
-    postgres: &[script!("log", "0001_log.postgres.sql")],
-}];
+const LOG: &[Version] = &[version!(
+    "log",
+    1,
+    "log transport: topics, partitions, records, group offsets, members, leases",
+    pair("0001_log")
+)];
 
 const SAGAS: &[Version] = &[
-    Version {
-        version: 1,
-        description: "entrega_sagas and entrega_saga_historial",
-        sqlite: &[script!("saga", "0001_sagas.sql")],
-        postgres: &[script!("saga", "0001_sagas.sql")],
-    },
+    version!(
+        "saga",
+        1,
+        "entrega_sagas and entrega_saga_historial",
+        both("0001_sagas")
+    ),
     Version {
         version: 2,
         description: "entrega_sagas.traza: the trace its commands continue",
         sqlite: &[add_column("entrega_sagas", "traza", "TEXT")],
         postgres: &[add_column("entrega_sagas", "traza", "TEXT")],
     },
-    Version {
-        version: 3,
-        description: "sagas named in English: columns, states, entrega_saga_history",
-        sqlite: &[script!("saga", "0003_english_names.sql")],
-        postgres: &[
-            script!("saga", "0003_english_names.sql"),
-            script!("saga", "0003_english_names.postgres.sql"),
-        ],
-    },
+    version!(
+        "saga",
+        3,
+        "sagas named in English: columns, states, entrega_saga_history",
+        renamed("0003_english_names")
+    ),
 ];
 
-const DLQ: &[Version] = &[Version {
-    version: 1,
-    description: "dead-letter operator state and audit",
-    sqlite: &[script!("dlq", "0001_dlq.sqlite.sql")],
-    postgres: &[script!("dlq", "0001_dlq.postgres.sql")],
-}];
+const DLQ: &[Version] = &[version!(
+    "dlq",
+    1,
+    "dead-letter operator state and audit",
+    pair("0001_dlq")
+)];
 
 /// Steps that databases migrated before the tables had sets of their own recorded under
 /// `inbox`: `(inbox version, what it created, the set and version that own it now)`.

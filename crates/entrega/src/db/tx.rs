@@ -5,7 +5,7 @@ use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 
 use super::exec;
 use super::rows::{Column, FromRow};
-use super::{query, Backend, Query};
+use super::{query, query_each, Backend, Query, TextList};
 
 /// An open write transaction: the business change, the outbox [`enqueue`](Tx::enqueue) and
 /// the inbox [`claim`](Tx::claim) all go through it, and commit together or not at all.
@@ -71,10 +71,8 @@ impl Tx {
 
     /// The first column of the first row, if any.
     pub async fn scalar<T: Column>(&mut self, q: Query) -> Result<Option<T>, StoreError> {
-        match &mut self.inner {
-            Inner::Sqlite(tx) => exec::sqlite::scalar(&mut **tx, q).await,
-            Inner::Postgres(tx) => exec::postgres::scalar(&mut **tx, q).await,
-        }
+        let row: Option<(T,)> = self.fetch_optional(q).await?;
+        Ok(row.map(|(value,)| value))
     }
 
     /// Writes `event` to the outbox in this transaction: it exists if and only if the
@@ -92,34 +90,6 @@ impl Tx {
         crate::store::outbox::enqueue_all(self, &events).await
     }
 
-    /// Records that `consumer` processed `message_id`, in this transaction. `true`: the key
-    /// is new, apply the effect here. `false`: a duplicate, apply nothing.
-    pub async fn claim(&mut self, consumer: &str, message_id: &str) -> Result<bool, StoreError> {
-        crate::store::inbox::claim(self, consumer, message_id).await
-    }
-
-    /// Records every key of `message_ids` for `consumer` in one statement, and returns the
-    /// new ones: a batch's keys claimed at once, the first step of a set-based batch apply
-    /// (then read what the batch needs, decide each message in order in memory, write the
-    /// effects set-based, and [`unclaim_all`](Tx::unclaim_all) the keys of refused messages).
-    pub async fn claim_all(
-        &mut self,
-        consumer: &str,
-        message_ids: &[&str],
-    ) -> Result<std::collections::HashSet<String>, StoreError> {
-        crate::store::inbox::claim_all(self, consumer, message_ids).await
-    }
-
-    /// Removes keys of `consumer` claimed earlier in this transaction (messages a batch
-    /// refused after [`claim_all`](Tx::claim_all)), so they commit unrecorded; returns how many.
-    pub async fn unclaim_all(
-        &mut self,
-        consumer: &str,
-        message_ids: &[&str],
-    ) -> Result<u64, StoreError> {
-        crate::store::inbox::unclaim_all(self, consumer, message_ids).await
-    }
-
     /// The answer stored for request `key` of `consumer` by an earlier transaction
     /// ([`Tx::store_answer`]), if there is one: a repeated request gets it back unchanged.
     pub async fn stored_answer(
@@ -127,11 +97,7 @@ impl Tx {
         consumer: &str,
         key: &str,
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        let sql = "SELECT answer FROM entrega_answers WHERE request_key = $1 AND consumer = $2";
-        let row: Option<(Vec<u8>,)> = self
-            .fetch_optional(query(sql).bind(key).bind(consumer))
-            .await?;
-        Ok(row.map(|(answer,)| answer))
+        Ok(self.stored_answers(consumer, &[key]).await?.remove(key))
     }
 
     /// The stored answers to the requests `keys` of `consumer`, by key (those with none are
@@ -141,31 +107,22 @@ impl Tx {
         consumer: &str,
         keys: &[&str],
     ) -> Result<std::collections::HashMap<String, Vec<u8>>, StoreError> {
-        let mut found = std::collections::HashMap::new();
-        // Well under SQLite's oldest limit of 999 parameters per statement.
-        for chunk in keys.chunks(512) {
-            // Padded with its last key, so the list comes in few shapes (statement cache).
-            let padded = super::padded_len(chunk.len());
-            let last = chunk.last().copied().unwrap_or_default();
-            let chunk: Vec<&str> = chunk
-                .iter()
-                .copied()
-                .chain(std::iter::repeat(last))
-                .take(padded)
-                .collect();
-            let marks: Vec<String> = (2..chunk.len() + 2).map(|n| format!("${n}")).collect();
-            let sql = format!(
-                "SELECT request_key, answer FROM entrega_answers WHERE consumer = $1 \
-                 AND request_key IN ({})",
-                marks.join(", ")
-            );
-            let q = chunk
-                .iter()
-                .fold(query(sql).bind(consumer), |q, key| q.bind(*key));
-            let rows: Vec<(String, Vec<u8>)> = self.fetch_all(q).await?;
-            found.extend(rows);
+        if keys.is_empty() {
+            return Ok(std::collections::HashMap::new());
         }
-        Ok(found)
+        let rows: Vec<(String, Vec<u8>)> = self
+            .fetch_all(
+                query_each(
+                    "SELECT request_key, answer FROM entrega_answers WHERE consumer = $1 \
+                     AND request_key IN (SELECT value FROM json_each($2))",
+                    "SELECT request_key, answer FROM entrega_answers WHERE consumer = $1 \
+                     AND request_key = ANY($2::text[])",
+                )
+                .bind(consumer)
+                .bind(TextList::of(keys)),
+            )
+            .await?;
+        Ok(rows.into_iter().collect())
     }
 
     /// Stores `answer` to request `key` of `consumer`, in this transaction, next to the
@@ -178,19 +135,7 @@ impl Tx {
         key: &str,
         answer: &[u8],
     ) -> Result<bool, StoreError> {
-        let written = self
-            .execute(
-                query(
-                    "INSERT INTO entrega_answers (request_key, consumer, answer, answered_at_ms) \
-                     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                )
-                .bind(key)
-                .bind(consumer)
-                .bind(answer.to_vec())
-                .bind(entrega_core::now_ms()),
-            )
-            .await?;
-        Ok(written == 1)
+        Ok(self.store_answers(consumer, &[(key, answer)]).await? == 1)
     }
 
     /// Stores the answers of several requests of `consumer` at once (a few statements for

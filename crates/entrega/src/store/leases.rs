@@ -64,6 +64,22 @@ impl LeaseTable<'_> {
         format!("${}", self.scope.len() + n)
     }
 
+    /// Records that `owner` is alive, joining the members if new.
+    pub(crate) fn heartbeat(&self, owner: &str, now_ms: i64) -> Query {
+        let mut columns: Vec<&str> = self.scope.iter().map(|(c, _)| *c).collect();
+        columns.push(self.member);
+        let values: Vec<String> = (1..=columns.len() + 1).map(|n| format!("${n}")).collect();
+        let columns = columns.join(", ");
+        self.query(format!(
+            "INSERT INTO {} ({columns}, seen_at_ms) VALUES ({}) \
+             ON CONFLICT ({columns}) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
+            self.members,
+            values.join(", "),
+        ))
+        .bind(owner)
+        .bind(now_ms)
+    }
+
     fn corrupt(&self, slot: i64) -> StoreError {
         StoreError::Corrupt {
             table: self.leases,
@@ -109,20 +125,8 @@ pub(crate) async fn balance(
         .collect::<Result<Vec<_>, StoreError>>()?;
 
     // Under the slot locks, so the members' bookkeeping is serialised too.
-    let (members, member) = (table.members, table.member);
-    let scope_columns: Vec<&str> = table.scope.iter().map(|(c, _)| *c).collect();
-    let mut columns = scope_columns.clone();
-    columns.push(member);
-    let values: Vec<String> = (1..=columns.len() + 1).map(|n| format!("${n}")).collect();
-    let heartbeat = format!(
-        "INSERT INTO {members} ({}, seen_at_ms) VALUES ({}) \
-         ON CONFLICT ({}) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
-        columns.join(", "),
-        values.join(", "),
-        columns.join(", ")
-    );
-    tx.execute(table.query(heartbeat).bind(owner).bind(now_ms))
-        .await?;
+    let members = table.members;
+    tx.execute(table.heartbeat(owner, now_ms)).await?;
     tx.execute(
         table
             .query(format!(
@@ -205,4 +209,34 @@ pub(crate) async fn balance(
             })
         })
         .collect()
+}
+
+/// Gives back every slot `owner` holds and removes it from the members, so the others take
+/// over at once. Tokens stay: the next holder increments them, fencing any late write.
+pub(crate) async fn release(
+    tx: &mut Tx,
+    table: &LeaseTable<'_>,
+    owner: &str,
+) -> Result<(), StoreError> {
+    let (scoped, who) = (table.scoped(), table.param(1));
+    let leases = table.leases;
+    tx.execute(
+        table
+            .query(format!(
+                "UPDATE {leases} SET owner = NULL, expires_at_ms = 0 \
+                 WHERE {scoped} AND owner = {who}"
+            ))
+            .bind(owner),
+    )
+    .await?;
+    let (members, member) = (table.members, table.member);
+    tx.execute(
+        table
+            .query(format!(
+                "DELETE FROM {members} WHERE {scoped} AND {member} = {who}"
+            ))
+            .bind(owner),
+    )
+    .await?;
+    Ok(())
 }

@@ -18,3 +18,8 @@ pub(crate) mod outbox;
 pub(crate) mod parking;
 pub(crate) mod relay_lanes;
 pub(crate) mod wakeup;
+
+/// A partition, lane or count as stored (`INT`).
+pub(crate) fn int4(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}

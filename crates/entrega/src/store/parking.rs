@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use entrega_core::{Headers, ParkedAt, ParkedRecord, ParkingStore, StoreError};
 
 use crate::db::{query, Db, Query};
+use crate::store::int4;
 
 /// [`ParkingStore`] in the consumer's own database.
 #[derive(Debug, Clone)]
@@ -63,17 +64,12 @@ fn record(row: Row) -> Result<ParkedRecord, StoreError> {
     })
 }
 
-/// A stored `INT`: partitions and attempts.
-fn int(n: u32) -> i32 {
-    i32::try_from(n).unwrap_or(i32::MAX)
-}
-
 /// `sql` with the partition's three columns bound first (`$1`, `$2`, `$3`).
 fn at_partition(sql: impl Into<Cow<'static, str>>, at: ParkedAt<'_>) -> Query {
     query(sql)
         .bind(at.group)
         .bind(at.topic)
-        .bind(int(at.partition))
+        .bind(int4(at.partition))
 }
 
 #[async_trait]
@@ -93,12 +89,12 @@ impl ParkingStore for DbParking {
                 )
                 .bind(&r.group)
                 .bind(&r.topic)
-                .bind(int(r.partition))
+                .bind(int4(r.partition))
                 .bind(r.offset)
                 .bind(&r.key)
                 .bind(r.headers.to_json())
                 .bind(r.payload.as_slice())
-                .bind(int(r.attempts))
+                .bind(int4(r.attempts))
                 .bind(r.not_before_ms)
                 .bind(&r.last_error)
                 .bind(r.parked_at_ms),
@@ -152,7 +148,7 @@ impl ParkingStore for DbParking {
                    WHERE group_id = $1 AND topic = $2 AND partition_no = $3 AND log_offset = $4";
         let statement = at_partition(sql, at)
             .bind(offset)
-            .bind(int(attempts))
+            .bind(int4(attempts))
             .bind(not_before_ms)
             .bind(last_error);
         self.db.execute(statement).await.map(drop)

@@ -7,9 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega_core::{LaneLease, LaneLeases, StoreError};
 
-use super::leases::{balance, LeaseTable};
+use super::leases::{balance, release, LeaseTable};
 use super::outbox::DbOutbox;
-use crate::db::query;
 
 /// The relay's lanes, shared among every live relay instance.
 const LANES: LeaseTable<'static> = LeaseTable {
@@ -45,16 +44,7 @@ impl LaneLeases for DbOutbox {
 
     async fn release_all(&self, owner: &str) -> Result<(), StoreError> {
         let mut tx = self.db().begin().await?;
-        // The token stays: the next holder increments it, which fences any late write of ours.
-        tx.execute(
-            query(
-                "UPDATE entrega_relay_lanes SET owner = NULL, expires_at_ms = 0 WHERE owner = $1",
-            )
-            .bind(owner),
-        )
-        .await?;
-        tx.execute(query("DELETE FROM entrega_relay_instances WHERE owner = $1").bind(owner))
-            .await?;
+        release(&mut tx, &LANES, owner).await?;
         tx.commit().await
     }
 }

@@ -4,8 +4,9 @@
 use async_trait::async_trait;
 use entrega_core::{Headers, LogInspector, Record, StoreError, TopicAdmin, TransportError};
 
-use super::{partition_int, partition_of, DbLog};
+use super::{partition_of, DbLog};
 use crate::db::{query, query_each};
+use crate::store::int4;
 
 /// `partition_no, log_offset, msg_key, headers, payload, appended_at_ms` of `entrega_log`.
 pub(super) const RECORD_COLUMNS: &str =
@@ -179,7 +180,7 @@ impl DbLog {
                      ORDER BY log_offset LIMIT $4"
                 ))
                 .bind(topic)
-                .bind(partition_int(partition))
+                .bind(int4(partition))
                 .bind(from)
                 .bind(i64::try_from(max).unwrap_or(i64::MAX)),
             )

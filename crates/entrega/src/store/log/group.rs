@@ -4,8 +4,9 @@
 
 use entrega_core::StoreError;
 
-use super::{partition_int, partition_of};
+use super::partition_of;
 use crate::db::{query, Db, Pool};
+use crate::store::int4;
 use crate::store::leases::{self, LeaseTable};
 
 /// Who is balancing what.
@@ -28,18 +29,30 @@ pub(super) struct Held {
 
 const TABLE: &str = "entrega_partition_leases";
 
+impl<'a> Member<'a> {
+    /// The columns of the group's lease and member rows that are this member's group.
+    fn scope(&self) -> [(&'static str, &'a str); 2] {
+        [("group_id", self.group), ("topic", self.topic)]
+    }
+}
+
+/// The partition leases of the group whose columns `scope` gives.
+fn lease_table<'a>(scope: &'a [(&'static str, &'a str)]) -> LeaseTable<'a> {
+    LeaseTable {
+        leases: TABLE,
+        slot: "partition_no",
+        members: "entrega_group_members",
+        member: "member",
+        scope,
+    }
+}
+
 /// Records that the member is alive (joining the group if new).
 pub(super) async fn join(db: &Db, m: Member<'_>, now_ms: i64) -> Result<(), StoreError> {
-    let joined = query(
-        "INSERT INTO entrega_group_members (group_id, topic, member, seen_at_ms)
-         VALUES ($1, $2, $3, $4)
-         ON CONFLICT (group_id, topic, member) DO UPDATE SET seen_at_ms = excluded.seen_at_ms",
-    )
-    .bind(m.group)
-    .bind(m.topic)
-    .bind(m.member)
-    .bind(now_ms);
-    db.execute(joined).await.map(drop)
+    let scope = m.scope();
+    db.execute(lease_table(&scope).heartbeat(m.member, now_ms))
+        .await
+        .map(drop)
 }
 
 /// Heartbeats the member, renews its leases, takes free or expired partitions up to its fair
@@ -64,14 +77,8 @@ pub(super) async fn balance(
         .bind(m.topic),
     )
     .await?;
-    let table = LeaseTable {
-        leases: TABLE,
-        slot: "partition_no",
-        members: "entrega_group_members",
-        member: "member",
-        scope: &[("group_id", m.group), ("topic", m.topic)],
-    };
-    let held = leases::balance(&mut tx, &table, m.member, now_ms, ttl_ms).await?;
+    let scope = m.scope();
+    let held = leases::balance(&mut tx, &lease_table(&scope), m.member, now_ms, ttl_ms).await?;
     let committed: Vec<(i64, i64)> = tx
         .fetch_all(
             query(
@@ -100,25 +107,8 @@ pub(super) async fn balance(
 /// over at once. Tokens stay: the next holder increments them, fencing any late commit.
 pub(super) async fn leave(db: &Db, m: Member<'_>) -> Result<(), StoreError> {
     let mut tx = db.begin().await?;
-    tx.execute(
-        query(
-            "UPDATE entrega_partition_leases SET owner = NULL, expires_at_ms = 0
-             WHERE group_id = $1 AND topic = $2 AND owner = $3",
-        )
-        .bind(m.group)
-        .bind(m.topic)
-        .bind(m.member),
-    )
-    .await?;
-    tx.execute(
-        query(
-            "DELETE FROM entrega_group_members WHERE group_id = $1 AND topic = $2 AND member = $3",
-        )
-        .bind(m.group)
-        .bind(m.topic)
-        .bind(m.member),
-    )
-    .await?;
+    let scope = m.scope();
+    leases::release(&mut tx, &lease_table(&scope), m.member).await?;
     tx.commit().await
 }
 
@@ -155,7 +145,7 @@ pub(super) async fn commit(
     now_ms: i64,
 ) -> Result<Option<u32>, StoreError> {
     if let Pool::Postgres(pool) = &db.pool {
-        let partitions: Vec<i32> = offsets.iter().map(|(p, _, _)| partition_int(*p)).collect();
+        let partitions: Vec<i32> = offsets.iter().map(|(p, _, _)| int4(*p)).collect();
         let next: Vec<i64> = offsets.iter().map(|(_, o, _)| *o).collect();
         let tokens: Vec<i64> = offsets.iter().map(|(_, _, t)| *t).collect();
         let lost: Option<i32> = sqlx::query_scalar(POSTGRES_COMMIT)
@@ -183,7 +173,7 @@ pub(super) async fn commit(
                 )
                 .bind(m.group)
                 .bind(m.topic)
-                .bind(partition_int(partition))
+                .bind(int4(partition))
                 .bind(m.member)
                 .bind(token),
             )
@@ -202,7 +192,7 @@ pub(super) async fn commit(
             )
             .bind(m.group)
             .bind(m.topic)
-            .bind(partition_int(partition))
+            .bind(int4(partition))
             .bind(next_offset)
             .bind(now_ms),
         )

@@ -63,10 +63,17 @@ pub struct DbLog {
     topics: Arc<Mutex<HashMap<String, u32>>>,
     /// Spreads keyless messages over partitions, one partition per topic and call.
     round_robin: Arc<AtomicU32>,
-    /// PostgreSQL's notifications of appends, keyed by topic.
-    listener: Option<Listener>,
-    /// SQLite's in-process wake-up of subscribers after an append.
-    appended: Option<Arc<entrega_sqlite::CommitWaiter>>,
+    /// How this process's subscribers learn of appends.
+    appends: Appends,
+}
+
+/// How appends wake subscribers: each backend has its own way.
+#[derive(Debug, Clone)]
+enum Appends {
+    /// PostgreSQL's notifications, keyed by topic.
+    Notified(Listener),
+    /// SQLite's in-process signal after a commit.
+    Signalled(Arc<entrega_sqlite::CommitWaiter>),
 }
 
 /// Channel every append notifies on PostgreSQL, with the topic as payload.
@@ -76,15 +83,12 @@ impl DbLog {
     /// The log in `db` (migrated with the log set), with its tuning and the clock its leases,
     /// heartbeats, pauses and append times read.
     pub fn new(db: Db, config: LogConfig, clock: Arc<dyn Clock>) -> Self {
-        let (listener, appended) = match &db.pool {
-            Pool::Postgres(pool) => (Some(Listener::new(pool.clone(), LOG_CHANNEL)), None),
-            Pool::Sqlite(pool) => (
-                None,
-                Some(Arc::new(entrega_sqlite::CommitWaiter::new(
-                    pool,
-                    entrega_sqlite::Watched::Log,
-                ))),
-            ),
+        let appends = match &db.pool {
+            Pool::Postgres(pool) => Appends::Notified(Listener::new(pool.clone(), LOG_CHANNEL)),
+            Pool::Sqlite(pool) => Appends::Signalled(Arc::new(entrega_sqlite::CommitWaiter::new(
+                pool,
+                entrega_sqlite::Watched::Log,
+            ))),
         };
         Self {
             db,
@@ -92,8 +96,7 @@ impl DbLog {
             clock,
             topics: Arc::new(Mutex::new(HashMap::new())),
             round_robin: Arc::new(AtomicU32::new(0)),
-            listener,
-            appended,
+            appends,
         }
     }
 
@@ -121,11 +124,6 @@ impl DbLog {
         let mut topics = self.topics.lock().unwrap_or_else(PoisonError::into_inner);
         topics.remove(topic);
     }
-}
-
-/// A partition number as stored (`INT`).
-fn partition_int(partition: u32) -> i32 {
-    i32::try_from(partition).unwrap_or(i32::MAX)
 }
 
 /// A stored partition number.

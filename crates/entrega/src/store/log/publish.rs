@@ -10,8 +10,9 @@ use async_trait::async_trait;
 use entrega_core::{partition_for, OutgoingMessage, Publisher, StoreError, TransportError};
 use sqlx::PgConnection;
 
-use super::{partition_int, DbLog, LOG_CHANNEL};
+use super::{Appends, DbLog, LOG_CHANNEL};
 use crate::db::{query, Pool, Tx};
+use crate::store::int4;
 
 /// PostgreSQL: a run of messages appended to one partition by one statement. The `UPDATE`
 /// reserves the offsets and keeps the partition row locked until the transaction ends, so a
@@ -90,7 +91,7 @@ async fn append(
                  WHERE topic = $1 AND partition_no = $2 RETURNING next_offset",
             )
             .bind(topic)
-            .bind(partition_int(partition))
+            .bind(int4(partition))
             .bind(count),
         )
         .await?;
@@ -100,7 +101,7 @@ async fn append(
         let statement = rows.iter().fold(
             query(sqlite_insert(rows.len()))
                 .bind(topic)
-                .bind(partition_int(partition))
+                .bind(int4(partition))
                 .bind(now_ms),
             |q, message| {
                 let q = q
@@ -162,7 +163,7 @@ async fn append_postgres(
     let n = i64::try_from(messages.len()).unwrap_or(i64::MAX);
     let written: i64 = sqlx::query_scalar(POSTGRES_APPEND)
         .bind(topic)
-        .bind(partition_int(partition))
+        .bind(int4(partition))
         .bind(n)
         .bind(&keys)
         .bind(&headers)
@@ -192,8 +193,8 @@ impl Publisher for DbLog {
                 tx.commit().await?;
                 // Wake this process's subscribers now (pools from `connect` also do on
                 // release).
-                if let Some(appended) = &self.appended {
-                    appended.fire();
+                if let Appends::Signalled(waiter) = &self.appends {
+                    waiter.fire();
                 }
                 Ok(())
             }
@@ -204,33 +205,21 @@ impl Publisher for DbLog {
                     // trips. sqlx reads every reply up to ReadyForQuery, so `Ok` comes after
                     // the commit.
                     let mut conn = pool.acquire().await.map_err(entrega_postgres::classify)?;
-                    let written = append_postgres(&mut conn, *place, messages, now).await?;
-                    return self.check_written(place.0, written, messages.len());
+                    if append_postgres(&mut conn, *place, messages, now).await? != messages.len() {
+                        return Err(self.unknown(place.0));
+                    }
+                    return Ok(());
                 }
                 let mut tx = self.db.begin().await?;
                 for (place, messages) in &groups {
                     let conn = tx.postgres().ok_or_else(|| self.unknown(place.0))?;
-                    let written = append_postgres(conn, *place, messages, now).await?;
-                    self.check_written(place.0, written, messages.len())?;
+                    if append_postgres(conn, *place, messages, now).await? != messages.len() {
+                        return Err(self.unknown(place.0));
+                    }
                 }
                 // Commit is the durable confirmation the Publisher contract promises.
                 Ok(tx.commit().await?)
             }
-        }
-    }
-}
-
-impl DbLog {
-    fn check_written(
-        &self,
-        topic: &str,
-        written: usize,
-        sent: usize,
-    ) -> Result<(), TransportError> {
-        if written == sent {
-            Ok(())
-        } else {
-            Err(self.unknown(topic))
         }
     }
 }

@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{Record, Subscriber, Subscription, TransportError};
-use entrega_sqlite::{CommitWaiter, Watched};
+use entrega_postgres::Listener;
+use entrega_sqlite::CommitWaiter;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::admin::{record, RecordRow, RECORD_COLUMNS};
+use super::admin::{record, RecordRow};
 use super::group::{self, Held, Member};
-use super::{ms, partition_int, DbLog};
-use crate::db::{query, Pool};
+use super::{ms, Appends, DbLog};
+use crate::db::Pool;
+use crate::store::int4;
 
 /// PostgreSQL: the next records of every readable held partition in one statement,
 /// interleaved across partitions by distance from each read position, so one busy partition
@@ -58,7 +60,7 @@ enum Wake {
     /// Commits of this process, from SQLite's commit hooks.
     Sqlite(CommitWaiter),
     /// PostgreSQL's notifications for the topic.
-    Postgres(watch::Receiver<u64>),
+    Postgres(Listener, watch::Receiver<u64>),
 }
 
 /// A group member on the log in a database.
@@ -145,8 +147,7 @@ impl DbSubscription {
         }
         let records = match &self.log.db.pool {
             Pool::Postgres(pool) => {
-                let partitions: Vec<i32> =
-                    readable.iter().map(|(p, _)| partition_int(*p)).collect();
+                let partitions: Vec<i32> = readable.iter().map(|(p, _)| int4(*p)).collect();
                 let positions: Vec<i64> = readable.iter().map(|(_, o)| *o).collect();
                 let rows: Vec<RecordRow> = sqlx::query_as(POSTGRES_FETCH)
                     .bind(&self.topic)
@@ -167,27 +168,14 @@ impl DbSubscription {
                     if out.len() >= max {
                         break;
                     }
-                    let rows: Vec<RecordRow> = self
+                    let records = self
                         .log
-                        .db
-                        .fetch_all(
-                            query(format!(
-                                "SELECT {RECORD_COLUMNS} FROM entrega_log
-                                 WHERE topic = $1 AND partition_no = $2 AND log_offset >= $3
-                                 ORDER BY log_offset LIMIT $4"
-                            ))
-                            .bind(&self.topic)
-                            .bind(partition_int(partition))
-                            .bind(from)
-                            .bind(i64::try_from(max - out.len()).unwrap_or(i64::MAX)),
-                        )
+                        .read(&self.topic, partition, from, max - out.len())
                         .await?;
-                    if !rows.is_empty() {
+                    if !records.is_empty() {
                         self.next_first = partition + 1;
                     }
-                    for row in rows {
-                        out.push(record(&self.topic, row)?);
-                    }
+                    out.extend(records);
                 }
                 out
             }
@@ -209,7 +197,7 @@ impl DbSubscription {
     fn mark_seen(&mut self) {
         match &mut self.wake {
             Wake::Sqlite(waiter) => waiter.mark(),
-            Wake::Postgres(rx) => {
+            Wake::Postgres(_, rx) => {
                 rx.borrow_and_update();
             }
         }
@@ -219,14 +207,13 @@ impl DbSubscription {
     /// on SQLite, a lost notification connection on PostgreSQL) at most the poll interval.
     async fn wait(&mut self, limit: Duration) {
         let fallback = self.log.config.poll_interval;
-        match (&mut self.wake, &self.log.listener) {
-            (Wake::Postgres(rx), Some(listener)) => {
+        match &mut self.wake {
+            Wake::Postgres(listener, rx) => {
                 listener.wait(rx, limit, fallback).await;
             }
-            (Wake::Sqlite(waiter), _) => {
+            Wake::Sqlite(waiter) => {
                 waiter.wait(limit.min(fallback)).await;
             }
-            (Wake::Postgres(_), None) => tokio::time::sleep(limit.min(fallback)).await,
         }
     }
 }
@@ -342,15 +329,19 @@ impl Subscriber for DbLog {
         member: &str,
     ) -> Result<Box<dyn Subscription>, TransportError> {
         self.require_topic(topic).await?;
-        let wake = match (&self.db.pool, &self.listener) {
-            (Pool::Postgres(_), Some(listener)) => {
+        let wake = match &self.appends {
+            Appends::Notified(listener) => {
                 let rx = listener.subscribe(topic);
                 // Connect the listener now, so the first idle poll already has notifications.
                 listener.start();
-                Wake::Postgres(rx)
+                Wake::Postgres(listener.clone(), rx)
             }
-            (Pool::Sqlite(pool), _) => Wake::Sqlite(CommitWaiter::new(pool, Watched::Log)),
-            (Pool::Postgres(_), None) => Wake::Postgres(watch::channel(0).1),
+            // Its own position, counting what came before as seen.
+            Appends::Signalled(appended) => {
+                let waiter = CommitWaiter::clone(appended);
+                waiter.mark();
+                Wake::Sqlite(waiter)
+            }
         };
         // Only announce the member here; partitions are taken on the first poll, so members
         // that start together split the topic at once instead of the first taking it all.

@@ -215,7 +215,7 @@ pub(super) async fn mark_published_lanes(
             let mut tokens = Vec::with_capacity(marks.len());
             let mut ids: Vec<Uuid> = Vec::new();
             for mark in marks {
-                lanes.push(super::lane_int(mark.lease.lane));
+                lanes.push(super::int4(mark.lease.lane));
                 owners.push(mark.lease.owner.as_str());
                 tokens.push(mark.lease.token);
                 ids.extend_from_slice(&mark.ids);

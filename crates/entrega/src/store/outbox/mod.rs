@@ -17,7 +17,8 @@ use entrega_core::{
 use uuid::Uuid;
 
 use super::wakeup::Waiter;
-use crate::db::{query, query_each, Backend, Db, TextList, TimeMs, Tx};
+use crate::db::{query, query_each, Db, Query, TextList, TimeMs, Tx};
+use crate::store::int4;
 
 /// The outbox of one database as the relay sees it. Cheap to clone; each clone keeps its own
 /// wake-up position.
@@ -42,60 +43,39 @@ impl DbOutbox {
 }
 
 /// Writes `events`, in order, to the outbox in `tx`: they exist if and only if the business
-/// change commits. On PostgreSQL several events go in one statement.
+/// change commits. On PostgreSQL they go in one statement, which computes each lane itself
+/// (a generated column); SQLite is given it.
 pub(crate) async fn enqueue_all(tx: &mut Tx, events: &[NewEvent]) -> Result<(), StoreError> {
-    if events.len() > 1 {
-        if let Some(conn) = tx.postgres() {
-            return lanes::enqueue_many_postgres(conn, events).await;
+    if let Some(conn) = tx.postgres() {
+        if events.is_empty() {
+            return Ok(());
         }
+        return lanes::enqueue_many_postgres(conn, events).await;
     }
     for event in events {
-        enqueue(tx, event).await?;
+        let statement = query(
+            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, headers, lane)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(event.id)
+        .bind(&event.aggregate)
+        .bind(&event.aggregate_id)
+        .bind(&event.kind)
+        .bind(version_of(event)?)
+        .bind(crate::db::JsonText(event.payload.to_string()))
+        .bind(event.headers.to_json_object())
+        .bind(i64::from(lane_of(&event.aggregate_id)));
+        tx.execute(statement).await?;
     }
     Ok(())
 }
 
 /// The event's version as stored (`INTEGER`).
 fn version_of(event: &NewEvent) -> Result<i32, StoreError> {
-    i32::try_from(event.version)
-        .map_err(|_| StoreError::rejected(OutOfRange(format!("event version {}", event.version))))
+    i32::try_from(event.version).map_err(|_| {
+        StoreError::rejected(format!("event version {} is out of range", event.version))
+    })
 }
-
-async fn enqueue(tx: &mut Tx, event: &NewEvent) -> Result<(), StoreError> {
-    let version = version_of(event)?;
-    let payload = serde_json::to_string(&event.payload).map_err(StoreError::rejected)?;
-    // PostgreSQL computes the lane itself (a generated column); SQLite is given it.
-    let sqlite = tx.backend() == Backend::Sqlite;
-    let statement = if sqlite {
-        query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, headers, lane)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-    } else {
-        query(
-            "INSERT INTO outbox (id, agregado, agregado_id, tipo, version, carga, headers)
-             VALUES ($1, $2, $3, $4, $5, $6, CAST($7 AS jsonb))",
-        )
-    }
-    .bind(event.id)
-    .bind(&event.aggregate)
-    .bind(&event.aggregate_id)
-    .bind(&event.kind)
-    .bind(version)
-    .bind(crate::db::JsonText(payload))
-    .bind(event.headers.to_json_object());
-    let statement = if sqlite {
-        statement.bind(i64::from(lane_of(&event.aggregate_id)))
-    } else {
-        statement
-    };
-    tx.execute(statement).await.map(drop)
-}
-
-/// A value that does not fit its column.
-#[derive(Debug, thiserror::Error)]
-#[error("{0} is out of range")]
-struct OutOfRange(String);
 
 /// The columns every read of pending rows selects, in [`Row`] order, on table alias `o`,
 /// with `$seq` the publishing sequence (SQLite's rowid, PostgreSQL's `seq`). Statement texts
@@ -188,39 +168,34 @@ macro_rules! lease_held_sql {
 }
 pub(super) use lease_held_sql;
 
-/// Whether `lease` is still held as it was handed out.
-async fn lease_held(db: &Db, lease: &LaneLease) -> Result<bool, StoreError> {
+/// Runs `statement`, which changes rows only while `lease` is held as handed out (the check
+/// and the change are one statement). Nothing changed: either the lease is gone
+/// ([`StoreError::LeaseLost`]) or the rows are (published or purged meanwhile).
+async fn fenced(db: &Db, statement: Query, lease: &LaneLease) -> Result<(), StoreError> {
+    if db.execute(statement).await? > 0 {
+        return Ok(());
+    }
     let held: Option<bool> = db
         .scalar(
             query(concat!("SELECT ", lease_held_sql!("$1", "$2", "$3")))
-                .bind(lane_int(lease.lane))
+                .bind(int4(lease.lane))
                 .bind(&lease.owner)
                 .bind(lease.token),
         )
         .await?;
-    Ok(held.unwrap_or(false))
-}
-
-/// A lane as stored (`INT` in `entrega_relay_lanes`).
-fn lane_int(lane: u32) -> i32 {
-    i32::try_from(lane).unwrap_or(i32::MAX)
-}
-
-fn lease_lost(lane: u32) -> StoreError {
-    StoreError::LeaseLost {
-        what: format!("relay lane {lane}"),
+    if held.unwrap_or(false) {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost {
+            what: format!("relay lane {}", lease.lane),
+        })
     }
 }
 
 #[async_trait]
 impl OutboxReader for DbOutbox {
     async fn pending(&self, lane: u32, limit: usize) -> Result<Vec<OutboxRow>, StoreError> {
-        let cursor = LaneCursor {
-            lane,
-            after_seq: i64::MIN,
-        };
-        let now = self.clock.now_ms();
-        let found = lanes::pending_lanes(&self.db, &[cursor], limit, now).await?;
+        let found = self.pending_lanes(&[lane], limit).await?;
         Ok(found.into_iter().flat_map(|f| f.rows).collect())
     }
 
@@ -233,8 +208,8 @@ impl OutboxReader for DbOutbox {
         if ids.is_empty() {
             return Ok(());
         }
-        // The lease check and the update are one statement: a relay that lost its lane cannot
-        // mark anything, whatever happened since it read the rows.
+        // Fenced: a relay that lost its lane cannot mark anything, whatever happened since it
+        // read the rows.
         let statement = query_each(
             concat!(
                 "UPDATE outbox SET publicado_en = $1 WHERE lane = $2 AND publicado_en IS NULL \
@@ -248,17 +223,11 @@ impl OutboxReader for DbOutbox {
             ),
         )
         .bind(TimeMs(now_ms))
-        .bind(lane_int(lease.lane))
+        .bind(int4(lease.lane))
         .bind(&lease.owner)
         .bind(lease.token)
         .bind(id_list(ids));
-        let marked = self.db.execute(statement).await?;
-        // Nothing matched: either the lease is gone or the rows are (purged meanwhile).
-        if marked > 0 || lease_held(&self.db, lease).await? {
-            Ok(())
-        } else {
-            Err(lease_lost(lease.lane))
-        }
+        fenced(&self.db, statement, lease).await
     }
 
     async fn record_refusal(
@@ -282,8 +251,7 @@ impl OutboxReader for DbOutbox {
                 after_seq: i64::MIN,
             })
             .collect();
-        let now = self.clock.now_ms();
-        lanes::pending_lanes(&self.db, &cursors, limit, now).await
+        self.pending_lanes_after(&cursors, limit).await
     }
 
     async fn pending_lanes_after(

@@ -5,8 +5,9 @@
 use entrega_core::{BlockedRow, LaneLease, Refusal, ReleaseError, StoreError, BLOCKED_ROWS_LISTED};
 use uuid::Uuid;
 
-use super::{corrupt, lane_int, lease_held, lease_held_sql, lease_lost};
+use super::{corrupt, fenced, lease_held_sql};
 use crate::db::{query, query_each, Db, TimeMs};
+use crate::store::int4;
 
 /// Pending rows the transport refused: the predicate of the partial index `outbox_blocked`.
 const REFUSED: &str =
@@ -31,15 +32,10 @@ pub(super) async fn record(
     .bind(refusal.retry_at_ms.map(TimeMs))
     .bind(refusal.holds().then_some(TimeMs(now_ms)))
     .bind(refusal.id)
-    .bind(lane_int(lease.lane))
+    .bind(int4(lease.lane))
     .bind(&lease.owner)
     .bind(lease.token);
-    // Nothing matched: the lease is gone, or the row is (published or purged meanwhile).
-    if db.execute(statement).await? > 0 || lease_held(db, lease).await? {
-        Ok(())
-    } else {
-        Err(lease_lost(lease.lane))
-    }
+    fenced(db, statement, lease).await
 }
 
 /// `id, agregado, agregado_id, tipo, attempts, last_error, next_attempt_at, held_at`.
