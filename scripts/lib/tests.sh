@@ -1,30 +1,49 @@
-# Running the workspace's test binaries side by side, for scripts/test.
+# Running the suite's parts side by side, for scripts/test.
 #
-#   run_test_binaries JOBS THREADS   builds every test target of the workspace, then runs the
-#                                    binaries JOBS at a time, each with THREADS test threads,
-#                                    the slowest of the last run first; prints one line per
-#                                    binary as it ends and, for one that failed, its output
+#   test_tasks THREADS           builds every test target of the workspace and prints one
+#                                task per test binary (see run_tasks)
+#   run_tasks JOBS FILE          runs the tasks listed in FILE, JOBS at a time, the slowest of
+#                                the last run first; prints one line per task as it ends and
+#                                the output of those that failed (or asked to be shown)
 #
-# `cargo test` runs its binaries one after another, so a run takes the sum of their times
-# even though most of a binary's time is spent waiting on brokers, databases and spawned
-# processes. Here the binaries overlap, and starting the slowest first keeps the last one
-# from starting late. Each binary runs as cargo would run it: from its package's directory,
-# with CARGO_MANIFEST_DIR set. Durations are kept in $KM0_CACHE/test-durations.tsv.
+# `cargo test` runs its binaries one after another, so a run takes the sum of their times,
+# though most of the slow ones' time is spent waiting: on a broker brought down for a set
+# time, a crash to be noticed, a rebalance. Here the test binaries, the doc tests and the
+# demos overlap, and starting the slowest first keeps the last one from starting late. Each
+# binary runs as cargo runs it: from its package's directory, with CARGO_MANIFEST_DIR set.
+# Durations are kept in $KM0_CACHE/test-durations.tsv for the next run's order.
 #
-# Needs provision.sh (KM0_CACHE) sourced first, and python3 (to read cargo's JSON).
+# A task is one line: `name<TAB>how<TAB>command`, the command evaluated in a subshell of
+# the calling script (its functions and variables are there). `how` is `-`, `show` (print
+# its output even when it passes) or `alone` (run after the others, with nothing beside it).
+#
+# Needs provision.sh (KM0_CACHE, fail) sourced first, and python3 (to read cargo's JSON).
 
 TEST_DURATIONS="$KM0_CACHE/test-durations.tsv"
 
-# Prints `name<TAB>package dir<TAB>executable` for every test binary of the workspace,
-# building them first.
-test_binaries() {
-  local json
+# Tests that take down a service other binaries share (the local RabbitMQ node, stopped and
+# started by the restart test): `binary<TAB>test filter`, one a line. Their binary skips
+# them, and they run alone at the end.
+ALONE_TESTS=$'km0-brokers\tamqp_broker_restart::'
+
+# Test threads of binary NAME: km0's broker tests spend their time waiting on brokers and
+# processes they bring down on purpose, so they run with twice as many.
+threads_for() {
+  case $1 in
+    km0-brokers) echo $(($2 * 2)) ;;
+    *) echo "$2" ;;
+  esac
+}
+
+test_tasks() {
+  local threads=$1 json
   json=$(mktemp)
   if ! cargo test --workspace --no-run --quiet --message-format=json-render-diagnostics >"$json"; then
     rm -f "$json"
     return 1
   fi
-  python3 -c '
+  local binaries
+  binaries=$(python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try:
@@ -41,64 +60,78 @@ for line in sys.stdin:
     if kind in ("lib", "bin"):
         name += "-unit" if kind == "lib" else "-bin"
     print(name, package, m["executable"], sep="\t")
-' <"$json"
+' <"$json") || return 1
   rm -f "$json"
+  local name dir exe run skip alone filter
+  while IFS=$'\t' read -r name dir exe; do
+    run=$(printf 'cd %q && CARGO_MANIFEST_DIR=%q %q -q' "$dir" "$dir" "$exe")
+    skip=""
+    while IFS=$'\t' read -r alone filter; do
+      [ "$alone" = "$name" ] || continue
+      skip+=" --skip $filter"
+      printf '%s\talone\t%s --test-threads 1 %s\n' "$name-${filter%%::*}" "$run" "$filter"
+    done <<<"$ALONE_TESTS"
+    printf '%s\t-\t%s --test-threads %s%s\n' "$name" "$run" "$(threads_for "$name" "$threads")" "$skip"
+  done <<<"$binaries"
 }
 
-# The last run's duration of binary NAME in seconds, 100000 when unknown (a new binary
-# might be slow: start it early).
+# The last run's duration of task NAME in seconds, 100000 when unknown (a new task might be
+# slow: start it early).
 last_duration() {
   local seconds
   seconds=$(awk -F'\t' -v n="$1" '$1 == n { s = $2 } END { print s }' "$TEST_DURATIONS" 2>/dev/null)
   printf '%s' "${seconds:-100000}"
 }
 
-run_test_binaries() {
-  local jobs=$1 threads=$2 out line name dir exe listed=()
-  out=$(mktemp -d)
-  # Built first, in the foreground: a compile error stops here with cargo's own message.
-  local built
-  built=$(test_binaries) || fail "tests" "the test build failed (cargo's messages are above)"
-  mapfile -t listed <<<"$built"
-  [ -n "$built" ] || fail "tests" "no test binary was built"
-  # Interrupted: the binaries still running stop too.
-  trap 'kill $(jobs -p) 2>/dev/null' INT TERM
-  local ordered
-  ordered=$(for line in "${listed[@]}"; do
-    IFS=$'\t' read -r name dir exe <<<"$line"
-    printf '%s\t%s\n' "$(last_duration "$name")" "$line"
-  done | sort -t$'\t' -k1,1nr | cut -f2-)
+# run_task OUT NAME HOW COMMAND: runs one task, its output in OUT/NAME.log; prints how it
+# ended and leaves marks for run_tasks.
+run_task() {
+  local out=$1 name=$2 how=$3 command=$4 start=$SECONDS status took summary
+  if (eval "$command") >"$out/$name.log" 2>&1; then
+    status=ok
+    [ "$how" = show ] && touch "$out/$name.show"
+  else
+    status=FAILED
+    touch "$out/$name.failed"
+  fi
+  took=$((SECONDS - start))
+  printf '%s\t%s\n' "$name" "$took" >"$out/$name.took"
+  summary=$(grep -E '^test result:' "$out/$name.log" | tail -n 1 | sed 's/^test result: //')
+  printf '  %-6s %-40s %4ds  %s\n' "$status" "$name" "$took" "$summary"
+}
 
-  while IFS=$'\t' read -r name dir exe; do
+run_tasks() {
+  local jobs=$1 file=$2 out ordered name how command
+  out=$(mktemp -d)
+  ordered=$(while IFS=$'\t' read -r name how command; do
+    printf '%s\t%s\t%s\t%s\n' "$(last_duration "$name")" "$name" "$how" "$command"
+  done <"$file" | sort -t$'\t' -k1,1nr -s | cut -f2-)
+  # Interrupted: the tasks still running stop too.
+  trap 'kill $(jobs -p) 2>/dev/null' INT TERM
+
+  while IFS=$'\t' read -r name how command; do
+    [ "$how" != alone ] || continue
     while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
       wait -n || true
     done
-    (
-      start=$SECONDS
-      if (cd "$dir" && CARGO_MANIFEST_DIR="$dir" "$exe" --test-threads "$threads" -q) \
-        >"$out/$name.log" 2>&1; then
-        status=ok
-      else
-        status=FAILED
-        touch "$out/$name.failed"
-      fi
-      took=$((SECONDS - start))
-      printf '%s\t%s\n' "$name" "$took" >"$out/$name.took"
-      summary=$(grep -E '^test result:' "$out/$name.log" | tail -n 1 | sed 's/^test result: //')
-      printf '  %-6s %-28s %4ds  %s\n' "$status" "$name" "$took" "$summary"
-    ) &
+    run_task "$out" "$name" "$how" "$command" &
   done <<<"$ordered"
   wait
+  while IFS=$'\t' read -r name how command; do
+    [ "$how" = alone ] || continue
+    run_task "$out" "$name" "$how" "$command"
+  done <<<"$ordered"
+  trap - INT TERM
 
   cat "$out"/*.took >"$TEST_DURATIONS.new" 2>/dev/null && mv "$TEST_DURATIONS.new" "$TEST_DURATIONS"
-  local failed=0 log
-  for log in "$out"/*.failed; do
-    [ -e "$log" ] || continue
-    failed=1
-    name=$(basename "$log" .failed)
-    printf '\n---- output of %s ----\n' "$name"
+  local failed=0 mark
+  for mark in "$out"/*.show "$out"/*.failed; do
+    [ -e "$mark" ] || continue
+    name=$(basename "${mark%.*}")
+    case $mark in *.failed) failed=1 ;; esac
+    printf '\n---- %s ----\n' "$name"
     cat "$out/$name.log"
   done
   rm -rf "$out"
-  [ "$failed" = 0 ] || fail "tests" "a test binary failed (its output is above)"
+  [ "$failed" = 0 ] || fail "tests" "a task failed (its output is above)"
 }
