@@ -14,7 +14,26 @@ import json
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+# Answers that say "ask again": the group's coordinator is moving or still loading.
+COORDINATOR_BUSY = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT}
+
+
+def committed(consumer, partitions, timeout):
+    """The group's committed offsets of `partitions`, asked again while the coordinator is
+    busy, as a Kafka client would, until `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=max(deadline - time.monotonic(), 1.0))
+        except KafkaException as e:
+            error = e.args[0]
+            busy = error.retriable() or error.code() in COORDINATOR_BUSY
+            if not busy or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def main() -> int:
@@ -49,8 +68,8 @@ def main() -> int:
                 continue
             leidos += 1
             ids.update(v for k, v in (msg.headers() or []) if k == "id_evento")
-        confirmados = consumidor.committed(
-            [TopicPartition(args.topic, p) for p in particiones], timeout=args.timeout)
+        confirmados = committed(
+            consumidor, [TopicPartition(args.topic, p) for p in particiones], args.timeout)
         salida = {"topic": args.topic, "group": args.group, "partitions": {},
                   "messages": leidos, "distinct_ids": len(ids)}
         for tp in confirmados:
