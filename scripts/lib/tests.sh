@@ -91,23 +91,36 @@ run_task() {
   printf '  %-6s %-40s %4ds  %s\n' "$status" "$name" "$took" "$summary"
 }
 
+# The tasks of TASK_PIDS still running (the script's other children, such as a Kafka broker
+# it started, are not tasks).
+running_tasks() {
+  local pid
+  for pid in $(jobs -rp); do
+    [[ " ${TASK_PIDS[*]} " == *" $pid "* ]] && echo "$pid"
+  done
+  return 0
+}
+
 run_tasks() {
-  local jobs=$1 file=$2 out ordered name how command
+  local jobs=$1 file=$2 out ordered name how command running
+  TASK_PIDS=()
   out=$(mktemp -d)
   ordered=$(while IFS=$'\t' read -r name how command; do
     printf '%s\t%s\t%s\t%s\n' "$(last_duration "$name")" "$name" "$how" "$command"
   done <"$file" | sort -t$'\t' -k1,1nr -s | cut -f2-)
   # Interrupted: the tasks still running stop too.
-  trap 'kill $(jobs -p) 2>/dev/null' INT TERM
+  trap 'kill $(running_tasks) 2>/dev/null' INT TERM
 
   while IFS=$'\t' read -r name how command; do
     [ "$how" != alone ] || continue
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do
-      wait -n || true
+    while running=$(running_tasks) && [ "$(grep -c . <<<"$running")" -ge "$jobs" ]; do
+      # shellcheck disable=SC2086 # one pid a word
+      wait -n $running || true
     done
     run_task "$out" "$name" "$how" "$command" &
+    TASK_PIDS+=("$!")
   done <<<"$ordered"
-  wait
+  wait "${TASK_PIDS[@]}" || true
   while IFS=$'\t' read -r name how command; do
     [ "$how" = alone ] || continue
     run_task "$out" "$name" "$how" "$command"
