@@ -174,13 +174,14 @@ ensure_postgres() {
   if [ -n "$version" ] && [ -d "/etc/postgresql/$version/main" ]; then
     ensure_test_pki
     pg_configure_tls "/etc/postgresql/$version/main"
-    if [ "$(psql_admin -c 'show ssl')" != "on" ] ||
-      [ "$(psql_admin -c 'show ssl_cert_file')" != "/etc/postgresql/$version/main/km0-server.pem" ]; then
+    # Reloaded every time: a running server keeps the certificate it loaded until a reload,
+    # and the one on disk may have been made again since (a cache wiped, one near expiry).
+    if [ "$(psql_admin -c 'show ssl')" != "on" ]; then
       echo "turning TLS on in PostgreSQL $version"
-      psql_admin -c 'select pg_reload_conf()' >/dev/null
-      for _ in $(seq 1 20); do [ "$(psql_admin -c 'show ssl')" = "on" ] && break; sleep 0.25; done
-      [ "$(psql_admin -c 'show ssl')" = "on" ] || fail "PostgreSQL TLS" "ssl is still off after a reload; read the server log"
     fi
+    psql_admin -c 'select pg_reload_conf()' >/dev/null
+    for _ in $(seq 1 20); do [ "$(psql_admin -c 'show ssl')" = "on" ] && break; sleep 0.25; done
+    [ "$(psql_admin -c 'show ssl')" = "on" ] || fail "PostgreSQL TLS" "ssl is still off after a reload; read the server log"
   fi
 }
 
