@@ -30,7 +30,6 @@ use common::state::eventually;
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::{PARTITIONS, TOPIC};
 
-/// Session timeout of the group members: a dead member keeps its partitions this long.
 /// How fast orders are placed.
 const PER_SECOND: u32 = 30;
 /// Orders placed after the survivors took the dead member's partitions over.
@@ -69,17 +68,26 @@ fn behind(ends: &BTreeMap<u32, i64>, committed: &BTreeMap<u32, i64>) -> BTreeSet
         .collect()
 }
 
-/// `Some` once the group keeps up on every partition: what was in the log a second ago is
-/// committed now. Every partition is held by a member that works.
+/// How long the group may take to commit what was in the log, for [`steady`]: on a loaded
+/// machine one member may wait a second or two on another's stock-row locks.
+const CATCH_UP: Duration = Duration::from_secs(10);
+
+/// `Some` once the group keeps up on every partition: what was in the log when asked is
+/// committed within [`CATCH_UP`]. Every partition is held by a member that works.
 async fn steady(view: &KafkaView) -> Option<()> {
     let ends = view.ends(TOPIC).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let committed = view.committed(GROUP, TOPIC).await;
-    (ends.len() == PARTITIONS as usize
-        && ends
-            .iter()
-            .all(|(p, end)| *end > 0 && committed.get(p) >= Some(end)))
-    .then_some(())
+    if ends.len() != PARTITIONS as usize || ends.values().any(|end| *end == 0) {
+        return None;
+    }
+    let deadline = Instant::now() + CATCH_UP;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let committed = view.committed(GROUP, TOPIC).await;
+        if behind(&ends, &committed).is_empty() {
+            return Some(());
+        }
+    }
+    None
 }
 
 /// Freezes `victim` for [`FREEZE`]; returns the partitions whose committed offsets stood
