@@ -17,20 +17,25 @@ pub enum DeadClass {
     Exhausted,
     /// It came back from the retry topic with retry headers that cannot be read.
     BadRetryHeaders,
+    /// A readable envelope that breaks its contract: a version this consumer cannot read
+    /// (newer, or older with no upcaster), or `datos` that does not fit the schema. Replay
+    /// once the consumer is fixed (the seed's `esquema`).
+    Schema,
 }
 
 impl DeadClass {
     /// Every class, in a stable order.
-    pub const ALL: [DeadClass; 5] = [
+    pub const ALL: [DeadClass; 6] = [
         Self::Unreadable,
         Self::UnknownType,
         Self::Rejected,
         Self::Exhausted,
         Self::BadRetryHeaders,
+        Self::Schema,
     ];
 
     /// The wire name (`ilegible`, `tipo_desconocido`, `rechazado`, `agotado`,
-    /// `cabeceras_invalidas`).
+    /// `cabeceras_invalidas`, `esquema`).
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Unreadable => "ilegible",
@@ -38,6 +43,7 @@ impl DeadClass {
             Self::Rejected => "rechazado",
             Self::Exhausted => "agotado",
             Self::BadRetryHeaders => "cabeceras_invalidas",
+            Self::Schema => "esquema",
         }
     }
 

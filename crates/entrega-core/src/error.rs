@@ -37,6 +37,10 @@ pub enum StoreError {
         /// What the lease covered.
         what: String,
     },
+    /// An event refused before it reached the outbox: it does not meet its contract. Nothing
+    /// was written; the caller's transaction is still open and may go on or roll back.
+    #[error("event refused: {0}")]
+    Contract(#[from] crate::ContractError),
     /// The schema in the database is newer than this build understands.
     #[error("database schema version {found} is newer than the supported {supported}")]
     SchemaTooNew {

@@ -17,6 +17,8 @@ pub enum ErrorClass {
 #[derive(Debug)]
 pub struct HandlerError {
     class: ErrorClass,
+    /// A permanent failure of the event's contract rather than of the handler's rules.
+    contract: bool,
     code: Option<String>,
     source: Box<dyn StdError + Send + Sync + 'static>,
 }
@@ -26,6 +28,7 @@ impl HandlerError {
     pub fn transient(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
         Self {
             class: ErrorClass::Transient,
+            contract: false,
             code: None,
             source: source.into(),
         }
@@ -35,8 +38,33 @@ impl HandlerError {
     pub fn permanent(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
         Self {
             class: ErrorClass::Permanent,
+            contract: false,
             code: None,
             source: source.into(),
+        }
+    }
+
+    /// The event breaks its contract (a version the consumer cannot read, `datos` that does
+    /// not fit its schema): permanent, dead-lettered with class
+    /// [`DeadClass::Schema`](crate::DeadClass::Schema) so it can be replayed once the consumer
+    /// is fixed.
+    pub fn contract(source: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        Self {
+            contract: true,
+            ..Self::permanent(source)
+        }
+    }
+
+    /// The class of dead letter a permanent failure becomes: [`DeadClass::Schema`] for
+    /// [`HandlerError::contract`], otherwise [`DeadClass::Rejected`].
+    ///
+    /// [`DeadClass::Schema`]: crate::DeadClass::Schema
+    /// [`DeadClass::Rejected`]: crate::DeadClass::Rejected
+    pub fn dead_class(&self) -> crate::DeadClass {
+        if self.contract {
+            crate::DeadClass::Schema
+        } else {
+            crate::DeadClass::Rejected
         }
     }
 
@@ -87,6 +115,9 @@ impl StdError for HandlerError {
 
 impl From<crate::StoreError> for HandlerError {
     fn from(e: crate::StoreError) -> Self {
+        if let crate::StoreError::Contract(e) = e {
+            return e.into();
+        }
         if e.is_transient() {
             Self::transient(e)
         } else {

@@ -2,6 +2,7 @@
 //! and store errors, and the small traits that transports and stores implement. No I/O lives here.
 
 mod clock;
+mod contract_error;
 mod dead_reason;
 mod dlq;
 mod envelope;
@@ -27,6 +28,7 @@ mod transport;
 pub mod utc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use contract_error::ContractError;
 pub use dead_reason::{DeadClass, DeadReason};
 pub use dlq::{
     DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore,

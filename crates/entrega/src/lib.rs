@@ -37,6 +37,7 @@ mod backoff;
 pub mod broker;
 pub mod db;
 pub mod dlq;
+mod idempotent;
 pub mod metrics;
 mod relay;
 mod relay_config;
@@ -53,6 +54,7 @@ pub use db::{Db, Tx};
 /// Named failure points for crash tests (defined in `entrega-core`, so every crate's engine
 /// code can pass them).
 pub use entrega_core::failpoint;
+pub use idempotent::{Apply, Idempotent, IdempotentStats};
 pub use relay::{Relay, RelayError};
 pub use relay_config::{OutboxPorts, RelayConfig, RelayStats, TopicRouting};
 pub use shutdown::{shutdown_token, signal};
@@ -61,6 +63,10 @@ pub use worker::{
 };
 
 pub use tokio_util::sync::CancellationToken;
+
+/// Event contracts: typed events, their schemas, compatibility checks, upcasting.
+pub use entrega_contracts as contracts;
+pub use entrega_contracts::{Catalog, Compatibility, Event, Upcasters};
 
 /// The README's code, compiled with the crate's doctests so its quickstart keeps working.
 #[cfg(doctest)]
@@ -71,9 +77,9 @@ pub struct ReadmeDoctests;
 // handler answers, the errors of the seams, time, entrega's migration sets, trace context.
 pub use entrega_core::headers;
 pub use entrega_core::{
-    now_ms, Clock, DeadClass, DeadReason, Envelope, EnvelopeError, ErrorClass, HandlerError,
-    Headers, Limits, ManualClock, MigrationSet, NewEvent, OutgoingMessage, Processed, RawJson,
-    Record, ReplayKey, StoreError, SystemClock, TraceContext, TransportError, TRACEPARENT,
+    now_ms, Clock, ContractError, DeadClass, DeadReason, Envelope, EnvelopeError, ErrorClass,
+    HandlerError, Headers, Limits, ManualClock, MigrationSet, NewEvent, OutgoingMessage, Processed,
+    RawJson, Record, ReplayKey, StoreError, SystemClock, TraceContext, TransportError, TRACEPARENT,
 };
 
 /// The seams between the engine and what it runs on: transports (publish, subscribe, topic

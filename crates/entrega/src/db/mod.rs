@@ -38,6 +38,7 @@ pub(crate) mod types;
 
 use std::sync::Arc;
 
+use entrega_contracts::Catalog;
 use entrega_core::migration::Step;
 use entrega_core::{DlqStore, HeldLetterStore, MigrationSet, ParkingStore, StoreError};
 use sqlx::{PgPool, SqlitePool};
@@ -92,6 +93,8 @@ pub struct UnsupportedUrl(pub String);
 #[derive(Debug, Clone)]
 pub struct Db {
     pub(crate) pool: Pool,
+    /// The contracts every event enqueued through this handle must meet.
+    contracts: Option<Arc<Catalog>>,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +107,7 @@ impl From<SqlitePool> for Db {
     fn from(pool: SqlitePool) -> Self {
         Self {
             pool: Pool::Sqlite(pool),
+            contracts: None,
         }
     }
 }
@@ -112,6 +116,7 @@ impl From<PgPool> for Db {
     fn from(pool: PgPool) -> Self {
         Self {
             pool: Pool::Postgres(pool),
+            contracts: None,
         }
     }
 }
@@ -156,12 +161,26 @@ impl Db {
 
     /// Opens a write transaction (see [`Tx`]).
     pub async fn begin(&self) -> Result<Tx, StoreError> {
-        match &self.pool {
-            Pool::Sqlite(pool) => Ok(Tx::sqlite_tx(entrega_sqlite::begin_immediate(pool).await?)),
-            Pool::Postgres(pool) => Ok(Tx::postgres_tx(
-                pool.begin().await.map_err(entrega_postgres::classify)?,
-            )),
-        }
+        let tx = match &self.pool {
+            Pool::Sqlite(pool) => Tx::sqlite_tx(entrega_sqlite::begin_immediate(pool).await?),
+            Pool::Postgres(pool) => {
+                Tx::postgres_tx(pool.begin().await.map_err(entrega_postgres::classify)?)
+            }
+        };
+        Ok(tx.with_contracts(self.contracts.clone()))
+    }
+
+    /// This handle with `catalog` checked on every enqueue: an event of a `tipo` the catalog
+    /// knows must meet the contract of its version, or [`Tx::enqueue`] refuses it with
+    /// [`StoreError::Contract`] and writes nothing.
+    pub fn with_contracts(mut self, catalog: Arc<Catalog>) -> Self {
+        self.contracts = Some(catalog);
+        self
+    }
+
+    /// The contracts enqueued events are checked against, if any.
+    pub fn contracts(&self) -> Option<&Arc<Catalog>> {
+        self.contracts.as_ref()
     }
 
     /// Runs a statement outside any transaction; returns how many rows it affected.

@@ -1,5 +1,8 @@
 //! One open transaction on whichever backend its [`Db`](super::Db) holds.
 
+use std::sync::Arc;
+
+use entrega_contracts::{Catalog, Event};
 use entrega_core::{NewEvent, StoreError};
 use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
 
@@ -16,6 +19,7 @@ use super::{query, query_each, Backend, Query, TextList};
 #[derive(Debug)]
 pub struct Tx {
     inner: Inner,
+    contracts: Option<Arc<Catalog>>,
 }
 
 #[derive(Debug)]
@@ -28,13 +32,20 @@ impl Tx {
     pub(super) fn sqlite_tx(tx: Transaction<'static, Sqlite>) -> Self {
         Self {
             inner: Inner::Sqlite(tx),
+            contracts: None,
         }
     }
 
     pub(super) fn postgres_tx(tx: Transaction<'static, Postgres>) -> Self {
         Self {
             inner: Inner::Postgres(tx),
+            contracts: None,
         }
+    }
+
+    pub(super) fn with_contracts(mut self, contracts: Option<Arc<Catalog>>) -> Self {
+        self.contracts = contracts;
+        self
     }
 
     /// The backend this transaction runs on.
@@ -85,9 +96,30 @@ impl Tx {
 
     /// Writes every event, in order, to the outbox in this transaction, each with the trace
     /// context as [`Tx::enqueue`] does.
+    ///
+    /// With contracts ([`Db::with_contracts`](super::Db::with_contracts)), every event is
+    /// checked first; one that breaks its contract fails the call with
+    /// [`StoreError::Contract`] and none of `events` is written.
     pub async fn enqueue_all(&mut self, events: &[NewEvent]) -> Result<(), StoreError> {
+        if let Some(catalog) = &self.contracts {
+            for event in events {
+                catalog.validate(&event.kind, event.version, &event.payload)?;
+            }
+        }
         let events = crate::trace::stamped(events);
         crate::store::outbox::enqueue_all(self, &events).await
+    }
+
+    /// Writes `event` of `aggregate` `aggregate_id` to the outbox, as [`Tx::enqueue`] does,
+    /// with its `tipo` and `version` from its type.
+    pub async fn publish<E: Event>(
+        &mut self,
+        aggregate: &str,
+        aggregate_id: &str,
+        event: &E,
+    ) -> Result<(), StoreError> {
+        self.enqueue(&event.outgoing(aggregate, aggregate_id)?)
+            .await
     }
 
     /// The answer stored for request `key` of `consumer` by an earlier transaction

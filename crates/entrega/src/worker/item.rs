@@ -233,7 +233,7 @@ pub(super) async fn run_handler(
                 ),
             }),
             Some(Err(e)) => Decision::Dead(DeadReason {
-                class: DeadClass::Rejected,
+                class: e.dead_class(),
                 code: e.code().map(str::to_owned),
                 text: e.to_string(),
             }),

@@ -14,6 +14,7 @@ mod db;
 mod db_write_batch;
 mod dlq;
 mod dlq_replay;
+mod idempotent;
 mod relay;
 mod relay_clock_skew;
 mod relay_crash;
