@@ -253,6 +253,8 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::ops::dlq::DlqCommand,
     },
+    /// km0's event contracts against the committed ones (`contracts/`): check, update, list.
+    Contracts(crate::ops::contracts::ContractsArgs),
     /// The order sagas: list, show one's timeline, retry one waiting for an operator.
     Saga {
         /// What to do.
@@ -600,6 +602,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lag(args) => crate::ops::lag::run(&system, args).await?,
         Command::Dlq { command } => return crate::ops::dlq::run(&system, command).await,
         Command::Saga { command } => crate::ops::saga::run(&system, command).await?,
+        Command::Contracts(args) => return crate::ops::contracts::run(&args),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,6 +15,7 @@
 pub mod bench;
 pub mod cli;
 pub mod console;
+pub mod contracts;
 pub mod demo;
 pub mod ops;
 pub mod services;

@@ -43,6 +43,14 @@ pub enum Finding {
         /// The version.
         version: u32,
     },
+    /// Only the last revision's descriptions (titles, comments) differ from the code's: the
+    /// revision is rewritten in place.
+    Reworded {
+        /// The event type.
+        tipo: String,
+        /// The version.
+        version: u32,
+    },
     /// The code's schema differs from the last revision and keeps the policy: commit it.
     Changed {
         /// The event type.
@@ -91,7 +99,10 @@ pub enum Finding {
 impl Finding {
     /// Whether `update` can resolve it (a new contract, a compatible change).
     pub fn is_update(&self) -> bool {
-        matches!(self, Self::New { .. } | Self::Changed { .. })
+        matches!(
+            self,
+            Self::New { .. } | Self::Reworded { .. } | Self::Changed { .. }
+        )
     }
 }
 
@@ -101,6 +112,10 @@ impl fmt::Display for Finding {
             Self::New { tipo, version } => {
                 write!(f, "`{tipo}` v{version} has no contract file yet")
             }
+            Self::Reworded { tipo, version } => write!(
+                f,
+                "`{tipo}` v{version}: only its descriptions changed; its contract file is behind"
+            ),
             Self::Changed { tipo, version } => write!(
                 f,
                 "`{tipo}` v{version} changed compatibly; its contract file is behind"
@@ -228,7 +243,9 @@ impl Directory {
             return Ok(Err(findings));
         }
         for finding in &findings {
-            let (Finding::New { tipo, version } | Finding::Changed { tipo, version }) = finding
+            let (Finding::New { tipo, version }
+            | Finding::Reworded { tipo, version }
+            | Finding::Changed { tipo, version }) = finding
             else {
                 continue;
             };
@@ -248,6 +265,9 @@ impl Directory {
             };
             file.channel = contract.channel.clone();
             file.compatibility = catalog.policy_of(&contract.channel).as_str().to_owned();
+            if matches!(finding, Finding::Reworded { .. }) {
+                file.revisions.pop();
+            }
             file.revisions.push(contract.schema.clone());
             if let Some(dir) = path.parent() {
                 fs::create_dir_all(dir)?;
@@ -269,8 +289,12 @@ impl Directory {
             // Reported once, by the pass over the files.
             Err(_) => return None,
         };
-        if file.revisions.last() == Some(&contract.schema) {
+        let last = file.revisions.last()?;
+        if last == &contract.schema {
             return None;
+        }
+        if without_annotations(last) == without_annotations(&contract.schema) {
+            return Some(Finding::Reworded { tipo, version });
         }
         let policy = catalog.policy_of(&contract.channel);
         match compat::check(policy, &file.revisions, &contract.schema) {
@@ -286,6 +310,38 @@ impl Directory {
                 reason: format!("the code's schema: {e}"),
             }),
         }
+    }
+}
+
+/// `schema` without what only describes it (`description`, `title`, `examples`,
+/// `$comment`), for telling a reworded schema from a changed one. Member names under
+/// `properties` and `$defs` are names, not keywords, and stay.
+fn without_annotations(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| {
+                    !matches!(
+                        k.as_str(),
+                        "description" | "title" | "examples" | "$comment"
+                    )
+                })
+                .map(|(k, v)| {
+                    let v = match (k.as_str(), v) {
+                        ("properties" | "$defs", Value::Object(named)) => Value::Object(
+                            named
+                                .iter()
+                                .map(|(name, s)| (name.clone(), without_annotations(s)))
+                                .collect(),
+                        ),
+                        _ => without_annotations(v),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(without_annotations).collect()),
+        other => other.clone(),
     }
 }
 

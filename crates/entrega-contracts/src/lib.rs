@@ -9,12 +9,14 @@
 //! generated from. Whatever fails a contract is a [`ContractError`]: permanent, and dead-lettered
 //! with class `esquema`.
 
+pub mod asyncapi;
 pub mod catalog;
 pub mod compat;
 pub mod directory;
 mod event;
 mod upcast;
 mod validate;
+mod yaml;
 
 pub use catalog::{Catalog, Contract};
 pub use compat::Compatibility;
@@ -22,5 +24,6 @@ pub use directory::{ContractFile, Directory, Finding};
 pub use entrega_core::ContractError;
 pub use event::{schema_of, Event};
 pub use upcast::{read, Upcasters};
+pub use yaml::to_yaml;
 
 pub use schemars;

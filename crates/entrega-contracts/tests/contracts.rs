@@ -404,3 +404,31 @@ fn a_hand_edited_history_that_breaks_its_policy_is_found() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_reworded_schema_replaces_its_last_revision() {
+    let root = temp_dir("reworded");
+    let dir = Directory::new(&root);
+    let catalog = Catalog::new().event::<v1::PedidoCreado>("pedidos.eventos", "An order.");
+    dir.update(&catalog).unwrap().unwrap();
+    // The same schema with other words: a description changed, a member named `title` kept.
+    let mut schema = schema_of::<v1::PedidoCreado>();
+    schema["description"] = json!("An order, as its client sent it.");
+    schema["properties"]["cliente"]["description"] = json!("Who ordered.");
+    let reworded =
+        Catalog::new().schema("pedido.creado", 1, "pedidos.eventos", "An order.", schema);
+    assert_eq!(
+        dir.check(&reworded).unwrap(),
+        [Finding::Reworded {
+            tipo: "pedido.creado".into(),
+            version: 1
+        }]
+    );
+    dir.update(&reworded).unwrap().unwrap();
+    let file: entrega_contracts::ContractFile =
+        serde_json::from_str(&std::fs::read_to_string(dir.path("pedido.creado", 1)).unwrap())
+            .unwrap();
+    assert_eq!(file.revisions.len(), 1);
+    assert!(dir.check(&reworded).unwrap().is_empty());
+    std::fs::remove_dir_all(&root).unwrap();
+}

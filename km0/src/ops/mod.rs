@@ -1,8 +1,9 @@
 //! The operator's commands: the outbox's backlog and parked rows (`km0 outbox`), consumer
 //! lag (`km0 lag`, queue depths on RabbitMQ), dead letters (`km0 dlq`) and the order sagas
-//! (`km0 saga`). Every action that changes state is recorded under the operating-system user
+//! (`km0 saga`), and the event contracts (`km0 contracts`). Every action that changes state is recorded under the operating-system user
 //! that ran it ([`identity::os_user`]).
 
+pub mod contracts;
 pub mod dlq;
 pub mod identity;
 pub mod lag;

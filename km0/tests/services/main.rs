@@ -8,6 +8,7 @@ mod common;
 
 mod alert_rules;
 mod catalogo_flow;
+mod contracts;
 mod end_to_end;
 mod http_limits;
 mod inventario_batch_paths;

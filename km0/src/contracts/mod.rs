@@ -1,0 +1,162 @@
+//! km0's contracts: every event, command, reply and request body its services exchange, as a
+//! type that knows its `tipo` and `version` (ADR 0019). [`catalog`] lists them with the channel
+//! each travels on; their schemas are committed under `contracts/` and checked in CI
+//! (`km0 contracts check`); [`asyncapi`] describes them for other teams (`docs/asyncapi.yaml`).
+
+pub mod delivery;
+pub mod orders;
+pub mod payments;
+pub mod sales;
+pub mod stock;
+
+use entrega::contracts::asyncapi::{Channel, Info};
+use entrega::Catalog;
+
+use crate::services::{analitica, inventario, pagos, pedidos, reparto};
+
+/// Where the committed contracts live, relative to the repository's root.
+pub const DIRECTORY: &str = "contracts";
+
+/// Every contract of km0, by channel.
+pub fn catalog() -> Catalog {
+    Catalog::new()
+        .event::<orders::OrderCreated>(
+            pedidos::TOPIC,
+            "An order was placed (the order as the client sent it).",
+        )
+        .event::<orders::OrderPaidV1>(pedidos::TOPIC, "An order was paid (the seed's pagos).")
+        .event::<orders::OrderPaid>(
+            pedidos::TOPIC,
+            "An order was paid and a courier assigned (the order saga).",
+        )
+        .event::<orders::OrderCancelled>(pedidos::TOPIC, "The order saga gave an order up.")
+        .event::<stock::Reserve>(inventario::COMMANDS_TOPIC, "Set units aside for an order.")
+        .event::<stock::Release>(inventario::COMMANDS_TOPIC, "Give a reservation back.")
+        .event::<stock::Reserved>(inventario::EVENTS_TOPIC, "The units are set aside.")
+        .event::<stock::ReservationRefused>(inventario::EVENTS_TOPIC, "Nothing was set aside.")
+        .event::<stock::Released>(inventario::EVENTS_TOPIC, "The reservation was given back.")
+        .event::<stock::StockUpdated>(inventario::EVENTS_TOPIC, "A product's units changed.")
+        .event::<payments::Charge>(pagos::COMMANDS_TOPIC, "Charge an order once.")
+        .event::<payments::Refund>(pagos::COMMANDS_TOPIC, "Give an order's charge back.")
+        .event::<payments::PaymentConfirmed>(
+            pagos::EVENTS_TOPIC,
+            "The gateway approved the charge.",
+        )
+        .event::<payments::PaymentDeclined>(pagos::EVENTS_TOPIC, "The charge was declined.")
+        .event::<payments::PaymentRefunded>(pagos::EVENTS_TOPIC, "The charge was given back.")
+        .event::<payments::AuthorisationRequest>(
+            pagos::AUTHORISATIONS,
+            "Authorise a card payment (request).",
+        )
+        .event::<payments::AuthorisationReply>(
+            pagos::AUTHORISATIONS,
+            "The authorisation, granted or refused (reply).",
+        )
+        .event::<delivery::Assign>(reparto::COMMANDS_TOPIC, "Find a courier for an order.")
+        .event::<delivery::Assigned>(reparto::EVENTS_TOPIC, "A courier takes the order.")
+        .event::<delivery::AssignmentRefused>(reparto::EVENTS_TOPIC, "No courier will take it.")
+        .event::<sales::MarketSales>(
+            analitica::OUTPUT_TOPIC,
+            "Sales of a batch of orders in one market.",
+        )
+}
+
+/// The channels km0's contracts travel on, with who sends and who receives there.
+pub fn channels() -> Vec<Channel> {
+    fn channel(
+        address: &str,
+        description: &str,
+        key: Option<&str>,
+        senders: &[&str],
+        receivers: &[&str],
+    ) -> Channel {
+        Channel {
+            address: address.to_owned(),
+            description: description.to_owned(),
+            key: key.map(str::to_owned),
+            envelope: true,
+            senders: senders.iter().map(|s| (*s).to_owned()).collect(),
+            receivers: receivers.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+    let order = Some("The order id (`agregado_id`): one order's events stay in order.");
+    let mut authorisations = channel(
+        pagos::AUTHORISATIONS,
+        "Card authorisations by request/reply (`reply_to`, `correlation_id`): bare JSON bodies, no envelope.",
+        None,
+        &["clients"],
+        &["pagos"],
+    );
+    authorisations.envelope = false;
+    vec![
+        channel(
+            pedidos::TOPIC,
+            "The life of every order.",
+            order,
+            &["pedidos"],
+            &["inventario", "pagos", "reparto", "analitica"],
+        ),
+        channel(
+            inventario::COMMANDS_TOPIC,
+            "The order saga's reservations and their releases.",
+            order,
+            &["pedidos"],
+            &["inventario"],
+        ),
+        channel(
+            inventario::EVENTS_TOPIC,
+            "Answers to reservations (keyed by order) and stock changes (keyed by product).",
+            Some("The order id for reservation answers, the product for stock changes."),
+            &["inventario"],
+            &["pedidos", "catalogo"],
+        ),
+        channel(
+            pagos::COMMANDS_TOPIC,
+            "The order saga's charges and refunds.",
+            order,
+            &["pedidos"],
+            &["pagos"],
+        ),
+        channel(
+            pagos::EVENTS_TOPIC,
+            "Answers to charges and refunds.",
+            order,
+            &["pagos"],
+            &["pedidos"],
+        ),
+        channel(
+            reparto::COMMANDS_TOPIC,
+            "The order saga's courier assignments.",
+            order,
+            &["pedidos"],
+            &["reparto"],
+        ),
+        channel(
+            reparto::EVENTS_TOPIC,
+            "Answers to courier assignments.",
+            order,
+            &["reparto"],
+            &["pedidos"],
+        ),
+        channel(
+            analitica::OUTPUT_TOPIC,
+            "Sales per market, written in a Kafka transaction with the offsets read.",
+            Some("The market."),
+            &["analitica"],
+            &[],
+        ),
+        authorisations,
+    ]
+}
+
+/// km0's AsyncAPI 3.0 document (committed as `docs/asyncapi.yaml`).
+pub fn asyncapi() -> serde_json::Value {
+    let info = Info {
+        title: "Kilómetro Cero".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        description: "Orders, stock, payments and delivery over entrega: the topics and queues \
+                      km0's services exchange messages on, and what each message holds."
+            .to_owned(),
+    };
+    entrega::contracts::asyncapi::document(&catalog(), &info, &channels())
+}

@@ -1,0 +1,106 @@
+//! `km0 contracts`: km0's event contracts against the committed ones under `contracts/`
+//! (ADR 0019). `check` is what CI runs; `update` records new contracts and compatible changes,
+//! and refuses a change that breaks its channel's policy; `list` shows every contract;
+//! `asyncapi` writes the AsyncAPI description generated from them.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use entrega::contracts::{Directory, Finding};
+
+/// Where the contracts are and what to do with them.
+#[derive(Debug, Args)]
+pub struct ContractsArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: ContractsCommand,
+    /// The committed contracts (one file per tipo and version).
+    #[arg(long, global = true, default_value = crate::contracts::DIRECTORY)]
+    pub dir: PathBuf,
+}
+
+/// The `km0 contracts` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum ContractsCommand {
+    /// Compares the code's contracts with the committed ones; exits 1 on any difference.
+    Check,
+    /// Writes new contracts and compatible changes; refuses (exit 1) if any change breaks its
+    /// channel's compatibility policy, writing nothing.
+    Update,
+    /// Every contract: tipo, version, channel and policy.
+    List,
+    /// km0's AsyncAPI 3.0 document (YAML), generated from the contracts; committed as
+    /// `docs/asyncapi.yaml`.
+    Asyncapi {
+        /// Write it to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// Runs a `km0 contracts` subcommand.
+pub fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
+    let catalog = crate::contracts::catalog();
+    let directory = Directory::new(&args.dir);
+    match &args.command {
+        ContractsCommand::Asyncapi { out } => {
+            let text = entrega::contracts::to_yaml(&crate::contracts::asyncapi());
+            match out {
+                Some(path) => std::fs::write(path, text)?,
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ContractsCommand::List => {
+            for c in catalog.contracts() {
+                let policy = catalog.policy_of(&c.channel);
+                println!(
+                    "{:<32} v{:<3} {:<24} {policy}",
+                    c.tipo, c.version, c.channel
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ContractsCommand::Check => {
+            let findings = directory.check(&catalog)?;
+            report(&findings, &args.dir);
+            if findings.is_empty() {
+                println!(
+                    "{} contracts match {}",
+                    catalog.contracts().count(),
+                    args.dir.display()
+                );
+                Ok(ExitCode::SUCCESS)
+            } else {
+                if findings.iter().all(Finding::is_update) {
+                    eprintln!(
+                        "run `km0 contracts update` and commit {}",
+                        args.dir.display()
+                    );
+                }
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        ContractsCommand::Update => match directory.update(&catalog)? {
+            Ok(written) => {
+                for finding in &written {
+                    println!("written: {finding}");
+                }
+                println!("{} contract file(s) written", written.len());
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(findings) => {
+                report(&findings, &args.dir);
+                eprintln!("nothing written");
+                Ok(ExitCode::FAILURE)
+            }
+        },
+    }
+}
+
+fn report(findings: &[Finding], dir: &std::path::Path) {
+    for finding in findings {
+        eprintln!("{}: {finding}", dir.display());
+    }
+}

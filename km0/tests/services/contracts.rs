@@ -1,0 +1,179 @@
+//! km0's contracts: the committed files under `contracts/` match the code (the CI check of
+//! ADR 0019), and what each service writes today meets the contract of its `tipo`.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::path::PathBuf;
+
+use entrega::contracts::Directory;
+use entrega::NewEvent;
+use km0::contracts::{self, orders, payments, stock};
+use km0::services::inventario::{
+    reservation_answer, stock_updated, Motive, ReleaseCommand, ReserveCommand, StockLine,
+};
+use km0::services::pagos::{
+    charge_command, refund_command, Authorisation, OrderToCharge, RefundRequest,
+};
+use km0::services::pedidos::{order_created, order_created_in_saga, NewOrder};
+use km0::services::reparto::{assigned_event, refused_event, AssignCommand};
+use serde_json::json;
+
+fn committed() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(contracts::DIRECTORY)
+}
+
+#[test]
+fn the_committed_contracts_match_the_code() {
+    let findings = Directory::new(committed())
+        .check(&contracts::catalog())
+        .expect("reading contracts/");
+    let listed: Vec<String> = findings.iter().map(ToString::to_string).collect();
+    assert!(
+        findings.is_empty(),
+        "contracts/ and the code differ (`km0 contracts update` records compatible changes):\n{}",
+        listed.join("\n")
+    );
+}
+
+/// Each `NewEvent` validates against the catalog and reads back as its type unchanged.
+fn meets<E: entrega::Event + PartialEq + std::fmt::Debug>(event: &NewEvent) -> E {
+    let catalog = contracts::catalog();
+    assert_eq!((event.kind.as_str(), event.version), (E::TIPO, E::VERSION));
+    catalog
+        .validate(&event.kind, event.version, &event.payload)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", event.kind, event.payload));
+    let typed: E = entrega::contracts::read(event.payload.clone()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&typed).unwrap(),
+        event.payload,
+        "{}",
+        E::TIPO
+    );
+    typed
+}
+
+fn order(address: bool, card: bool) -> NewOrder {
+    let mut body = json!({"id": "P-1", "cliente": "ana", "mercado": "girona",
+        "lineas": [{"producto": "queso-curado", "cantidad": 2, "precio_centimos": 1450}]});
+    if address {
+        body["direccion_entrega"] = json!({"ciudad": "Girona", "calle": "Carrer Nou 1"});
+    }
+    if card {
+        body["tarjeta"] = json!("tok_visa");
+    }
+    NewOrder::from_json(&body).unwrap()
+}
+
+#[test]
+fn what_the_services_write_meets_its_contract() {
+    let plain: orders::OrderCreated = meets(&order_created(&order(false, false)));
+    assert_eq!(plain.reservation, None);
+    let saga: orders::OrderCreated = meets(&order_created_in_saga(&order(true, true)));
+    assert_eq!(saga.reservation.as_deref(), Some("reserva-P-1"));
+    assert_eq!(saga.address.unwrap().city, "Girona");
+
+    let reserve = ReserveCommand {
+        order_id: "P-1".into(),
+        reservation_id: "reserva-P-1".into(),
+        lines: vec![StockLine {
+            product: "queso-curado".into(),
+            quantity: 2,
+        }],
+    };
+    let _: stock::Reserve = meets(&reserve.event());
+    let _: stock::Reserved = meets(&reservation_answer(&reserve, None));
+    let refused: stock::ReservationRefused = meets(&reservation_answer(
+        &reserve,
+        Some("sin stock de queso-curado"),
+    ));
+    assert_eq!(refused.reason, "sin stock de queso-curado");
+    let release = ReleaseCommand {
+        order_id: "P-1".into(),
+        reservation_id: "reserva-P-1".into(),
+        key: "liberacion-P-1".into(),
+    };
+    let _: stock::Release = meets(&release.event());
+    let _: stock::Released = meets(&km0::services::inventario::release_answer(&release));
+    let moved: stock::StockUpdated = meets(&stock_updated(
+        "queso-curado",
+        5,
+        3,
+        Motive::Reservation,
+        "P-1",
+    ));
+    assert_eq!(moved.motive, stock::StockMotive::Reservation);
+
+    let charge = OrderToCharge {
+        order_id: "P-1".into(),
+        amount_cents: 2900,
+        card: "tok_visa".into(),
+    };
+    let _: payments::Charge = meets(&charge_command(&charge));
+    let refund = RefundRequest {
+        order_id: "P-1".into(),
+        key: "reembolso-P-1".into(),
+    };
+    let _: payments::Refund = meets(&refund_command(&refund));
+
+    let assign = AssignCommand {
+        order_id: "P-1".into(),
+        key: "reparto-P-1".into(),
+        city: "Girona".into(),
+        street: "Carrer Nou 1".into(),
+    };
+    let _: km0::contracts::delivery::Assign = meets(&assign.event());
+    let _: km0::contracts::delivery::Assigned = meets(&assigned_event("P-1", "reparto-P-1", "R-1"));
+    let _: km0::contracts::delivery::AssignmentRefused = meets(&refused_event(
+        "P-1",
+        "reparto-P-1",
+        "ciudad_no_cubierta: Lleida",
+    ));
+
+    // The authorisation's reply is a bare body, checked against its contract the same way.
+    let catalog = contracts::catalog();
+    for reply in [
+        Authorisation::Granted("AUT-1".into()).to_json("P-1"),
+        Authorisation::Refused("importe_excede_limite".into()).to_json("P-1"),
+    ] {
+        catalog
+            .validate("pagos.autorizaciones.respuesta", 1, &reply)
+            .unwrap_or_else(|e| panic!("{e}: {reply}"));
+    }
+}
+
+#[test]
+fn a_payload_that_breaks_its_contract_is_named_by_field() {
+    let catalog = contracts::catalog();
+    let mut event = order_created(&order(false, false));
+    event.payload["lineas"][0]["cantidad"] = json!("dos");
+    let error = catalog
+        .validate(&event.kind, event.version, &event.payload)
+        .unwrap_err();
+    assert_eq!(error.field(), Some("lineas[0].cantidad"));
+}
+
+#[test]
+fn the_committed_asyncapi_document_is_the_generated_one() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/asyncapi.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let generated = entrega::contracts::to_yaml(&contracts::asyncapi());
+    assert!(
+        committed == generated,
+        "docs/asyncapi.yaml is not what the contracts generate: run \
+         `km0 contracts asyncapi --out docs/asyncapi.yaml`"
+    );
+    // Every contract of every listed channel is described, on its channel.
+    let doc = contracts::asyncapi();
+    for contract in contracts::catalog().contracts() {
+        let id = format!("{}_v{}", contract.tipo.replace('.', "_"), contract.version);
+        let message = &doc["components"]["messages"][&id];
+        assert_eq!(message["name"], contract.tipo.as_str(), "{id}");
+        let channel = contract.channel.replace('.', "_");
+        assert!(
+            doc["channels"][&channel]["messages"].get(&id).is_some(),
+            "{id} on {channel}"
+        );
+    }
+}
