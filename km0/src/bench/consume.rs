@@ -183,7 +183,7 @@ pub(crate) async fn drain(
     ensure_topic_and_dlq(&broker, &run.topic).await?;
     prefill_topic(
         broker.publisher().as_ref(),
-        &topic_messages(&run.topic, args.messages, args.aggregates),
+        &topic_messages(&run.topic, args.messages, args.aggregates)?,
     )
     .await?;
     if let Some(db) = broker.log_db() {

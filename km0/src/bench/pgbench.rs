@@ -175,7 +175,8 @@ pub(crate) async fn relay_ceiling(
         DbLog::with_defaults(pool.clone().into())
             .ensure_topic(TOPIC, PARTITIONS)
             .await?;
-        workload::prefill_outbox(&ceiling.db, &workload::outbox_events(events, aggregates)).await?;
+        workload::prefill_outbox(&ceiling.db, &workload::outbox_events(events, aggregates)?)
+            .await?;
         // The lanes held the way `clients` relays would share them.
         sqlx::query(
             "UPDATE entrega_relay_lanes
@@ -243,7 +244,7 @@ pub(crate) async fn consume_ceiling(
         workload::fill_stock(&stock).await?;
         let log = DbLog::with_defaults(pool.clone().into());
         log.ensure_topic(TOPIC, PARTITIONS).await?;
-        workload::prefill_topic(&log, &workload::topic_messages(TOPIC, messages, aggregates)).await?;
+        workload::prefill_topic(&log, &workload::topic_messages(TOPIC, messages, aggregates)?).await?;
         workload::settle(&ceiling.db, &["entrega_log"]).await?;
         // One member holding every partition, as a lone worker would after balancing.
         sqlx::query(

@@ -170,7 +170,7 @@ async fn drain(run: &BenchRun, args: &RelayArgs, instances: usize) -> anyhow::Re
     let pedidos = run.system.pedidos().await.context("opening pedidos")?;
     let broker = run.system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, &run.topic).await?;
-    prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)).await?;
+    prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)?).await?;
     let drained = drain_prefilled(run, pedidos.db(), &broker, args, instances).await?;
     pedidos.db().close().await;
     broker.close().await;

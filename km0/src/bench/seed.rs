@@ -152,7 +152,7 @@ async fn compare_relays(
     let seed_topic = format!("{}.seed", run.topic);
     ensure_topic_and_dlq(&broker, &run.topic).await?;
     ensure_topic_and_dlq(&broker, &seed_topic).await?;
-    prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)).await?;
+    prefill_outbox(pedidos.db(), &outbox_events(args.events, args.aggregates)?).await?;
 
     let dsn = run.system.databases().url(&pedidos::DATABASE).await?;
     python(

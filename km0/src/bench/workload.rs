@@ -6,6 +6,7 @@
 //! partitions, same payload sizes.
 
 use anyhow::Context as _;
+use entrega::ContractError;
 use entrega_core::headers::{ID_EVENTO, TIPO};
 use entrega_core::{now_ms, Envelope, Headers, NewEvent, OutgoingMessage, Publisher};
 
@@ -49,7 +50,10 @@ pub(crate) fn aggregate_id(n: usize) -> String {
 
 /// `events` events of `aggregates` orders, round robin, so every order gets
 /// `events / aggregates` of them in turn (its `pedido.creado` payload each time).
-pub(crate) fn outbox_events(events: usize, aggregates: usize) -> Vec<NewEvent> {
+pub(crate) fn outbox_events(
+    events: usize,
+    aggregates: usize,
+) -> Result<Vec<NewEvent>, ContractError> {
     let aggregates = aggregates.max(1);
     (0..events)
         .map(|i| {
@@ -64,8 +68,8 @@ pub(crate) fn topic_messages(
     topic: &str,
     messages: usize,
     aggregates: usize,
-) -> Vec<OutgoingMessage> {
-    outbox_events(messages, aggregates)
+) -> Result<Vec<OutgoingMessage>, ContractError> {
+    Ok(outbox_events(messages, aggregates)?
         .into_iter()
         .map(|event| {
             let envelope = Envelope {
@@ -85,7 +89,7 @@ pub(crate) fn topic_messages(
                 payload: envelope.to_bytes(),
             }
         })
-        .collect()
+        .collect())
 }
 
 /// Writes `events` to the outbox of `db`, a thousand per transaction.

@@ -45,7 +45,7 @@ impl Fixture {
             street: "Rambla Nova 1".into(),
         };
         let message = Message {
-            envelope: Envelope::new(ASSIGN, "pedidos", command.event().payload),
+            envelope: Envelope::new(ASSIGN, "pedidos", command.event().unwrap().payload),
             topic: "reparto.comandos".into(),
             partition: 0,
             offset: 0,

@@ -177,22 +177,20 @@ pub struct Violation {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let how = match self.direction {
-            Direction::Backward => "the new schema cannot read events written under",
-            Direction::Forward => "readers of",
-        };
         match self.direction {
-            Direction::Backward => write!(f, "{how} revision {}:", self.revision)?,
+            Direction::Backward => write!(
+                f,
+                "the new schema cannot read events written under revision {}: ",
+                self.revision
+            )?,
             Direction::Forward => write!(
                 f,
-                "{how} revision {} cannot read the new schema's events:",
+                "readers of revision {} cannot read the new schema's events: ",
                 self.revision
             )?,
         }
-        for problem in &self.problems {
-            write!(f, " {problem};")?;
-        }
-        Ok(())
+        let problems: Vec<String> = self.problems.iter().map(ToString::to_string).collect();
+        write!(f, "{}.", problems.join("; "))
     }
 }
 

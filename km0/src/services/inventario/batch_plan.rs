@@ -9,7 +9,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use entrega_core::{NewEvent, Processed, TRACEPARENT};
+use entrega::ContractError;
+use entrega_core::{NewEvent, Processed, TraceContext, TRACEPARENT};
 
 use super::db::{reservation_id, ApplyError, BatchItem};
 use super::domain::{StockError, StockLine};
@@ -47,9 +48,42 @@ pub struct Plan {
     /// Reservations the batch's orders made, in order.
     pub reservations: Vec<NewReservation>,
     /// `stock.actualizado` of every change, in the order the changes happened.
-    pub events: Vec<NewEvent>,
+    pub events: Vec<StockChange>,
     /// Keys claimed for events then refused: given back, so they commit unrecorded.
     pub unclaim: Vec<String>,
+}
+
+/// A product's units moved by an order of the batch: its `stock.actualizado`
+/// ([`StockChange::event`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StockChange {
+    /// The product.
+    pub product: String,
+    /// Units before.
+    pub before: i64,
+    /// Units after.
+    pub after: i64,
+    /// The order that took them.
+    pub order_id: String,
+    /// The delivery's trace, which the event continues.
+    pub trace: Option<TraceContext>,
+}
+
+impl StockChange {
+    /// The change's `stock.actualizado` (taken by an order, [`Motive::Order`]).
+    pub fn event(&self) -> Result<NewEvent, ContractError> {
+        let event = stock_updated(
+            &self.product,
+            self.before,
+            self.after,
+            Motive::Order,
+            &self.order_id,
+        )?;
+        Ok(match self.trace {
+            Some(ctx) => event.with_header(TRACEPARENT, ctx.header()),
+            None => event,
+        })
+    }
 }
 
 /// The keys the batch's claim should try: those of the events that can be read (an
@@ -126,16 +160,12 @@ pub fn plan(items: &[BatchItem], inputs: Inputs) -> Plan {
                 let before = *units;
                 *units -= quantity;
                 *plan.taken.entry(line.product.clone()).or_default() += quantity;
-                let event = stock_updated(
-                    &line.product,
+                plan.events.push(StockChange {
+                    product: line.product.clone(),
                     before,
-                    *units,
-                    Motive::Order,
-                    &order.order_id,
-                );
-                plan.events.push(match item.trace {
-                    Some(ctx) => event.with_header(TRACEPARENT, ctx.header()),
-                    None => event,
+                    after: *units,
+                    order_id: order.order_id.clone(),
+                    trace: item.trace,
                 });
             }
         }
@@ -231,11 +261,7 @@ mod tests {
         );
         assert_eq!(plan.unclaim, ["k2"]);
         assert_eq!(plan.reservations.len(), 2);
-        let afters: Vec<i64> = plan
-            .events
-            .iter()
-            .map(|e| e.payload["despues"].as_i64().unwrap())
-            .collect();
+        let afters: Vec<i64> = plan.events.iter().map(|e| e.after).collect();
         assert_eq!(afters, [1, 0]);
     }
 

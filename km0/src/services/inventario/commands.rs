@@ -54,7 +54,7 @@ impl StockStore {
                 ReservationState::Released => Some("reserva liberada antes de hacerse".into()),
             },
         };
-        tx.enqueue(&reservation_answer(command, refused.as_deref()))
+        tx.enqueue(&reservation_answer(command, refused.as_deref())?)
             .await?;
         before_commit()?;
         tx.commit().await?;
@@ -79,7 +79,7 @@ impl StockStore {
             now_ms(),
         )
         .await?;
-        tx.enqueue(&release_answer(command)).await?;
+        tx.enqueue(&release_answer(command)?).await?;
         before_commit()?;
         tx.commit().await?;
         Ok(Processed::Applied(outcome))

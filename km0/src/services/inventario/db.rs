@@ -57,6 +57,12 @@ pub enum ApplyError {
     Store(#[from] StoreError),
 }
 
+impl From<entrega::ContractError> for ApplyError {
+    fn from(e: entrega::ContractError) -> Self {
+        Self::Store(e.into())
+    }
+}
+
 impl ApplyError {
     /// Whether trying again later may succeed.
     pub fn is_transient(&self) -> bool {

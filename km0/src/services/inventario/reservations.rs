@@ -7,8 +7,11 @@
 //! was never made leaves a tombstone, so a reservation arriving after its release is refused
 //! instead of taking stock nobody will give back.
 
+use entrega::{ContractError, Event};
 use entrega_core::NewEvent;
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::contracts::stock;
 
 use super::domain::{lines_of, StockError, StockLine};
 
@@ -129,15 +132,22 @@ impl ReserveCommand {
     }
 
     /// The command's event (what the order saga sends).
-    pub fn event(&self) -> NewEvent {
-        let lines = super::domain::lines_value(&self.lines);
-        let payload = json!({
-            "pedido_id": self.order_id,
-            "id_reserva": self.reservation_id,
-            "clave": self.reservation_id,
-            "lineas": lines,
-        });
-        NewEvent::new(RESERVATION_AGGREGATE, &self.order_id, RESERVE, payload)
+    pub fn event(&self) -> Result<NewEvent, ContractError> {
+        let lines = self
+            .lines
+            .iter()
+            .map(|l| stock::Units {
+                product: l.product.clone(),
+                quantity: l.quantity,
+            })
+            .collect();
+        stock::Reserve {
+            order_id: self.order_id.clone(),
+            reservation_id: self.reservation_id.clone(),
+            key: self.reservation_id.clone(),
+            lines,
+        }
+        .outgoing(RESERVATION_AGGREGATE, &self.order_id)
     }
 }
 
@@ -152,41 +162,48 @@ impl ReleaseCommand {
     }
 
     /// The command's event (what the order saga sends).
-    pub fn event(&self) -> NewEvent {
-        let payload = json!({
-            "pedido_id": self.order_id,
-            "id_reserva": self.reservation_id,
-            "clave": self.key,
-        });
-        NewEvent::new(RESERVATION_AGGREGATE, &self.order_id, RELEASE, payload)
+    pub fn event(&self) -> Result<NewEvent, ContractError> {
+        stock::Release {
+            order_id: self.order_id.clone(),
+            reservation_id: self.reservation_id.clone(),
+            key: self.key.clone(),
+        }
+        .outgoing(RESERVATION_AGGREGATE, &self.order_id)
     }
 }
 
 /// The answer to a reservation: `reserva.confirmada`, or `reserva.rechazada` with `motivo`.
-pub fn reservation_answer(command: &ReserveCommand, refused: Option<&str>) -> NewEvent {
-    let mut payload = json!({
-        "pedido_id": command.order_id,
-        "id_reserva": command.reservation_id,
-        "clave": command.reservation_id,
-    });
-    let kind = match refused {
-        Some(reason) => {
-            payload["motivo"] = json!(reason);
-            REFUSED
+pub fn reservation_answer(
+    command: &ReserveCommand,
+    refused: Option<&str>,
+) -> Result<NewEvent, ContractError> {
+    let (order_id, reservation_id) = (command.order_id.clone(), command.reservation_id.clone());
+    let key = reservation_id.clone();
+    match refused {
+        Some(reason) => stock::ReservationRefused {
+            order_id,
+            reservation_id,
+            key,
+            reason: reason.to_owned(),
         }
-        None => RESERVED,
-    };
-    NewEvent::new(RESERVATION_AGGREGATE, &command.order_id, kind, payload)
+        .outgoing(RESERVATION_AGGREGATE, &command.order_id),
+        None => stock::Reserved {
+            order_id,
+            reservation_id,
+            key,
+        }
+        .outgoing(RESERVATION_AGGREGATE, &command.order_id),
+    }
 }
 
 /// The answer to a release: `reserva.liberada`, under the release's key.
-pub fn release_answer(command: &ReleaseCommand) -> NewEvent {
-    let payload = json!({
-        "pedido_id": command.order_id,
-        "id_reserva": command.reservation_id,
-        "clave": command.key,
-    });
-    NewEvent::new(RESERVATION_AGGREGATE, &command.order_id, RELEASED, payload)
+pub fn release_answer(command: &ReleaseCommand) -> Result<NewEvent, ContractError> {
+    stock::Released {
+        order_id: command.order_id.clone(),
+        reservation_id: command.reservation_id.clone(),
+        key: command.key.clone(),
+    }
+    .outgoing(RESERVATION_AGGREGATE, &command.order_id)
 }
 
 /// `stock.actualizado` `{producto, antes, despues, motivo, pedido_id}` (the seed's solution 2).
@@ -196,19 +213,19 @@ pub fn stock_updated(
     after: i64,
     motive: Motive,
     order_id: &str,
-) -> NewEvent {
-    NewEvent::new(
-        STOCK_AGGREGATE,
-        product,
-        STOCK_UPDATED,
-        json!({
-            "producto": product,
-            "antes": before,
-            "despues": after,
-            "motivo": motive.as_str(),
-            "pedido_id": order_id,
-        }),
-    )
+) -> Result<NewEvent, ContractError> {
+    stock::StockUpdated {
+        product: product.to_owned(),
+        before,
+        after,
+        motive: match motive {
+            Motive::Order => stock::StockMotive::Order,
+            Motive::Reservation => stock::StockMotive::Reservation,
+            Motive::Release => stock::StockMotive::Release,
+        },
+        order_id: order_id.to_owned(),
+    }
+    .outgoing(STOCK_AGGREGATE, product)
 }
 
 /// `lines` with one entry per product, quantities summed, in first-seen order.

@@ -56,6 +56,11 @@ pub(super) async fn apply_items(
     } else if let Some(conn) = tx.sqlite() {
         lite::write(conn, &taken, &reservations, now).await?;
     }
+    let events = events
+        .iter()
+        .map(batch_plan::StockChange::event)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(StoreError::from)?;
     tx.enqueue_all(&events).await?;
     let unclaim: Vec<&str> = unclaim.iter().map(String::as_str).collect();
     tx.unclaim_all(consumer, &unclaim).await?;

@@ -70,7 +70,7 @@ pub async fn take(
             after,
             motive,
             order_id,
-        ))
+        )?)
         .await?;
     }
     Ok(())
@@ -98,7 +98,7 @@ pub async fn give_back(tx: &mut Tx, order_id: &str, lines: &[StockLine]) -> Resu
                 after,
                 Motive::Release,
                 order_id,
-            ))
+            )?)
             .await?;
         }
     }

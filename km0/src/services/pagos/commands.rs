@@ -12,9 +12,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use entrega::{Handler, Message, Router};
+use entrega::{ContractError, Event, Handler, Message, Router};
 use entrega_core::{now_ms, HandlerError, NewEvent};
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::contracts::payments;
 
 use super::db::{enqueue_result, ChargeOutcome, ChargeStart, PaymentState, PaymentStore};
 use super::domain::{NotChargeable, OrderToCharge};
@@ -35,24 +37,23 @@ pub const COMMANDS_CONSUMER: &str = "pagos.comandos";
 pub const COMMAND_AGGREGATE: &str = "cobro";
 
 /// The `pagos.cobrar` event for `order`: `{"pedido_id", "clave", "importe_centimos", "tarjeta"}`.
-pub fn charge_command(order: &OrderToCharge) -> NewEvent {
-    NewEvent::new(
-        COMMAND_AGGREGATE,
-        &order.order_id,
-        CHARGE,
-        json!({"pedido_id": order.order_id, "clave": order.charge_key(),
-               "importe_centimos": order.amount_cents, "tarjeta": order.card}),
-    )
+pub fn charge_command(order: &OrderToCharge) -> Result<NewEvent, ContractError> {
+    payments::Charge {
+        order_id: order.order_id.clone(),
+        key: order.charge_key(),
+        amount_cents: order.amount_cents,
+        card: order.card.clone(),
+    }
+    .outgoing(COMMAND_AGGREGATE, &order.order_id)
 }
 
 /// The `pagos.reembolsar` event: `{"pedido_id", "clave"}`.
-pub fn refund_command(request: &RefundRequest) -> NewEvent {
-    NewEvent::new(
-        COMMAND_AGGREGATE,
-        &request.order_id,
-        REFUND,
-        json!({"pedido_id": request.order_id, "clave": request.key}),
-    )
+pub fn refund_command(request: &RefundRequest) -> Result<NewEvent, ContractError> {
+    payments::Refund {
+        order_id: request.order_id.clone(),
+        key: request.key.clone(),
+    }
+    .outgoing(COMMAND_AGGREGATE, &request.order_id)
 }
 
 fn text(data: &Value, name: &str) -> Result<String, NotChargeable> {

@@ -9,8 +9,10 @@
 //! gateway again with the same key: the gateway answers with the charge it already made.
 
 use entrega::db::{query, Db, Migration, Query, Tx};
-use entrega_core::{MigrationSet, NewEvent, StoreError};
-use serde_json::json;
+use entrega::Event;
+use entrega_core::{MigrationSet, StoreError};
+
+use crate::contracts::payments;
 
 use super::domain::{Authorisation, AuthorisationRequest, OrderToCharge};
 
@@ -340,21 +342,26 @@ pub(super) async fn enqueue_result(
     order: &OrderToCharge,
     outcome: &ChargeOutcome,
 ) -> Result<(), StoreError> {
+    let (order_id, amount_cents, key) = (
+        order.order_id.clone(),
+        order.amount_cents,
+        order.charge_key(),
+    );
     let event = match outcome {
-        ChargeOutcome::Approved(gateway_ref) => NewEvent::new(
-            AGGREGATE,
-            &order.order_id,
-            PAYMENT_CONFIRMED,
-            json!({"pedido_id": order.order_id, "importe_centimos": order.amount_cents,
-                   "ref_pasarela": gateway_ref, "clave": order.charge_key()}),
-        ),
-        ChargeOutcome::Declined(reason) => NewEvent::new(
-            AGGREGATE,
-            &order.order_id,
-            PAYMENT_DECLINED,
-            json!({"pedido_id": order.order_id, "importe_centimos": order.amount_cents,
-                   "motivo": reason, "clave": order.charge_key()}),
-        ),
+        ChargeOutcome::Approved(gateway_ref) => payments::PaymentConfirmed {
+            order_id,
+            amount_cents,
+            key,
+            gateway_ref: gateway_ref.clone(),
+        }
+        .outgoing(AGGREGATE, &order.order_id)?,
+        ChargeOutcome::Declined(reason) => payments::PaymentDeclined {
+            order_id,
+            amount_cents,
+            key,
+            reason: reason.clone(),
+        }
+        .outgoing(AGGREGATE, &order.order_id)?,
     };
     tx.enqueue(&event).await
 }

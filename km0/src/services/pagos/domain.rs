@@ -1,8 +1,11 @@
 //! pagos' rules: card authorisations (the seed's request/reply contract) and what an order
 //! is charged.
 
+use entrega::{ContractError, Event};
 use entrega_core::Envelope;
-use serde_json::{json, Value};
+
+use crate::contracts::payments::AuthorisationReply;
+use serde_json::Value;
 
 /// Largest amount pagos authorises, in cents (500 €).
 pub const AUTHORISATION_LIMIT_CENTS: i64 = 50_000;
@@ -70,16 +73,23 @@ impl Authorisation {
         }
     }
 
-    /// The reply body for order `order_id`.
-    pub fn to_json(&self, order_id: &str) -> Value {
-        match self {
-            Self::Granted(id) => {
-                json!({"pedido_id": order_id, "autorizado": true, "id_autorizacion": id})
-            }
-            Self::Refused(reason) => {
-                json!({"pedido_id": order_id, "autorizado": false, "motivo": reason})
-            }
+    /// The reply for order `order_id`, as its contract has it.
+    pub fn reply(&self, order_id: &str) -> AuthorisationReply {
+        let (granted, authorisation_id, reason) = match self {
+            Self::Granted(id) => (true, Some(id.clone()), None),
+            Self::Refused(reason) => (false, None, Some(reason.clone())),
+        };
+        AuthorisationReply {
+            order_id: order_id.to_owned(),
+            granted,
+            authorisation_id,
+            reason,
         }
+    }
+
+    /// The reply body for order `order_id`.
+    pub fn to_json(&self, order_id: &str) -> Result<Value, ContractError> {
+        self.reply(order_id).datos()
     }
 }
 
@@ -161,7 +171,7 @@ mod tests {
         let r = AuthorisationRequest::from_json(br#"{"pedido_id":"P-1","importe_centimos":1250}"#)
             .unwrap();
         assert_eq!(r.key(), "autorizacion-P-1");
-        let granted = Authorisation::decide(&r).to_json("P-1");
+        let granted = Authorisation::decide(&r).to_json("P-1").unwrap();
         assert_eq!(granted["autorizado"], true);
         assert!(granted["id_autorizacion"]
             .as_str()
@@ -171,7 +181,7 @@ mod tests {
             order_id: "P-2".into(),
             amount_cents: AUTHORISATION_LIMIT_CENTS + 1,
         };
-        let refused = Authorisation::decide(&big).to_json("P-2");
+        let refused = Authorisation::decide(&big).to_json("P-2").unwrap();
         assert_eq!(refused["autorizado"], false);
         assert_eq!(refused["motivo"], "importe_excede_limite");
         assert!(AuthorisationRequest::from_json(b"{\"importe_centimos\":5}").is_err());
@@ -183,7 +193,7 @@ mod tests {
         let envelope = Envelope::new(
             "pedido.creado",
             "pedidos",
-            json!({"id": "P-1", "cliente": "ana", "lineas": [
+            serde_json::json!({"id": "P-1", "cliente": "ana", "lineas": [
                 {"producto": "queso", "cantidad": 2, "precio_centimos": 1250},
                 {"producto": "vino", "cantidad": 1, "precio_centimos": 900}]}),
         );
@@ -194,7 +204,7 @@ mod tests {
         let free = Envelope::new(
             "pedido.creado",
             "pedidos",
-            json!({"id": "P-2", "cliente": "x", "lineas": [
+            serde_json::json!({"id": "P-2", "cliente": "x", "lineas": [
                 {"producto": "q", "cantidad": 1, "precio_centimos": 0}]}),
         );
         assert!(OrderToCharge::from_envelope(&free).is_err());

@@ -96,7 +96,10 @@ impl AnswerInTx for Authoriser {
             AuthorisationRequest::from_json(&request.payload).map_err(HandlerError::permanent)?;
         let decision = Authorisation::decide(&request);
         record_authorisation(tx, &request, &decision, now_ms()).await?;
-        Ok(decision.to_json(&request.order_id).to_string().into_bytes())
+        Ok(decision
+            .to_json(&request.order_id)?
+            .to_string()
+            .into_bytes())
     }
 
     /// The batch's authorisations in one statement.
@@ -108,18 +111,18 @@ impl AnswerInTx for Authoriser {
         let decided = decide_all(requests)?;
         let rows: Vec<_> = decided.iter().map(|(r, d)| (r, d)).collect();
         record_authorisations(tx, &rows, now_ms()).await?;
-        Ok(answers_of(&decided))
+        answers_of(&decided)
     }
 
     /// The batch's authorisations as statements: written with their stored answers in one
     /// round trip to the database.
     fn writes_for(&self, requests: &[&RpcMessage]) -> Option<Result<Writes, HandlerError>> {
-        Some(decide_all(requests).map(|decided| {
+        Some(decide_all(requests).and_then(|decided| {
             let rows: Vec<_> = decided.iter().map(|(r, d)| (r, d)).collect();
-            Writes {
+            Ok(Writes {
                 statements: authorisation_rows(&rows, now_ms()),
-                answers: answers_of(&decided),
-            }
+                answers: answers_of(&decided)?,
+            })
         }))
     }
 }
@@ -140,10 +143,12 @@ fn decide_all(
 }
 
 /// The replies' bodies, in order.
-fn answers_of(decided: &[(AuthorisationRequest, Authorisation)]) -> Vec<Vec<u8>> {
+fn answers_of(
+    decided: &[(AuthorisationRequest, Authorisation)],
+) -> Result<Vec<Vec<u8>>, HandlerError> {
     decided
         .iter()
-        .map(|(r, d)| d.to_json(&r.order_id).to_string().into_bytes())
+        .map(|(r, d)| Ok(d.to_json(&r.order_id)?.to_string().into_bytes()))
         .collect()
 }
 

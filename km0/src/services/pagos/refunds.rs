@@ -6,8 +6,10 @@
 //! written with `pago.reembolsado` in one transaction.
 
 use entrega::db::query;
+use entrega::{ContractError, Event};
 use entrega_core::{NewEvent, StoreError};
-use serde_json::json;
+
+use crate::contracts::payments;
 
 use super::db::{failpoint_before_commit, PaymentState, PaymentStore, AGGREGATE};
 
@@ -48,14 +50,13 @@ pub enum RefundStart {
     Call,
 }
 
-fn refunded_event(request: &RefundRequest, cents: i64) -> NewEvent {
-    NewEvent::new(
-        AGGREGATE,
-        &request.order_id,
-        PAYMENT_REFUNDED,
-        json!({"pedido_id": request.order_id, "clave": request.key,
-               "importe_centimos": cents}),
-    )
+fn refunded_event(request: &RefundRequest, cents: i64) -> Result<NewEvent, ContractError> {
+    payments::PaymentRefunded {
+        order_id: request.order_id.clone(),
+        key: request.key.clone(),
+        amount_cents: cents,
+    }
+    .outgoing(AGGREGATE, &request.order_id)
 }
 
 impl PaymentStore {
@@ -101,7 +102,7 @@ impl PaymentStore {
             }
         };
         tx.claim(consumer, event_id).await?;
-        tx.enqueue(&refunded_event(request, cents)).await?;
+        tx.enqueue(&refunded_event(request, cents)?).await?;
         tx.commit().await?;
         Ok(RefundStart::Answered)
     }
@@ -133,7 +134,7 @@ impl PaymentStore {
             .bind(request.order_id.as_str()),
         )
         .await?;
-        tx.enqueue(&refunded_event(request, cents)).await?;
+        tx.enqueue(&refunded_event(request, cents)?).await?;
         failpoint_before_commit()?;
         tx.commit().await
     }

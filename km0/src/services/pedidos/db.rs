@@ -101,7 +101,7 @@ impl OrderStore {
     /// Stores the order, its lines and its `pedido.creado` event in one transaction; returns
     /// the event id (`id_evento`). Either all three are committed or none is.
     pub async fn create(&self, order: &NewOrder) -> Result<Uuid, CreateOrderError> {
-        let event = order_created(order);
+        let event = order_created(order).map_err(StoreError::from)?;
         // Dropped on any `Err` below, which rolls back every write.
         let mut tx = self.db.begin().await?;
         write_order(&mut tx, order, &event).await?;
@@ -118,7 +118,7 @@ impl OrderStore {
         sagas: &Sagas,
         input: serde_json::Value,
     ) -> Result<Uuid, CreateOrderError> {
-        let event = order_created_in_saga(order);
+        let event = order_created_in_saga(order).map_err(StoreError::from)?;
         let mut tx = self.db.begin().await?;
         write_order(&mut tx, order, &event).await?;
         match sagas.start_in(&mut tx, &order.id, input).await {

@@ -1,7 +1,10 @@
 //! The events `pedidos` publishes, with the seed's names.
 
 use entrega::TopicRouting;
+use entrega::{ContractError, Event};
 use entrega_core::NewEvent;
+
+use crate::contracts::orders::{Line, OrderCreated, StreetAddress};
 
 use super::domain::NewOrder;
 
@@ -39,22 +42,41 @@ pub fn routing() -> TopicRouting {
 /// The `pedido.creado` of an order the saga runs: the order as received, plus the keys under
 /// which the saga asks for its stock (`reserva`) and its charge (`cobro`), so inventario and
 /// pagos leave those to the saga's commands instead of acting on the event.
-pub fn order_created_in_saga(order: &NewOrder) -> NewEvent {
-    let mut event = order_created(order);
-    if let serde_json::Value::Object(map) = &mut event.payload {
-        map.insert("reserva".into(), format!("reserva-{}", order.id).into());
-        map.insert("cobro".into(), format!("cobro-{}", order.id).into());
+pub fn order_created_in_saga(order: &NewOrder) -> Result<NewEvent, ContractError> {
+    OrderCreated {
+        reservation: Some(format!("reserva-{}", order.id)),
+        charge: Some(format!("cobro-{}", order.id)),
+        ..created(order)
     }
-    event
+    .outgoing(AGGREGATE, &order.id)
 }
 
 /// The `pedido.creado` event of a new order: aggregate `pedido`, aggregate id the order id,
 /// payload the order as received (the seed's `json.dumps(pedido)`).
-pub fn order_created(order: &NewOrder) -> NewEvent {
-    NewEvent::new(
-        AGGREGATE,
-        order.id.clone(),
-        ORDER_CREATED,
-        order.to_payload(),
-    )
+pub fn order_created(order: &NewOrder) -> Result<NewEvent, ContractError> {
+    created(order).outgoing(AGGREGATE, &order.id)
+}
+
+fn created(order: &NewOrder) -> OrderCreated {
+    OrderCreated {
+        id: order.id.clone(),
+        customer: order.customer.clone(),
+        market: order.market.clone(),
+        lines: order
+            .lines
+            .iter()
+            .map(|l| Line {
+                product: l.product.clone(),
+                quantity: l.quantity,
+                price_cents: l.price_cents,
+            })
+            .collect(),
+        card: order.card.clone(),
+        address: order.address.as_ref().map(|a| StreetAddress {
+            city: a.city.clone(),
+            street: a.street.clone(),
+        }),
+        reservation: None,
+        charge: None,
+    }
 }

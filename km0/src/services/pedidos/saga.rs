@@ -13,20 +13,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega::db::{query, Tx};
 use entrega::saga::{Ending, FlowError, Phase, Reply, SagaFlow, SagaRecord, StepOutcome, StepSpec};
-use entrega::Backoff;
+use entrega::{Backoff, ContractError, Event};
 use entrega_core::{Envelope, NewEvent, StoreError};
 use serde_json::{json, Value};
 
 use super::domain::{InvalidOrder, NewOrder, OrderState};
-use super::messaging::{AGGREGATE, ORDER_CANCELLED, ORDER_PAID};
+use super::messaging::AGGREGATE;
+use crate::contracts::orders::{OrderCancelled, OrderPaid};
 use crate::services::inventario::{self, ReleaseCommand, ReserveCommand, StockLine};
 use crate::services::pagos::{self, OrderToCharge, RefundRequest};
 use crate::services::reparto::{self, AssignCommand};
 
 /// The saga type in `entrega_sagas.kind`.
 pub const SAGA_KIND: &str = "pedido";
-/// The version of `pedido.pagado` written at the end (it carries `direccion_entrega`).
-pub const PAID_VERSION: u32 = reparto::PAID_VERSION;
 
 /// How long each step may take, and how its commands are sent again.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -151,31 +150,32 @@ impl SagaFlow for OrderSaga {
     fn command(&self, saga: &SagaRecord, step: usize, key: &str) -> Result<NewEvent, FlowError> {
         let order_id = saga.id.clone();
         match step {
-            0 => Ok(ReserveCommand {
+            0 => ReserveCommand {
                 order_id,
                 reservation_id: key.to_owned(),
                 lines: lines_of(saga)?,
             }
-            .event()),
-            1 => Ok(pagos::charge_command(&OrderToCharge {
+            .event(),
+            1 => pagos::charge_command(&OrderToCharge {
                 order_id,
                 amount_cents: field(saga, "importe_centimos")?
                     .as_i64()
                     .ok_or_else(|| FlowError::new("`importe_centimos` is not a number"))?,
                 card: text_of(&saga.input, "tarjeta")?,
-            })),
+            }),
             2 => {
                 let address = field(saga, "direccion_entrega")?;
-                Ok(AssignCommand {
+                AssignCommand {
                     order_id,
                     key: key.to_owned(),
                     city: text_of(address, "ciudad")?,
                     street: text_of(address, "calle")?,
                 }
-                .event())
+                .event()
             }
-            _ => Err(FlowError::new(format!("no step {step}"))),
+            _ => return Err(FlowError::new(format!("no step {step}"))),
         }
+        .map_err(|e| FlowError::new(e.to_string()))
     }
 
     fn compensation(
@@ -186,18 +186,19 @@ impl SagaFlow for OrderSaga {
     ) -> Result<NewEvent, FlowError> {
         let order_id = saga.id.clone();
         match step {
-            0 => Ok(ReleaseCommand {
+            0 => ReleaseCommand {
                 reservation_id: inventario::reservation_id(&order_id),
                 order_id,
                 key: key.to_owned(),
             }
-            .event()),
-            1 => Ok(pagos::refund_command(&RefundRequest {
+            .event(),
+            1 => pagos::refund_command(&RefundRequest {
                 order_id,
                 key: key.to_owned(),
-            })),
-            _ => Err(FlowError::new(format!("step {step} has no compensation"))),
+            }),
+            _ => return Err(FlowError::new(format!("step {step} has no compensation"))),
         }
+        .map_err(|e| FlowError::new(e.to_string()))
     }
 
     fn reply(&self, envelope: &Envelope) -> Result<Option<Reply>, FlowError> {
@@ -233,30 +234,14 @@ impl SagaFlow for OrderSaga {
         ending: &Ending,
     ) -> Result<(), StoreError> {
         let (state, event) = match ending {
-            Ending::Completed => {
-                let mut event = NewEvent::new(
-                    AGGREGATE,
-                    &saga.id,
-                    ORDER_PAID,
-                    json!({
-                        "pedido_id": saga.id,
-                        "importe_centimos": saga.input.get("importe_centimos"),
-                        "direccion_entrega": saga.input.get("direccion_entrega"),
-                        "repartidor_id": saga.results.get("reparto")
-                            .and_then(|r| r.get("repartidor_id")),
-                    }),
-                );
-                event.version = PAID_VERSION;
-                (OrderState::Paid, event)
-            }
+            Ending::Completed => (OrderState::Paid, paid(saga)?.outgoing(AGGREGATE, &saga.id)?),
             Ending::Compensated { reason } => (
                 OrderState::Cancelled,
-                NewEvent::new(
-                    AGGREGATE,
-                    &saga.id,
-                    ORDER_CANCELLED,
-                    json!({"pedido_id": saga.id, "motivo": reason}),
-                ),
+                OrderCancelled {
+                    order_id: saga.id.clone(),
+                    reason: reason.clone(),
+                }
+                .outgoing(AGGREGATE, &saga.id)?,
             ),
         };
         tx.execute(
@@ -267,4 +252,33 @@ impl SagaFlow for OrderSaga {
         .await?;
         tx.enqueue(&event).await
     }
+}
+
+/// The `pedido.pagado` of a completed saga: its amount and address from the saga's input, the
+/// courier from reparto's answer.
+fn paid(saga: &SagaRecord) -> Result<OrderPaid, ContractError> {
+    fn member<T: serde::de::DeserializeOwned>(
+        value: Option<&Value>,
+        field: &str,
+    ) -> Result<T, ContractError> {
+        serde_json::from_value(value.cloned().unwrap_or(Value::Null)).map_err(|e| {
+            ContractError::Invalid {
+                tipo: OrderPaid::TIPO.to_owned(),
+                version: OrderPaid::VERSION,
+                field: field.to_owned(),
+                reason: format!("not in the saga's record: {e}"),
+            }
+        })
+    }
+    Ok(OrderPaid {
+        order_id: saga.id.clone(),
+        amount_cents: member(saga.input.get("importe_centimos"), "importe_centimos")?,
+        address: member(saga.input.get("direccion_entrega"), "direccion_entrega")?,
+        courier_id: member(
+            saga.results
+                .get("reparto")
+                .and_then(|r| r.get("repartidor_id")),
+            "repartidor_id",
+        )?,
+    })
 }

@@ -8,9 +8,12 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use entrega::db::query;
-use entrega::{Handler, Message, Router};
+use entrega::{ContractError, Event, Handler, Message, Router};
 use entrega_core::{now_ms, HandlerError, NewEvent, Processed, StoreError};
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::contracts::delivery;
+use crate::contracts::orders::StreetAddress;
 
 use super::db::{state_of, take_courier, DeliveryState, DeliveryStore};
 use super::domain::DeliveryError;
@@ -70,35 +73,37 @@ impl AssignCommand {
     }
 
     /// The command's event (what the order saga sends).
-    pub fn event(&self) -> NewEvent {
-        NewEvent::new(
-            DELIVERY_AGGREGATE,
-            &self.order_id,
-            ASSIGN,
-            json!({"pedido_id": self.order_id, "clave": self.key,
-                   "direccion_entrega": {"ciudad": self.city, "calle": self.street}}),
-        )
+    pub fn event(&self) -> Result<NewEvent, ContractError> {
+        delivery::Assign {
+            order_id: self.order_id.clone(),
+            key: self.key.clone(),
+            address: StreetAddress {
+                city: self.city.clone(),
+                street: self.street.clone(),
+            },
+        }
+        .outgoing(DELIVERY_AGGREGATE, &self.order_id)
     }
 }
 
 /// `reparto.asignado` `{"pedido_id", "clave", "repartidor_id"}`.
-pub fn assigned_event(order_id: &str, key: &str, courier: &str) -> NewEvent {
-    NewEvent::new(
-        DELIVERY_AGGREGATE,
-        order_id,
-        ASSIGNED,
-        json!({"pedido_id": order_id, "clave": key, "repartidor_id": courier}),
-    )
+pub fn assigned_event(order_id: &str, key: &str, courier: &str) -> Result<NewEvent, ContractError> {
+    delivery::Assigned {
+        order_id: order_id.to_owned(),
+        key: key.to_owned(),
+        courier_id: courier.to_owned(),
+    }
+    .outgoing(DELIVERY_AGGREGATE, order_id)
 }
 
 /// `reparto.rechazado` `{"pedido_id", "clave", "motivo"}`.
-pub fn refused_event(order_id: &str, key: &str, reason: &str) -> NewEvent {
-    NewEvent::new(
-        DELIVERY_AGGREGATE,
-        order_id,
-        REFUSED,
-        json!({"pedido_id": order_id, "clave": key, "motivo": reason}),
-    )
+pub fn refused_event(order_id: &str, key: &str, reason: &str) -> Result<NewEvent, ContractError> {
+    delivery::AssignmentRefused {
+        order_id: order_id.to_owned(),
+        key: key.to_owned(),
+        reason: reason.to_owned(),
+    }
+    .outgoing(DELIVERY_AGGREGATE, order_id)
 }
 
 impl DeliveryStore {
@@ -129,13 +134,13 @@ impl DeliveryStore {
                 let state = state_of(&state)?;
                 let answer = match state {
                     DeliveryState::Assigned | DeliveryState::Delivered => {
-                        Some(assigned_event(order, key, &courier.unwrap_or_default()))
+                        Some(assigned_event(order, key, &courier.unwrap_or_default())?)
                     }
                     DeliveryState::Refused => {
-                        Some(refused_event(order, key, &reason.unwrap_or_default()))
+                        Some(refused_event(order, key, &reason.unwrap_or_default())?)
                     }
                     DeliveryState::Cancelled => {
-                        Some(refused_event(order, key, "entrega cancelada"))
+                        Some(refused_event(order, key, "entrega cancelada")?)
                     }
                     DeliveryState::Pending => None,
                 };
@@ -182,10 +187,10 @@ impl DeliveryStore {
                 .await?;
                 match (state, courier, reason) {
                     (DeliveryState::Assigned, Some(courier), _) => {
-                        tx.enqueue(&assigned_event(order, key, &courier)).await?;
+                        tx.enqueue(&assigned_event(order, key, &courier)?).await?;
                     }
                     (DeliveryState::Refused, _, Some(reason)) => {
-                        tx.enqueue(&refused_event(order, key, &reason)).await?;
+                        tx.enqueue(&refused_event(order, key, &reason)?).await?;
                     }
                     _ => {}
                 }

@@ -369,7 +369,7 @@ impl DeliveryStore {
                 free_courier(&mut tx, &courier).await?;
             } else if let Some(key) = key {
                 // The order saga waits for this answer.
-                tx.enqueue(&super::commands::assigned_event(&order_id, &key, &courier))
+                tx.enqueue(&super::commands::assigned_event(&order_id, &key, &courier)?)
                     .await?;
             }
             tx.commit().await?;

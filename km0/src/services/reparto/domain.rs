@@ -9,8 +9,8 @@
 use entrega_core::Envelope;
 use serde_json::Value;
 
-/// The version of `pedido.pagado` reparto understands.
-pub const PAID_VERSION: u32 = 2;
+/// The version of `pedido.pagado` reparto understands: its contract's.
+pub const PAID_VERSION: u32 = <crate::contracts::orders::OrderPaid as entrega::Event>::VERSION;
 
 /// A paid order to deliver.
 #[derive(Debug, Clone, PartialEq, Eq)]
