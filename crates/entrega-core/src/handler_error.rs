@@ -99,8 +99,10 @@ impl HandlerError {
 
 impl fmt::Display for HandlerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A contract's failure reads as the seed's dead-letter reason (`motivo esquema`).
         let class = match self.class {
             ErrorClass::Transient => "transient",
+            ErrorClass::Permanent if self.contract => "esquema",
             ErrorClass::Permanent => "permanent",
         };
         write!(f, "{class}: {}", self.source)

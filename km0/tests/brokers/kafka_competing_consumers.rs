@@ -5,8 +5,9 @@
 //! Orders stream in over HTTP, each followed by its `pedido.pagado`. One consumer is found out
 //! and killed:
 //!
-//! 1. frozen with SIGSTOP for less than the session timeout: the partitions whose committed
-//!    offsets stand still while records keep arriving are the ones it holds;
+//! 1. found by its assignment as the group coordinator describes it, then frozen with SIGSTOP
+//!    for less than the session timeout: the committed offsets of the partitions it holds
+//!    stand still while records keep arriving;
 //! 2. let go on with SIGCONT until it has committed past what arrived meanwhile: it applies;
 //! 3. killed with SIGKILL while the stream goes on.
 //!
@@ -37,7 +38,7 @@ const AFTER_TAKEOVER: usize = 60;
 /// How long the victim stays frozen: well within the session timeout, so the group does not
 /// notice, and long enough that every partition receives records meanwhile.
 const FREEZE: Duration = Duration::from_secs(2);
-/// Attempts at finding the victim's partitions (a rebalance may still be under way).
+/// Attempts at a freeze during which every partition the victim holds receives records.
 const FREEZE_ATTEMPTS: usize = 8;
 /// Longest wait for the survivors to take the dead member's partitions over.
 const TAKEOVER_WITHIN: Duration = Duration::from_secs(30);
@@ -145,23 +146,33 @@ async fn three_consumers_one_killed_every_order_applied_once_in_order() {
         "km0's topic has its six partitions"
     );
 
-    // 1. Which partitions does the victim hold? Those that stall while it is frozen.
+    // 1. Which partitions does the victim hold? The group coordinator says; and frozen, the
+    //    victim keeps them: their committed offsets stand still while records arrive (the
+    //    others may stall too, waiting on stock rows it locked).
     let victim = members.remove(VICTIM);
-    let mut held = BTreeSet::new();
+    let held = eventually(
+        Duration::from_secs(30),
+        "the victim to hold some of the topic's partitions",
+        || async {
+            let held = view.assigned(GROUP, TOPIC, &victim.name).await;
+            (!held.is_empty() && held.len() < partitions).then_some(held)
+        },
+    )
+    .await;
+    let mut stalled = BTreeSet::new();
     let mut ends_after_freeze = BTreeMap::new();
     for _ in 0..FREEZE_ATTEMPTS {
-        (held, ends_after_freeze) = stalled_while_frozen(&victim, &view).await;
-        if !held.is_empty() && held.len() < partitions {
+        (stalled, ends_after_freeze) = stalled_while_frozen(&victim, &view).await;
+        if held.is_subset(&stalled) {
             break;
         }
-        // Nothing stalled: the victim held nothing yet; the group may still be settling.
-        // Everything stalled: it was frozen inside a transaction, holding the stock rows
-        // every order updates, so the other members waited on its locks. Try again.
+        // A held partition that received nothing while the victim was frozen proves
+        // nothing yet: freeze again.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(
-        !held.is_empty() && held.len() < partitions,
-        "{} should hold some partitions but not all; stalled while frozen: {held:?}",
+        held.is_subset(&stalled),
+        "{} holds {held:?}, yet only {stalled:?} stood still while it was frozen",
         victim.name
     );
     // 2. Let go on, it applies and commits what piled up on its partitions.

@@ -8,7 +8,7 @@
 pub mod checks;
 pub mod orders;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -106,6 +106,34 @@ impl KafkaView {
                     Offset::Offset(next) => Some((to_u32(e.partition()), next)),
                     _ => None,
                 })
+                .collect()
+        })
+        .await
+    }
+
+    /// The partitions of `topic` the broker has assigned to the member of `group` whose
+    /// `client.id` is `client` (entrega's consumers use their member name), as the group
+    /// coordinator describes the group; empty while it holds none.
+    pub async fn assigned(&self, group: &str, topic: &str, client: &str) -> BTreeSet<u32> {
+        let (view, group, topic, client) = (
+            self.clone(),
+            group.to_owned(),
+            topic.to_owned(),
+            client.to_owned(),
+        );
+        blocking(move || {
+            let groups = view
+                .client(&format!("km0-test-describer-{}", uuid::Uuid::new_v4()))
+                .fetch_group_list(Some(&group), REQUEST)
+                .expect("describe group");
+            groups
+                .groups()
+                .iter()
+                .filter(|g| g.name() == group)
+                .flat_map(|g| g.members())
+                .filter(|m| m.client_id() == client)
+                .filter_map(|m| m.assignment())
+                .flat_map(|bytes| assignment_partitions(bytes, &topic))
                 .collect()
         })
         .await
@@ -299,4 +327,35 @@ pub async fn databases_without_kafka(
         inventario,
         broker,
     }
+}
+
+/// The partitions of `topic` in a member's assignment as the consumer protocol encodes it:
+/// version (i16), then topics (i32 count; each a string of i16 length and its partitions as
+/// an i32 count of i32), then user data. Empty if the bytes do not read as one.
+fn assignment_partitions(bytes: &[u8], topic: &str) -> Vec<u32> {
+    fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+        let (head, rest) = bytes.split_first_chunk::<N>()?;
+        *bytes = rest;
+        Some(*head)
+    }
+    let read = || -> Option<Vec<u32>> {
+        let mut rest = bytes;
+        let _version = i16::from_be_bytes(take::<2>(&mut rest)?);
+        let topics = i32::from_be_bytes(take::<4>(&mut rest)?);
+        let mut found = Vec::new();
+        for _ in 0..topics.max(0) {
+            let len = usize::try_from(i16::from_be_bytes(take::<2>(&mut rest)?)).ok()?;
+            let (name, after) = rest.split_at_checked(len)?;
+            rest = after;
+            let count = i32::from_be_bytes(take::<4>(&mut rest)?);
+            for _ in 0..count.max(0) {
+                let partition = i32::from_be_bytes(take::<4>(&mut rest)?);
+                if name == topic.as_bytes() {
+                    found.push(u32::try_from(partition).ok()?);
+                }
+            }
+        }
+        Some(found)
+    };
+    read().unwrap_or_default()
 }

@@ -112,6 +112,29 @@ impl Tx {
 
     /// Writes `event` of `aggregate` `aggregate_id` to the outbox, as [`Tx::enqueue`] does,
     /// with its `tipo` and `version` from its type.
+    ///
+    /// ```no_run
+    /// use entrega::{Db, Event};
+    ///
+    /// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    /// struct PedidoCancelado {
+    ///     pedido_id: String,
+    ///     motivo: String,
+    /// }
+    ///
+    /// impl Event for PedidoCancelado {
+    ///     const TIPO: &'static str = "pedido.cancelado";
+    ///     const VERSION: u32 = 1;
+    /// }
+    ///
+    /// # async fn cancel(db: Db) -> Result<(), entrega::StoreError> {
+    /// let mut tx = db.begin().await?;
+    /// // ... the business change in `tx` ...
+    /// let event = PedidoCancelado { pedido_id: "P-1".into(), motivo: "sin stock".into() };
+    /// tx.publish("pedido", "P-1", &event).await?;
+    /// tx.commit().await?; // the change and its event, or neither
+    /// # Ok(()) }
+    /// ```
     pub async fn publish<E: Event>(
         &mut self,
         aggregate: &str,

@@ -17,6 +17,47 @@
 //! The transport is RabbitMQ ([`entrega_amqp::AmqpRpc`](https://docs.rs/entrega-amqp), the
 //! seed's queues and properties) or any log ([`LogRpc`]), so the embedded default needs no
 //! broker: [`crate::Broker::rpc`] picks it.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use async_trait::async_trait;
+//! use entrega::rpc::{RpcClient, RpcHandler, RpcServer, RpcServerConfig};
+//! use entrega::seams::RpcMessage;
+//! use entrega::{shutdown_token, Broker, HandlerError};
+//!
+//! /// Authorises every amount up to 500 euros.
+//! struct Authorise;
+//!
+//! #[async_trait]
+//! impl RpcHandler for Authorise {
+//!     async fn answer(&self, request: &RpcMessage) -> Result<Vec<u8>, HandlerError> {
+//!         let body: serde_json::Value =
+//!             serde_json::from_slice(&request.payload).map_err(HandlerError::permanent)?;
+//!         let granted = body["importe_centimos"].as_i64().is_some_and(|c| c <= 50_000);
+//!         Ok(serde_json::json!({ "autorizado": granted }).to_string().into_bytes())
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let broker = Broker::connect("sqlite://data/broker.db", Duration::from_secs(10)).await?;
+//! let server = RpcServer::new(
+//!     broker.rpc(6),
+//!     Arc::new(Authorise),
+//!     RpcServerConfig::new("pagos.autorizaciones"),
+//! );
+//! let stop = shutdown_token();
+//! tokio::spawn(async move { server.run(stop).await });
+//!
+//! let client = RpcClient::start(broker.rpc(6)).await?;
+//! let request = br#"{"pedido_id": "P-1", "importe_centimos": 1450}"#.to_vec();
+//! let reply = client
+//!     .call("pagos.autorizaciones", request, Duration::from_secs(5))
+//!     .await?;
+//! # let _ = reply;
+//! # Ok(()) }
+//! ```
 
 mod client;
 mod durable;

@@ -23,6 +23,78 @@
 //! - Several orchestrators may share the tables: a saga row is locked while it changes
 //!   (PostgreSQL), timers skip rows another one holds, and every write checks the version it
 //!   read.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use entrega::saga::{FlowError, Phase, Reply, SagaFlow, SagaRecord, Sagas, StepOutcome, StepSpec};
+//! use entrega::{Db, Envelope, NewEvent, SystemClock};
+//! use serde_json::json;
+//!
+//! /// Reserve the stock, then charge; a refused charge releases the stock.
+//! struct Order {
+//!     steps: Vec<StepSpec>,
+//! }
+//!
+//! #[async_trait::async_trait]
+//! impl SagaFlow for Order {
+//!     fn kind(&self) -> &str {
+//!         "pedido"
+//!     }
+//!
+//!     fn steps(&self) -> &[StepSpec] {
+//!         &self.steps
+//!     }
+//!
+//!     fn command(&self, saga: &SagaRecord, step: usize, key: &str) -> Result<NewEvent, FlowError> {
+//!         let tipo = ["inventario.reservar", "pagos.cobrar"][step];
+//!         let datos = json!({"pedido_id": saga.id, "clave": key, "pedido": saga.input});
+//!         Ok(NewEvent::new("pedido", &saga.id, tipo, datos))
+//!     }
+//!
+//!     fn compensation(&self, saga: &SagaRecord, _: usize, key: &str) -> Result<NewEvent, FlowError> {
+//!         let datos = json!({"pedido_id": saga.id, "clave": key});
+//!         Ok(NewEvent::new("pedido", &saga.id, "inventario.liberar", datos))
+//!     }
+//!
+//!     fn reply(&self, envelope: &Envelope) -> Result<Option<Reply>, FlowError> {
+//!         let (step, phase, done) = match envelope.kind.as_str() {
+//!             "reserva.confirmada" => ("reserva", Phase::Action, true),
+//!             "reserva.rechazada" => ("reserva", Phase::Action, false),
+//!             "pago.confirmado" => ("cobro", Phase::Action, true),
+//!             "pago.rechazado" => ("cobro", Phase::Action, false),
+//!             "reserva.liberada" => ("reserva", Phase::Compensation, true),
+//!             _ => return Ok(None),
+//!         };
+//!         let text = |name: &str| envelope.data[name].as_str().map(str::to_owned);
+//!         let (Some(saga_id), Some(key)) = (text("pedido_id"), text("clave")) else {
+//!             return Err(FlowError::new("a reply without `pedido_id` or `clave`"));
+//!         };
+//!         let outcome = if done {
+//!             StepOutcome::Done(envelope.data.clone())
+//!         } else {
+//!             StepOutcome::Failed { reason: text("motivo").unwrap_or_default(), transient: false }
+//!         };
+//!         Ok(Some(Reply { saga_id, step: step.into(), phase, key, outcome }))
+//!     }
+//! }
+//!
+//! # async fn run(db: Db) -> Result<(), Box<dyn std::error::Error>> {
+//! let flow = Order {
+//!     steps: vec![
+//!         StepSpec::new("reserva", "reserva").compensated_by("liberacion"),
+//!         StepSpec::new("cobro", "cobro"),
+//!     ],
+//! };
+//! let sagas = Sagas::new(db.clone(), Arc::new(flow), Arc::new(SystemClock));
+//! let mut tx = db.begin().await?;
+//! // ... the order written in `tx` ...
+//! sagas.start_in(&mut tx, "P-1", json!({"lineas": [["queso", 2]]})).await?;
+//! tx.commit().await?; // the order, the saga and its first command together
+//! // Replies reach `sagas.handle(&envelope)` from a worker (`Sagas` is a `Handler`), and
+//! // `sagas.run_timers(...)` resends and compensates on time.
+//! # Ok(()) }
+//! ```
 
 mod engine;
 mod error;
