@@ -206,7 +206,16 @@ async fn broker_restarted_mid_stream_loses_nothing_and_applies_once() {
     relay.assert_running();
     members.iter_mut().for_each(Km0::assert_running);
     assert_applied_exactly_once(&state, &placed, &start).await;
-    let (ready, unacked, dead) = queues(&url).await;
+    // The management API's counts are sampled (every 5 s by default): a delivery acknowledged
+    // just now may still show as unacknowledged. Wait for them to settle, then judge.
+    let settled = Instant::now() + Duration::from_secs(30);
+    let (ready, unacked, dead) = loop {
+        let counts = queues(&url).await;
+        if counts == (0, Some(0), 0) || Instant::now() >= settled {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
     assert_eq!((ready, dead), (0, 0), "messages left, or dead-lettered");
     assert_eq!(
         unacked,

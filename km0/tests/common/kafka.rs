@@ -46,6 +46,17 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A free port other than every one of `taken`: a port just released may be handed out
+/// again at once, and a node's listeners must not share one.
+fn free_port_besides(taken: &[u16]) -> u16 {
+    loop {
+        let port = free_port();
+        if !taken.contains(&port) {
+            return port;
+        }
+    }
+}
+
 /// A cluster id as `kafka-storage random-uuid` makes one: 16 random bytes, base64url, no pad,
 /// and, as Kafka's own, never starting with `-` (the tool would read it as an option).
 fn cluster_id() -> String {
@@ -201,14 +212,16 @@ impl KafkaBroker {
         fs::create_dir_all(dir.join("data")).expect("broker dir");
         let template = fs::read_to_string(repo_root().join("scripts/kafka/server.properties.in"))
             .expect("scripts/kafka/server.properties.in");
+        let controller = free_port_besides(&[port, advertised]);
         let properties = template
             .replace("@PORT@", &port.to_string())
-            .replace("@CONTROLLER_PORT@", &free_port().to_string())
+            .replace("@CONTROLLER_PORT@", &controller.to_string())
             .replace("@ADVERTISED_PORT@", &advertised.to_string())
             .replace("@DATA_DIR@", &dir.join("data").to_string_lossy());
-        let ports = secure.map(|_| SecurePorts {
-            ssl: free_port(),
-            sasl_ssl: free_port(),
+        let ports = secure.map(|_| {
+            let ssl = free_port_besides(&[port, advertised, controller]);
+            let sasl_ssl = free_port_besides(&[port, advertised, controller, ssl]);
+            SecurePorts { ssl, sasl_ssl }
         });
         let properties = match (secure, ports) {
             (Some(secure), Some(ports)) => secure_properties(&properties, &dir, secure, ports),
