@@ -162,7 +162,7 @@ async fn analitica_killed_mid_transaction_counts_each_order_once() {
         .sum();
     assert_eq!(committed.iter().map(|s| s.units).sum::<i64>(), units);
     assert_eq!(
-        committed.iter().map(|s| s.cents).sum::<i64>(),
+        committed.iter().map(|s| s.amount_cents).sum::<i64>(),
         units * PRICE_CENTS
     );
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 /// One order's contribution to its market's sales.
@@ -83,22 +83,9 @@ impl Sale {
     }
 }
 
-/// The sales of one market in one batch: the payload (`datos`) of `ventas.mercado`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MarketSales {
-    /// The market (`mercado`).
-    #[serde(rename = "mercado")]
-    pub market: String,
-    /// The orders counted, in the order they were read (`pedidos`).
-    #[serde(rename = "pedidos")]
-    pub orders: Vec<String>,
-    /// Units over those orders (`unidades`).
-    #[serde(rename = "unidades")]
-    pub units: i64,
-    /// Value in cents over those orders (`importe_centimos`).
-    #[serde(rename = "importe_centimos")]
-    pub cents: i64,
-}
+/// The sales of one market in one batch: the payload (`datos`) of `ventas.mercado`, as its
+/// contract has it.
+pub use crate::contracts::sales::MarketSales;
 
 /// Groups sales by market, each market's orders in the order given; totals saturate rather
 /// than wrap (a batch that large is not a real one).
@@ -111,11 +98,11 @@ pub fn per_market(sales: &[Sale]) -> BTreeMap<String, MarketSales> {
                 market: sale.market.clone(),
                 orders: Vec::new(),
                 units: 0,
-                cents: 0,
+                amount_cents: 0,
             });
         entry.orders.push(sale.order_id.clone());
         entry.units = entry.units.saturating_add(sale.units);
-        entry.cents = entry.cents.saturating_add(sale.cents);
+        entry.amount_cents = entry.amount_cents.saturating_add(sale.cents);
     }
     out
 }
@@ -185,7 +172,7 @@ mod tests {
         ]);
         assert_eq!(markets.len(), 2);
         assert_eq!(markets["girona"].orders, vec!["P-1", "P-3"]);
-        assert_eq!(markets["girona"].cents, 125);
+        assert_eq!(markets["girona"].amount_cents, 125);
         assert_eq!(markets["girona"].units, 2);
         assert_eq!(markets["reus"].orders, vec!["P-2"]);
     }

@@ -176,7 +176,7 @@ mod tests {
         let envelope = Envelope::parse(&sales[0].payload).unwrap();
         let datos: MarketSales = serde_json::from_value(envelope.data).unwrap();
         assert_eq!(datos.orders, vec!["P-1", "P-2"]);
-        assert_eq!(datos.cents, 150);
+        assert_eq!(datos.amount_cents, 150);
         assert_eq!(sales[0].key.as_deref(), Some("girona"));
         let dead: Vec<&OutgoingMessage> = out
             .iter()
