@@ -83,3 +83,65 @@ pub async fn begin_immediate(
 ) -> Result<Transaction<'static, Sqlite>, StoreError> {
     pool.begin_with("BEGIN IMMEDIATE").await.map_err(classify)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use sqlx::sqlite::SqliteTransactionManager;
+    use sqlx::{Connection, TransactionManager};
+
+    use super::*;
+
+    /// A begin cancelled between SQLite's `BEGIN` and sqlx's `Transaction` leaves its
+    /// connection inside a transaction with nothing to roll it back; the pool must not hand
+    /// it out like that.
+    #[tokio::test]
+    async fn a_connection_returned_inside_an_abandoned_begin_is_rolled_back() {
+        let dir = std::env::temp_dir().join(format!("entrega-sqlite-{}", uuid::Uuid::new_v4()));
+        let url = format!("sqlite://{}", dir.join("db.sqlite").display());
+        let pool = connect(&url).await.unwrap();
+        sqlx::query("CREATE TABLE t (v INTEGER)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        {
+            let mut conn = pool.acquire().await.unwrap();
+            SqliteTransactionManager::begin(&mut conn, Some("BEGIN IMMEDIATE".into()))
+                .await
+                .unwrap();
+            sqlx::query("INSERT INTO t VALUES (1)")
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+            assert!(conn.is_in_transaction());
+        }
+        // Every connection of the pool begins a write transaction in turn (one at a time:
+        // SQLite has one writer), the abandoned one included.
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(pool.acquire().await.unwrap());
+        }
+        for conn in &mut held {
+            assert!(!conn.is_in_transaction());
+            let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.unwrap();
+            sqlx::query("INSERT INTO t VALUES (2)")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        }
+        drop(held);
+        // The abandoned write never happened.
+        let ones: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE v = 1")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let twos: i64 = sqlx::query_scalar("SELECT count(*) FROM t WHERE v = 2")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!((ones, twos), (0, i64::from(MAX_CONNECTIONS)));
+        pool.close().await;
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

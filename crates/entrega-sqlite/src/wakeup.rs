@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
 use sqlx::sqlite::SqliteConnectOptions;
-use sqlx::SqliteConnection;
+use sqlx::sqlite::SqliteTransactionManager;
+use sqlx::{Connection, SqliteConnection, TransactionManager};
 use tokio::sync::Notify;
 
 /// A wake-up that waiters cannot miss: every firing bumps a generation, and a waiter returns
@@ -241,10 +242,22 @@ pub(crate) async fn install_hooks(
 
 /// Fires the signals of commits made on `conn` since it was acquired; the commit is complete
 /// by now, so waiters will see the rows.
+///
+/// A connection can come back still inside a transaction: when a `begin` is cancelled after
+/// SQLite began but before sqlx built its `Transaction` (a handler timed out, a poll raced
+/// against shutdown), nothing is left to roll it back, and the next `BEGIN IMMEDIATE` on the
+/// connection would fail. It is rolled back here, before anyone else gets it.
 pub(crate) async fn after_release(
     conn: &mut SqliteConnection,
     signals: &DbSignals,
 ) -> Result<bool, sqlx::Error> {
+    if conn.is_in_transaction() {
+        SqliteTransactionManager::rollback(conn).await?;
+        if conn.is_in_transaction() {
+            // Nested deeper than one abandoned begin: not worth untangling, close it.
+            return Ok(false);
+        }
+    }
     if signals.has_pending() {
         let key = conn.lock_handle().await?.as_raw_handle().as_ptr() as usize;
         signals.fire_committed(key);

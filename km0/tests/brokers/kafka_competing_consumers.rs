@@ -38,8 +38,8 @@ const AFTER_TAKEOVER: usize = 60;
 /// How long the victim stays frozen: well within the session timeout, so the group does not
 /// notice, and long enough that every partition receives records meanwhile.
 const FREEZE: Duration = Duration::from_secs(2);
-/// Attempts at a freeze during which every partition the victim holds receives records.
-const FREEZE_ATTEMPTS: usize = 8;
+/// Most freezes tried until every partition the victim holds was seen standing still.
+const FREEZE_ATTEMPTS: usize = 12;
 /// Longest wait for the survivors to take the dead member's partitions over.
 const TAKEOVER_WITHIN: Duration = Duration::from_secs(30);
 /// Longest wait for everything to be published and consumed once the stream ends.
@@ -159,15 +159,18 @@ async fn three_consumers_one_killed_every_order_applied_once_in_order() {
         },
     )
     .await;
+    // Each held partition must be seen standing still with records waiting; on a loaded
+    // machine the relay publishes in bursts, so one freeze may see records on some of them
+    // only: the evidence adds up over freezes.
     let mut stalled = BTreeSet::new();
     let mut ends_after_freeze = BTreeMap::new();
     for _ in 0..FREEZE_ATTEMPTS {
-        (stalled, ends_after_freeze) = stalled_while_frozen(&victim, &view).await;
+        let (now_stalled, ends) = stalled_while_frozen(&victim, &view).await;
+        stalled.extend(now_stalled);
+        ends_after_freeze = ends;
         if held.is_subset(&stalled) {
             break;
         }
-        // A held partition that received nothing while the victim was frozen proves
-        // nothing yet: freeze again.
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     assert!(
