@@ -101,6 +101,17 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_SAGA")]
     pub saga: bool,
 
+    /// During a version transition, publishes this event type at its current version and
+    /// at the one before (one `id_evento`; consumers read the copy they understand).
+    /// Repeatable; `pedido.creado` is the one with an older version.
+    #[arg(
+        long = "publish-both",
+        global = true,
+        env = "KM0_PUBLISH_BOTH",
+        value_delimiter = ','
+    )]
+    pub publish_both: Vec<String>,
+
     /// With `--saga`: seconds the reservation and the charge may each take before the saga
     /// compensates (a reply after it is ignored, and undone if it did something).
     #[arg(
@@ -482,6 +493,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Some(secret) = &cli.replay_key {
         let key = entrega_core::ReplayKey::new(secret.as_bytes()).context("KM0_REPLAY_KEY")?;
         system = system.with_replay_key(key);
+    }
+    if !cli.publish_both.is_empty() {
+        let transitions = crate::contracts::transitions(&cli.publish_both)
+            .map_err(|e| anyhow::anyhow!("--publish-both: {e}"))?;
+        system = system.with_transitions(transitions);
     }
     if cli.saga {
         system = system.with_saga(crate::services::pedidos::SagaTimings {

@@ -57,6 +57,37 @@ pub trait Event: Serialize + DeserializeOwned + JsonSchema + Send + Sync + 'stat
     }
 }
 
+/// What a consumer reads of one `tipo`: a type that may know fewer members than the event
+/// carries, read as it is from each version in `VERSIONS` (the seed's "consumers accept
+/// both"), and from older versions through upcasters to the newest of them. Every [`Event`]
+/// is a view of its own version.
+///
+/// ```
+/// use entrega_contracts::View;
+///
+/// /// What a stock consumer needs of `pedido.creado`, the same in versions 1 and 2.
+/// #[derive(serde::Deserialize)]
+/// struct Lineas {
+///     lineas: Vec<serde_json::Value>,
+/// }
+///
+/// impl View for Lineas {
+///     const TIPO: &'static str = "pedido.creado";
+///     const VERSIONS: &'static [u32] = &[1, 2];
+/// }
+/// ```
+pub trait View: DeserializeOwned + Send + 'static {
+    /// The event type (`tipo`) read.
+    const TIPO: &'static str;
+    /// The versions read as they are, oldest first; never empty.
+    const VERSIONS: &'static [u32];
+}
+
+impl<E: Event> View for E {
+    const TIPO: &'static str = E::TIPO;
+    const VERSIONS: &'static [u32] = &[E::VERSION];
+}
+
 /// The JSON Schema (draft 2020-12) of `E`'s `datos`: every object closed
 /// (`additionalProperties: false`) unless the type says otherwise, titled `<tipo> v<version>`.
 pub fn schema_of<E: Event>() -> Value {

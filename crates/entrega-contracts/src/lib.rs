@@ -14,6 +14,7 @@ pub mod catalog;
 pub mod compat;
 pub mod directory;
 mod event;
+pub mod transition;
 mod upcast;
 mod validate;
 mod yaml;
@@ -22,7 +23,8 @@ pub use catalog::{Catalog, Contract};
 pub use compat::Compatibility;
 pub use directory::{ContractFile, Directory, Finding};
 pub use entrega_core::ContractError;
-pub use event::{schema_of, Event};
+pub use event::{schema_of, Event, View};
+pub use transition::Transitions;
 pub use upcast::{read, Upcasters};
 pub use yaml::to_yaml;
 

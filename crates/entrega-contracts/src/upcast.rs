@@ -9,7 +9,7 @@ use std::sync::Arc;
 use entrega_core::Envelope;
 use serde_json::Value;
 
-use crate::{ContractError, Event};
+use crate::{ContractError, Event, View};
 
 type Step = Arc<dyn Fn(Value) -> Result<Value, String> + Send + Sync>;
 
@@ -98,22 +98,54 @@ impl Upcasters {
         Ok(datos)
     }
 
-    /// The envelope's `datos` as `E`, upcast from an older version when steps allow it.
-    /// Members `E` does not know are ignored.
-    pub fn decode<E: Event>(&self, envelope: &Envelope) -> Result<E, ContractError> {
-        if envelope.kind != E::TIPO {
+    /// The envelope's `datos` as `V`: read as it is when its version is one `V` reads,
+    /// else upcast to the newest of them when steps allow it. Members `V` does not know are
+    /// ignored. Any [`Event`](crate::Event) is a view of its own version.
+    pub fn decode<V: View>(&self, envelope: &Envelope) -> Result<V, ContractError> {
+        if envelope.kind != V::TIPO {
             return Err(ContractError::WrongType {
-                expected: E::TIPO.to_owned(),
+                expected: V::TIPO.to_owned(),
                 got: envelope.kind.clone(),
             });
         }
-        let datos = self.upcast(E::TIPO, envelope.version, E::VERSION, envelope.data.clone())?;
-        read::<E>(datos)
+        if V::VERSIONS.contains(&envelope.version) {
+            return read_at::<V>(envelope.version, envelope.data.clone());
+        }
+        let newest = V::VERSIONS.iter().copied().max().unwrap_or(1);
+        let datos = self.upcast(V::TIPO, envelope.version, newest, envelope.data.clone())?;
+        read_at::<V>(newest, datos)
+    }
+}
+
+impl Upcasters {
+    /// [`Upcasters::decode`] of a delivered event whose [`VERSIONS`](crate::transition::VERSIONS)
+    /// header is `versions`: `None` for a copy this consumer leaves to another copy of the same
+    /// event (published at several versions during a transition), to acknowledge without
+    /// effect.
+    pub fn decode_copy<V: View>(
+        &self,
+        envelope: &Envelope,
+        versions: Option<&str>,
+    ) -> Result<Option<V>, ContractError> {
+        let listed = crate::transition::listed_versions(versions);
+        if listed.len() > 1 {
+            if let Some(chosen) = crate::transition::chosen_version::<V>(self, &listed) {
+                if chosen != envelope.version {
+                    return Ok(None);
+                }
+            }
+        }
+        self.decode(envelope).map(Some)
     }
 }
 
 /// `datos` (already at `E`'s version) as `E`, naming the member that does not fit.
 pub fn read<E: Event>(datos: Value) -> Result<E, ContractError> {
+    read_at::<E>(E::VERSION, datos)
+}
+
+/// `datos` of `V::TIPO` at `version` as `V`, naming the member that does not fit.
+fn read_at<V: View>(version: u32, datos: Value) -> Result<V, ContractError> {
     serde_path_to_error::deserialize(datos).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." {
@@ -122,8 +154,8 @@ pub fn read<E: Event>(datos: Value) -> Result<E, ContractError> {
             path
         };
         ContractError::Invalid {
-            tipo: E::TIPO.to_owned(),
-            version: E::VERSION,
+            tipo: V::TIPO.to_owned(),
+            version,
             field,
             reason: e.into_inner().to_string(),
         }

@@ -38,23 +38,31 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use entrega_contracts::{Event, Upcasters};
+use entrega_contracts::{transition, Upcasters, View};
 use entrega_core::HandlerError;
 
 use crate::{Db, Handler, Message, Router, Tx};
 
-/// What a typed handler does with one event of type `E`, inside the transaction the engine
-/// opened and in which the message's key is already claimed. Return an error to roll it all
-/// back: transient errors are retried, permanent ones dead-lettered.
+/// What a typed handler does with one event read as `E` (an [`Event`](crate::Event) type,
+/// or a [`View`] readable from several versions), inside the transaction the engine opened
+/// and in which the message's key is already claimed. Return an error to roll it all back:
+/// transient errors are retried, permanent ones dead-lettered.
 #[async_trait]
-pub trait Apply<E: Event>: Send + Sync + 'static {
-    /// Applies `event` (upcast to `E`'s version) in `tx`; `msg` is the delivery it came in.
+pub trait Apply<E: View>: Send + Sync + 'static {
+    /// Applies `event` (read as `E`, upcast if needed) in `tx`; `msg` is the delivery it
+    /// came in.
     async fn apply(&self, tx: &mut Tx, event: E, msg: &Message) -> Result<(), HandlerError>;
 }
 
 /// A typed route: reads the message as its type and applies it.
 #[async_trait]
 trait Route: Send + Sync {
+    /// The versions the route reads as they are.
+    fn versions(&self) -> &'static [u32];
+
+    /// Of the versions one event was published as, the one this route handles.
+    fn chosen(&self, upcasters: &Upcasters, listed: &[u32]) -> Option<u32>;
+
     async fn run(
         &self,
         tx: &mut Tx,
@@ -69,7 +77,15 @@ struct Typed<E, H> {
 }
 
 #[async_trait]
-impl<E: Event, H: Apply<E>> Route for Typed<E, H> {
+impl<E: View, H: Apply<E>> Route for Typed<E, H> {
+    fn versions(&self) -> &'static [u32] {
+        E::VERSIONS
+    }
+
+    fn chosen(&self, upcasters: &Upcasters, listed: &[u32]) -> Option<u32> {
+        transition::chosen_version::<E>(upcasters, listed)
+    }
+
     async fn run(
         &self,
         tx: &mut Tx,
@@ -87,6 +103,7 @@ pub struct IdempotentStats {
     applied: AtomicU64,
     duplicates: AtomicU64,
     failed: AtomicU64,
+    copies: AtomicU64,
 }
 
 impl IdempotentStats {
@@ -103,6 +120,12 @@ impl IdempotentStats {
     /// Attempts that failed and rolled back (retried or dead-lettered by the worker).
     pub fn failed(&self) -> u64 {
         self.failed.load(Ordering::Relaxed)
+    }
+
+    /// Copies of an event published at several versions that were left to the copy this
+    /// consumer reads (acknowledged without effect, their key not claimed).
+    pub fn copies(&self) -> u64 {
+        self.copies.load(Ordering::Relaxed)
     }
 }
 
@@ -157,17 +180,19 @@ impl Idempotent {
         self
     }
 
-    /// Applies events of `E::TIPO` with `handler`. A handler per version may be given: an
-    /// event goes to the handler of its own version, else to the newest, upcast.
-    pub fn on<E: Event>(mut self, handler: impl Apply<E>) -> Self {
+    /// Applies events of `E::TIPO` with `handler`. Several handlers of one `tipo` may be
+    /// given, for different versions: an event goes to the handler that reads its version
+    /// as it is, else to the newest, upcast.
+    pub fn on<E: View>(mut self, handler: impl Apply<E>) -> Self {
         let route: Arc<dyn Route> = Arc::new(Typed::<E, _> {
             handler,
             _event: std::marker::PhantomData,
         });
+        let newest = E::VERSIONS.iter().copied().max().unwrap_or(1);
         self.routes
             .entry(E::TIPO.to_owned())
             .or_default()
-            .insert(E::VERSION, route);
+            .insert(newest, route);
         self
     }
 
@@ -196,12 +221,36 @@ impl Idempotent {
 
     fn route(&self, msg: &Message) -> Option<&Arc<dyn Route>> {
         let versions = self.routes.get(msg.kind())?;
+        let version = msg.envelope.version;
         versions
-            .get(&msg.envelope.version)
+            .values()
+            .find(|route| route.versions().contains(&version))
             .or_else(|| versions.values().next_back())
     }
 
+    /// Whether `msg` is a copy of an event published at several versions (during a
+    /// transition) that this consumer leaves to the copy it reads. Decided before the key is
+    /// claimed: the copies share their `id_evento`.
+    fn left_to_another_copy(&self, msg: &Message) -> bool {
+        let listed = transition::listed_versions(msg.headers.get(transition::VERSIONS));
+        if listed.len() < 2 {
+            return false;
+        }
+        let Some(routes) = self.routes.get(msg.kind()) else {
+            return false;
+        };
+        routes
+            .values()
+            .filter_map(|route| route.chosen(&self.upcasters, &listed))
+            .max()
+            .is_some_and(|chosen| chosen != msg.envelope.version)
+    }
+
     async fn apply(&self, msg: &Message) -> Result<(), HandlerError> {
+        if self.left_to_another_copy(msg) {
+            self.stats.copies.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
         let Some(route) = self.route(msg) else {
             return Err(HandlerError::permanent(format!(
                 "no handler for `{}` in consumer `{}`",

@@ -66,7 +66,7 @@ pub use tokio_util::sync::CancellationToken;
 
 /// Event contracts: typed events, their schemas, compatibility checks, upcasting.
 pub use entrega_contracts as contracts;
-pub use entrega_contracts::{Catalog, Compatibility, Event, Upcasters};
+pub use entrega_contracts::{Catalog, Compatibility, Event, Transitions, Upcasters, View};
 
 /// The README's code, compiled with the crate's doctests so its quickstart keeps working.
 #[cfg(doctest)]

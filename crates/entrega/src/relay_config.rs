@@ -118,6 +118,10 @@ pub struct RelayConfig {
     /// Attempts the transport may refuse a row before it is held for an operator
     /// (`km0 outbox release`); its aggregate waits meanwhile. At least 1.
     pub max_attempts: u32,
+    /// Event types also published at an older version during a transition: each row of
+    /// one goes out as the older version first, then as its own, with one `id_evento`
+    /// ([`entrega_contracts::transition`]). None by default.
+    pub transitions: entrega_contracts::Transitions,
 }
 
 impl RelayConfig {
@@ -137,7 +141,14 @@ impl RelayConfig {
             purge_interval: Duration::from_secs(600),
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
             max_attempts: 5,
+            transitions: entrega_contracts::Transitions::new(),
         }
+    }
+
+    /// Publishes the event types `transitions` names at both versions.
+    pub fn with_transitions(mut self, transitions: entrega_contracts::Transitions) -> Self {
+        self.transitions = transitions;
+        self
     }
 }
 

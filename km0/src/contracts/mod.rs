@@ -9,17 +9,67 @@ pub mod payments;
 pub mod sales;
 pub mod stock;
 
+use std::sync::OnceLock;
+
 use entrega::contracts::asyncapi::{Channel, Info};
-use entrega::Catalog;
+use entrega::contracts::transition;
+use entrega::{Catalog, Event, Headers, Transitions, Upcasters};
 
 use crate::services::{analitica, inventario, pagos, pedidos, reparto};
 
 /// Where the committed contracts live, relative to the repository's root.
 pub const DIRECTORY: &str = "contracts";
 
+/// How km0's consumers read older versions: `pedido.creado` version 1 becomes version 2
+/// ([`orders::order_created_v1_to_v2`]).
+pub fn upcasters() -> &'static Upcasters {
+    static UPCASTERS: OnceLock<Upcasters> = OnceLock::new();
+    UPCASTERS.get_or_init(|| {
+        Upcasters::new().step(
+            orders::OrderCreated::TIPO,
+            1,
+            orders::order_created_v1_to_v2,
+        )
+    })
+}
+
+/// Whether a delivered event, published at several versions during a transition (its
+/// [`VERSIONS`](entrega::contracts::transition::VERSIONS) header lists them), is a copy a
+/// consumer reading `V` leaves to the copy it reads: acknowledged without effect.
+pub fn is_other_copy<V: entrega::View>(headers: &Headers, version: u32) -> bool {
+    let listed = transition::listed_versions(headers.get(transition::VERSIONS));
+    listed.len() > 1
+        && transition::chosen_version::<V>(upcasters(), &listed).is_some_and(|c| c != version)
+}
+
+/// The event types km0's producers publish at both versions during a transition, by name
+/// (`pedido.creado`): each is published as its current version and the one before.
+pub fn transitions(publish_both: &[String]) -> Result<Transitions, String> {
+    publish_both
+        .iter()
+        .try_fold(Transitions::new(), |transitions, tipo| {
+            match tipo.as_str() {
+                orders::OrderCreated::TIPO => Ok(transitions.publish_also(
+                    orders::OrderCreated::TIPO,
+                    orders::OrderCreated::VERSION,
+                    orders::OrderCreatedV1::VERSION,
+                    orders::order_created_v2_to_v1,
+                )),
+                other => Err(format!(
+                    "`{other}` has no older version to publish beside its own (known: {})",
+                    orders::OrderCreated::TIPO
+                )),
+            }
+        })
+}
+
 /// Every contract of km0, by channel.
 pub fn catalog() -> Catalog {
     Catalog::new()
+        .event::<orders::OrderCreatedV1>(
+            pedidos::TOPIC,
+            "An order was placed (the seed's pedidos and km0 before version 2).",
+        )
         .event::<orders::OrderCreated>(
             pedidos::TOPIC,
             "An order was placed (the order as the client sent it).",

@@ -23,16 +23,19 @@ const PRICES: &[(&str, i32)] = &[
 ];
 const CUSTOMERS: &[&str] = &["ana", "marc", "laia", "jordi", "nuria", "pau"];
 const MARKETS: &[&str] = &["girona", "barcelona", "tarragona", "lleida", "valencia"];
-/// Cities reparto serves (the demo gives each a fleet of couriers), with a street.
-pub const COVERED_CITIES: &[(&str, &str)] = &[
-    ("Madrid", "Calle de Atocha 12"),
-    ("Barcelona", "Carrer de Sants 45"),
-    ("Valencia", "Carrer de Colón 7"),
-    ("Tarragona", "Rambla Nova 1"),
+/// Cities reparto serves (the demo gives each a fleet of couriers), with a postal code and
+/// a street.
+pub const COVERED_CITIES: &[(&str, &str, &str)] = &[
+    ("Madrid", "28012", "Calle de Atocha 12"),
+    ("Barcelona", "08014", "Carrer de Sants 45"),
+    ("Valencia", "46004", "Carrer de Colón 7"),
+    ("Tarragona", "43003", "Rambla Nova 1"),
 ];
 /// Cities without couriers: reparto answers `ciudad_no_cubierta`.
-const UNCOVERED_CITIES: &[(&str, &str)] =
-    &[("Lleida", "Carrer Major 3"), ("Girona", "Carrer Nou 9")];
+const UNCOVERED_CITIES: &[(&str, &str, &str)] = &[
+    ("Lleida", "25007", "Carrer Major 3"),
+    ("Girona", "17004", "Carrer Nou 9"),
+];
 /// The card the demo's gateway declines.
 pub const DECLINED_CARD: &str = "tok_rechazada";
 /// The card every other order pays with.
@@ -195,9 +198,10 @@ impl DemoPlan {
                 Fate::Uncovered => UNCOVERED_CITIES,
                 _ => COVERED_CITIES,
             };
-            let (city, street) = cities[rng.gen_range(0..cities.len())];
+            let (city, postal_code, street) = cities[rng.gen_range(0..cities.len())];
             order.address = Some(Address {
                 city: city.to_owned(),
+                postal_code: postal_code.to_owned(),
                 street: street.to_owned(),
             });
             order.card = Some(
@@ -299,7 +303,7 @@ mod tests {
         }
         for (order, fate) in a.orders.iter().zip(&saga.fates) {
             let city = &order.address.as_ref().unwrap().city;
-            let covered = COVERED_CITIES.iter().any(|(c, _)| c == city);
+            let covered = COVERED_CITIES.iter().any(|(c, _, _)| c == city);
             assert_eq!(covered, *fate != Fate::Uncovered, "{order:?}");
             let declined = order.card.as_deref() == Some(DECLINED_CARD);
             assert_eq!(declined, *fate == Fate::Declined, "{order:?}");

@@ -147,7 +147,7 @@ pub async fn run(
         let units = i32::try_from(product.start).context("stock beyond i32")?;
         watch.stock.set_units(&product.product, units).await?;
     }
-    for (city, _) in COVERED_CITIES {
+    for (city, _, _) in COVERED_CITIES {
         for n in 1..=COURIERS_PER_CITY {
             let tag: String = city.chars().take(3).collect::<String>().to_uppercase();
             watch

@@ -59,6 +59,7 @@ pub(super) struct Settings {
     pub(super) retry: RetryArgs,
     pub(super) saga: Option<SagaTimings>,
     pub(super) replay_key: Option<entrega_core::ReplayKey>,
+    pub(super) transitions: entrega::Transitions,
     pub(super) http_limits: HttpLimits,
     pub(super) schema: SchemaMode,
     pub(super) http_tls: Option<ServerTls>,
@@ -75,6 +76,7 @@ impl Default for Settings {
             retry: RetryArgs::default(),
             saga: None,
             replay_key: None,
+            transitions: entrega::Transitions::new(),
             http_limits: HttpLimits::default(),
             schema: SchemaMode::default(),
             http_tls: None,
@@ -105,6 +107,17 @@ impl System {
     /// The operators' replay key, if one is set.
     pub fn replay_key(&self) -> Option<&entrega_core::ReplayKey> {
         self.settings.replay_key.as_ref()
+    }
+
+    /// Publishes the event types `transitions` names at both versions (each relay).
+    pub fn with_transitions(mut self, transitions: entrega::Transitions) -> Self {
+        self.settings.transitions = transitions;
+        self
+    }
+
+    /// The event types published at both versions.
+    pub fn transitions(&self) -> &entrega::Transitions {
+        &self.settings.transitions
     }
 
     /// Serves every HTTP server of the deployment over TLS with this certificate and key.

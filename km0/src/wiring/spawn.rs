@@ -91,6 +91,7 @@ pub fn outbox_relay(
     config.lease_ttl = system.lease_ttl();
     config.poll_interval = RELAY_POLL;
     config.retention = system.retention().outbox;
+    config.transitions = system.transitions().clone();
     entrega::Relay::new(
         db.outbox(),
         broker.publisher(),

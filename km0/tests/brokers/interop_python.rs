@@ -119,6 +119,15 @@ async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
         "one key per placed order, as the API answered"
     );
     assert_eq!(keys, outbox_ids(&pedidos_db, &order_ids).await);
+    // What the seed's consumer read was km0's version 2, the seed's envelope example.
+    let versions: Vec<i32> = sqlx::query_scalar(
+        "SELECT DISTINCT version FROM outbox WHERE agregado_id = ANY($1) AND tipo = 'pedido.creado'",
+    )
+    .bind(&order_ids)
+    .fetch_all(&pedidos_db)
+    .await
+    .expect("versions");
+    assert_eq!(versions, [2]);
     // And the seed's stock UPDATE took exactly the ordered units.
     let lines: Vec<Vec<(&str, i64)>> = (1..=ORDERS).map(lines_of).collect();
     let lines: Vec<&[(&str, i64)]> = lines.iter().map(Vec::as_slice).collect();

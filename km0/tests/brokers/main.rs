@@ -32,3 +32,4 @@ mod reparto_failures;
 mod saga_crash;
 mod saga_flow;
 mod saga_races;
+mod schema_exercise;

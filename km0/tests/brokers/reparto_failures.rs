@@ -253,7 +253,7 @@ async fn permanent_failures_are_dead_lettered_at_once(backend: &str) {
     let schema = records(&broker, DLQ, "P-v1").await;
     let reason = schema[0].headers.get(MOTIVO).unwrap();
     assert!(
-        reason.starts_with("permanent: esquema: pedido.pagado version 1"),
+        reason.starts_with("esquema: `pedido.pagado` version 1 cannot be read"),
         "{reason}"
     );
     assert_eq!(schema[0].headers.get(INTENTOS), Some("1"));

@@ -32,7 +32,7 @@ const STEP_WITHIN: Duration = Duration::from_secs(30);
 fn order(id: &str, city: &str) -> Value {
     json!({"id": id, "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
            "lineas": [{"producto": "queso-fresco", "cantidad": 2, "precio_centimos": 600}],
-           "direccion_entrega": {"ciudad": city, "calle": "Carrer Major 3"}})
+           "direccion_entrega": {"ciudad": city, "codigo_postal": "28013", "calle": "Carrer Major 3"}})
 }
 
 async fn killed_after_every_step(deployment: Deployment) {

@@ -32,7 +32,7 @@ fn timings() -> SagaTimings {
 fn order(id: &str, product: &str, quantity: i64, card: &str, city: &str) -> Value {
     json!({"id": id, "cliente": "ana", "mercado": "girona", "tarjeta": card,
            "lineas": [{"producto": product, "cantidad": quantity, "precio_centimos": 250}],
-           "direccion_entrega": {"ciudad": city, "calle": "Rambla Nova 1"}})
+           "direccion_entrega": {"ciudad": city, "codigo_postal": "28013", "calle": "Rambla Nova 1"}})
 }
 
 async fn every_order_reaches_one_final_state(system: System) {

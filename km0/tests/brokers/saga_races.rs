@@ -93,7 +93,7 @@ impl Run {
     async fn place(&self, id: &str) {
         let body = json!({"id": id, "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
             "lineas": [{"producto": "calabacin", "cantidad": 4, "precio_centimos": 300}],
-            "direccion_entrega": {"ciudad": "Madrid", "calle": "Gran Vía 1"}});
+            "direccion_entrega": {"ciudad": "Madrid", "codigo_postal": "28013", "calle": "Gran Vía 1"}});
         let status = self
             .http
             .post(format!("{}/pedidos", self.base))

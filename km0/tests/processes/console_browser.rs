@@ -73,7 +73,7 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         up.http_addr(),
         &json!({"id": "C-OK", "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
                 "lineas": [{"producto": "queso-fresco", "cantidad": 1, "precio_centimos": 600}],
-                "direccion_entrega": {"ciudad": "Madrid", "calle": "Carrer Major 3"}}),
+                "direccion_entrega": {"ciudad": "Madrid", "codigo_postal": "28013", "calle": "Carrer Major 3"}}),
     )
     .await;
     let orders = deployment.system().pedidos().await.unwrap();

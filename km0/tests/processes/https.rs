@@ -70,7 +70,7 @@ async fn the_saga_runs_over_https_and_untrusting_clients_are_refused() {
     // An order over HTTPS, charged by pagos through the gateway over HTTPS.
     let order = json!({"id": "T-1", "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
         "lineas": [{"producto": "tomate-rosa", "cantidad": 3, "precio_centimos": 350}],
-        "direccion_entrega": {"ciudad": "Madrid", "calle": "Carrer Major 3"}});
+        "direccion_entrega": {"ciudad": "Madrid", "codigo_postal": "28013", "calle": "Carrer Major 3"}});
     let placed = trusting
         .post(format!("https://{}/pedidos", up.http_addr()))
         .json(&order)

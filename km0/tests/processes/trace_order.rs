@@ -79,7 +79,7 @@ async fn collector() -> (SocketAddr, Arc<Mutex<Vec<Span>>>) {
 fn order(id: &str) -> Value {
     json!({"id": id, "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
            "lineas": [{"producto": "queso-fresco", "cantidad": 1, "precio_centimos": 600}],
-           "direccion_entrega": {"ciudad": "Madrid", "calle": "Carrer Major 3"}})
+           "direccion_entrega": {"ciudad": "Madrid", "codigo_postal": "28013", "calle": "Carrer Major 3"}})
 }
 
 /// Places `body`, optionally with a `traceparent`; returns the trace the answer names.

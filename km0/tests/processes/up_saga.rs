@@ -20,7 +20,7 @@ use common::state::{eventually, place};
 fn order(id: &str, city: &str) -> Value {
     json!({"id": id, "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
            "lineas": [{"producto": "tomate-rosa", "cantidad": 3, "precio_centimos": 350}],
-           "direccion_entrega": {"ciudad": city, "calle": "Carrer Major 3"}})
+           "direccion_entrega": {"ciudad": city, "codigo_postal": "28013", "calle": "Carrer Major 3"}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

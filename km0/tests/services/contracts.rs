@@ -61,7 +61,8 @@ fn order(address: bool, card: bool) -> NewOrder {
     let mut body = json!({"id": "P-1", "cliente": "ana", "mercado": "girona",
         "lineas": [{"producto": "queso-curado", "cantidad": 2, "precio_centimos": 1450}]});
     if address {
-        body["direccion_entrega"] = json!({"ciudad": "Girona", "calle": "Carrer Nou 1"});
+        body["direccion_entrega"] =
+            json!({"ciudad": "Girona", "codigo_postal": "17001", "calle": "Carrer Nou 1"});
     }
     if card {
         body["tarjeta"] = json!("tok_visa");
@@ -183,4 +184,52 @@ fn the_committed_asyncapi_document_is_the_generated_one() {
             "{id} on {channel}"
         );
     }
+}
+
+/// `pedido.creado` version 2 is the seed's envelope example (section 8), member for member;
+/// version 1 cannot read it (its address has a street and no postal code): the bump was due.
+/// Both directions of the upcaster and the copy published during a transition hold.
+#[test]
+fn version_2_is_the_seeds_example_and_version_1_reaches_it_by_upcasting() {
+    let catalog = contracts::catalog();
+    let example = json!({
+        "id": "P-2026-000123",
+        "cliente": "ana",
+        "lineas": [{"producto": "queso-curado", "cantidad": 2, "precio_centimos": 1450}],
+        "direccion_entrega": {"ciudad": "Girona", "codigo_postal": "17001"}
+    });
+    catalog.validate("pedido.creado", 2, &example).unwrap();
+    let as_v1 = catalog.validate("pedido.creado", 1, &example).unwrap_err();
+    assert!(as_v1.to_string().contains("direccion_entrega"), "{as_v1}");
+
+    // The seed's version 1 (no address, no market) upcasts to a valid version 2.
+    let seed_v1 = json!({"id": "P-1", "cliente": "ana",
+        "lineas": [{"producto": "calabacin", "cantidad": 1, "precio_centimos": 250}]});
+    catalog.validate("pedido.creado", 1, &seed_v1).unwrap();
+    let up = contracts::upcasters()
+        .upcast("pedido.creado", 1, 2, seed_v1.clone())
+        .unwrap();
+    catalog.validate("pedido.creado", 2, &up).unwrap();
+    // A version 1 address has no postal code to carry over: refused, naming it.
+    let mut with_address = seed_v1;
+    with_address["direccion_entrega"] = json!({"ciudad": "Girona", "calle": "Carrer Nou 1"});
+    let refused = contracts::upcasters()
+        .upcast("pedido.creado", 1, 2, with_address)
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("direccion_entrega.codigo_postal"),
+        "{refused}"
+    );
+
+    // During a transition, pedidos' version 2 is also published as a valid version 1.
+    let transitions = contracts::transitions(&["pedido.creado".to_owned()]).unwrap();
+    let placed = order_created(&order(true, true)).unwrap();
+    let (version, older) = transitions
+        .older_copy("pedido.creado", 2, &placed.payload)
+        .unwrap();
+    assert_eq!(version, 1);
+    catalog.validate("pedido.creado", 1, &older).unwrap();
+    assert!(contracts::transitions(&["pedido.pagado".to_owned()]).is_err());
 }

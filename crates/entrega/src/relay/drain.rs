@@ -2,8 +2,11 @@
 //! go together in rounds, see `rounds`), and what both share: the message a row becomes and
 //! why a lane failed.
 
+use entrega_contracts::transition;
 use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError};
+use entrega_core::{
+    LaneLease, LaneRows, OutboxRow, OutgoingMessage, RawJson, StoreError, TransportError,
+};
 
 use super::Relay;
 use crate::failpoint::{self, FailpointError};
@@ -88,11 +91,10 @@ impl Relay {
     /// Publishes `rows` in one call, through the relay's failpoints; `Ok` only once the
     /// transport confirmed all of them.
     pub(super) async fn publish(&self, rows: &[&OutboxRow]) -> Result<(), LaneError> {
-        let batch = rows
-            .iter()
-            .map(|r| self.message(r))
-            .collect::<Result<Vec<OutgoingMessage>, TransportError>>()
-            .map_err(LaneError::Publish)?;
+        let mut batch = Vec::with_capacity(rows.len());
+        for row in rows {
+            self.messages(row, &mut batch).map_err(LaneError::Publish)?;
+        }
         failpoint::hit(failpoint::RELAY_BEFORE_PUBLISH)?;
         let started = std::time::Instant::now();
         let published = self.publisher.publish(&batch).await;
@@ -107,9 +109,15 @@ impl Relay {
         Ok(())
     }
 
-    /// The message of `row`; an aggregate nothing routes is refused for good, as a transport
-    /// refuses a message, so the row alone is held back and its lane goes on.
-    pub(super) fn message(&self, row: &OutboxRow) -> Result<OutgoingMessage, TransportError> {
+    /// The messages of `row` onto `batch`: its own, preceded by its older version's when the
+    /// relay publishes its type at both during a transition. An aggregate nothing routes is
+    /// refused for good, as a transport refuses a message, so the row alone is held back and
+    /// its lane goes on.
+    pub(super) fn messages(
+        &self,
+        row: &OutboxRow,
+        batch: &mut Vec<OutgoingMessage>,
+    ) -> Result<(), TransportError> {
         let topic = self
             .config
             .routing
@@ -117,15 +125,42 @@ impl Relay {
             .ok_or_else(|| TransportError::Rejected {
                 reason: format!("no topic is routed for aggregate `{}`", row.aggregate),
             })?;
-        Ok(OutgoingMessage {
-            topic,
-            key: Some(row.aggregate_id.clone()),
-            headers: row
-                .headers
-                .clone()
-                .with(TIPO, row.kind.clone())
-                .with(ID_EVENTO, row.id.to_string()),
-            payload: row.envelope_bytes(&self.config.source),
-        })
+        let headers = row
+            .headers
+            .clone()
+            .with(TIPO, row.kind.clone())
+            .with(ID_EVENTO, row.id.to_string());
+        let older = if self.config.transitions.is_empty() {
+            None
+        } else {
+            self.config
+                .transitions
+                .older_copy(&row.kind, row.version, &row.payload.to_value())
+        };
+        let Some((version, datos)) = older else {
+            batch.push(OutgoingMessage {
+                topic,
+                key: Some(row.aggregate_id.clone()),
+                headers,
+                payload: row.envelope_bytes(&self.config.source),
+            });
+            return Ok(());
+        };
+        let listed = format!("{version},{}", row.version);
+        let headers = headers.with(transition::VERSIONS, listed);
+        let copy = OutboxRow {
+            version,
+            payload: RawJson::from_value(&datos),
+            ..row.clone()
+        };
+        for (row, headers) in [(&copy, headers.clone()), (row, headers)] {
+            batch.push(OutgoingMessage {
+                topic: topic.clone(),
+                key: Some(row.aggregate_id.clone()),
+                headers,
+                payload: row.envelope_bytes(&self.config.source),
+            });
+        }
+        Ok(())
     }
 }

@@ -25,6 +25,7 @@ mod rpc_batches;
 mod saga;
 mod store;
 mod trace;
+mod transition;
 mod worker;
 mod worker_faults;
 mod worker_held;

@@ -4,8 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use entrega::{ContractError, View};
+use entrega_core::Envelope;
 use serde::Deserialize;
-use serde_json::Value;
+
+use crate::contracts;
 
 /// One order's contribution to its market's sales.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,9 +27,10 @@ pub struct Sale {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SaleError {
-    /// The payload is not an order (a field missing or of the wrong type).
-    #[error("not an order: {0}")]
-    NotAnOrder(String),
+    /// The event does not meet its contract (a field missing or of the wrong type, a
+    /// version with no path to one analitica reads).
+    #[error("esquema: {0}")]
+    Contract(ContractError),
     /// A line with negative units or price, or totals past what 64 bits hold.
     #[error("line {line}: {reason}")]
     BadLine {
@@ -37,24 +41,37 @@ pub enum SaleError {
     },
 }
 
-#[derive(Deserialize)]
-struct OrderView {
+/// What analitica reads of a `pedido.creado`: versions 1 and 2 carry it alike. An order
+/// without a market cannot be counted per market.
+#[derive(Debug, Deserialize)]
+pub struct OrderView {
     id: String,
     mercado: String,
     lineas: Vec<LineView>,
 }
 
-#[derive(Deserialize)]
+impl View for OrderView {
+    const TIPO: &'static str = crate::services::pedidos::ORDER_CREATED;
+    const VERSIONS: &'static [u32] = &[1, 2];
+}
+
+#[derive(Debug, Deserialize)]
 struct LineView {
     cantidad: i64,
     precio_centimos: i64,
 }
 
 impl Sale {
-    /// Reads the order in a `pedido.creado` payload (`datos`); other fields are ignored.
-    pub fn from_payload(data: &Value) -> Result<Self, SaleError> {
-        let order =
-            OrderView::deserialize(data).map_err(|e| SaleError::NotAnOrder(e.to_string()))?;
+    /// Reads the order in a `pedido.creado` (an older version through km0's upcasters);
+    /// members analitica does not read are ignored.
+    pub fn from_envelope(envelope: &Envelope) -> Result<Self, SaleError> {
+        let order: OrderView = contracts::upcasters()
+            .decode(envelope)
+            .map_err(SaleError::Contract)?;
+        Self::from_order(order)
+    }
+
+    fn from_order(order: OrderView) -> Result<Self, SaleError> {
         let (mut units, mut cents) = (0i64, 0i64);
         for (line, l) in order.lineas.iter().enumerate() {
             if l.cantidad < 0 || l.precio_centimos < 0 {
@@ -109,13 +126,17 @@ pub fn per_market(sales: &[Sale]) -> BTreeMap<String, MarketSales> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 
+    fn from_payload(datos: Value) -> Result<Sale, SaleError> {
+        Sale::from_envelope(&Envelope::new("pedido.creado", "pedidos", datos))
+    }
+
     #[test]
     fn an_order_is_worth_its_lines() {
-        let sale = Sale::from_payload(&json!({
+        let sale = from_payload(json!({
             "id": "P-1", "cliente": "ana", "mercado": "girona",
             "lineas": [
                 {"producto": "queso-curado", "cantidad": 2, "precio_centimos": 1450},
@@ -136,23 +157,23 @@ mod tests {
     #[test]
     fn payloads_that_are_not_orders_are_refused() {
         assert!(matches!(
-            Sale::from_payload(&json!({"id": "P-1", "lineas": []})),
-            Err(SaleError::NotAnOrder(_))
+            from_payload(json!({"id": "P-1", "lineas": []})),
+            Err(SaleError::Contract(_))
         ));
         assert!(matches!(
-            Sale::from_payload(&json!("texto")),
-            Err(SaleError::NotAnOrder(_))
+            from_payload(json!("texto")),
+            Err(SaleError::Contract(_))
         ));
         let negative = json!({"id": "P", "mercado": "m",
             "lineas": [{"cantidad": -1, "precio_centimos": 5}]});
         assert!(matches!(
-            Sale::from_payload(&negative),
+            from_payload(negative),
             Err(SaleError::BadLine { line: 0, .. })
         ));
         let huge = json!({"id": "P", "mercado": "m",
             "lineas": [{"cantidad": i64::MAX, "precio_centimos": 2}]});
         assert!(matches!(
-            Sale::from_payload(&huge),
+            from_payload(huge),
             Err(SaleError::BadLine { line: 0, .. })
         ));
     }

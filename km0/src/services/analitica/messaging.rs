@@ -7,7 +7,8 @@ use entrega_core::headers::{ID_EVENTO, ONLY_GROUP, TIPO};
 use entrega_core::{Envelope, HandlerError, Headers, OutgoingMessage, Record};
 use entrega_kafka::Transform;
 
-use super::domain::{per_market, MarketSales, Sale};
+use super::domain::{per_market, MarketSales, OrderView, Sale, SaleError};
+use crate::contracts;
 use crate::services::pedidos::ORDER_CREATED;
 
 /// analitica's consumer group on `pedidos.eventos`.
@@ -20,8 +21,6 @@ pub const OUTPUT_PARTITIONS: u32 = 3;
 pub const MARKET_SALES: &str = "ventas.mercado";
 /// The producing service (`origen`).
 pub const SOURCE: &str = "analitica";
-/// The only `pedido.creado` schema analitica reads.
-pub const ORDER_CREATED_VERSION: u32 = 1;
 
 /// Turns a batch of order events into sales per market; an event that cannot be counted
 /// becomes a dead letter written in the same transaction, so it leaves the input exactly once
@@ -66,15 +65,16 @@ impl SalesTransform {
         if envelope.kind != ORDER_CREATED {
             return Ok(None);
         }
-        if envelope.version != ORDER_CREATED_VERSION {
-            return Err(format!(
-                "esquema: {ORDER_CREATED} version {} (se lee la {ORDER_CREATED_VERSION})",
-                envelope.version
-            ));
+        if contracts::is_other_copy::<OrderView>(&record.headers, envelope.version) {
+            // The same order published at another version, counted from that copy.
+            return Ok(None);
         }
-        Sale::from_payload(&envelope.data)
+        Sale::from_envelope(&envelope)
             .map(Some)
-            .map_err(|e| format!("datos: {e}"))
+            .map_err(|e| match e {
+                SaleError::Contract(_) => e.to_string(),
+                other => format!("datos: {other}"),
+            })
     }
 
     fn sales_message(sales: &MarketSales) -> Result<OutgoingMessage, HandlerError> {
@@ -152,8 +152,8 @@ mod tests {
 
     #[tokio::test]
     async fn sales_per_market_and_dead_letters_in_one_result() {
-        let mut old = created("P-9", "reus", 5);
-        old.version = 2;
+        let mut newer = created("P-9", "reus", 5);
+        newer.version = 3;
         let batch = vec![
             record(0, &created("P-1", "girona", 100)),
             record(
@@ -161,7 +161,7 @@ mod tests {
                 &Envelope::new("pedido.pagado", "pedidos", json!({"id": "P-1"})),
             ),
             record(2, &created("P-2", "girona", 50)),
-            record(3, &old),
+            record(3, &newer),
             Record {
                 payload: b"{no json".to_vec(),
                 ..record(4, &created("x", "y", 0))

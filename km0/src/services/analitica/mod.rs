@@ -15,7 +15,4 @@ mod messaging;
 
 pub use component::{Analitica, COMPONENT};
 pub use domain::{per_market, MarketSales, Sale, SaleError};
-pub use messaging::{
-    SalesTransform, GROUP, MARKET_SALES, ORDER_CREATED_VERSION, OUTPUT_PARTITIONS, OUTPUT_TOPIC,
-    SOURCE,
-};
+pub use messaging::{SalesTransform, GROUP, MARKET_SALES, OUTPUT_PARTITIONS, OUTPUT_TOPIC, SOURCE};

@@ -8,7 +8,7 @@ use entrega::{Handler, Message, Router};
 use entrega_core::HandlerError;
 
 use super::db::CatalogStore;
-use super::domain::StockChange;
+use super::domain::{InvalidChange, StockChange};
 use crate::services::inventario::{EVENTS_TOPIC, REFUSED, RELEASED, RESERVED, STOCK_UPDATED};
 
 /// catalogo's consumer group.
@@ -44,7 +44,7 @@ impl CatalogConsumer {
 impl Handler for CatalogConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
         let change =
-            StockChange::from_payload(&msg.envelope.data).map_err(HandlerError::permanent)?;
+            StockChange::from_envelope(&msg.envelope).map_err(InvalidChange::into_handler_error)?;
         self.store.apply(&change, msg.envelope.timestamp_ms).await?;
         Ok(())
     }

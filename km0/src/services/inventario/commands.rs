@@ -9,6 +9,7 @@ use entrega::{Handler, Message, Router};
 use entrega_core::{now_ms, HandlerError, Processed};
 
 use super::db::{before_commit, ApplyError, StockStore};
+use super::domain::StockError;
 use super::reservations::{
     release_answer, reservation_answer, Motive, ReleaseCommand, ReservationState, ReserveCommand,
     RELEASE, RESERVE,
@@ -117,7 +118,7 @@ impl CommandConsumer {
 
 fn classify(e: ApplyError) -> HandlerError {
     match e {
-        ApplyError::Stock(e) => HandlerError::permanent(e),
+        ApplyError::Stock(e) => e.into_handler_error(),
         ApplyError::Store(e) => HandlerError::from(e),
     }
 }
@@ -125,15 +126,16 @@ fn classify(e: ApplyError) -> HandlerError {
 #[async_trait]
 impl Handler for CommandConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
-        let data = &msg.envelope.data;
         if msg.envelope.kind == RELEASE {
-            let command = ReleaseCommand::from_payload(data).map_err(HandlerError::permanent)?;
+            let command = ReleaseCommand::from_envelope(&msg.envelope)
+                .map_err(StockError::into_handler_error)?;
             self.store
                 .release(&msg.id(), &command)
                 .await
                 .map_err(classify)?;
         } else {
-            let command = ReserveCommand::from_payload(data).map_err(HandlerError::permanent)?;
+            let command = ReserveCommand::from_envelope(&msg.envelope)
+                .map_err(StockError::into_handler_error)?;
             self.store
                 .reserve(&msg.id(), &command)
                 .await

@@ -9,6 +9,7 @@ use entrega_core::{Envelope, HandlerError, Processed};
 
 use super::db::{ApplyError, BatchItem, StockStore};
 use super::domain::PlacedOrder;
+use crate::contracts;
 use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
 
 /// The consumer's name in `mensajes_procesados.consumidor`, as in the seed.
@@ -88,7 +89,7 @@ impl StockConsumer {
     /// nothing. Out of stock, unknown products and unreadable payloads are permanent errors
     /// (dead letter); database failures are classified by the store.
     pub async fn apply(&self, envelope: &Envelope) -> Result<Processed<()>, HandlerError> {
-        let result = match PlacedOrder::from_payload(&envelope.data) {
+        let result = match PlacedOrder::from_envelope(envelope) {
             Ok(order) => {
                 self.store
                     .apply(CONSUMER, &envelope.id.hyphenated().to_string(), &order)
@@ -156,27 +157,57 @@ impl StockConsumer {
     }
 }
 
+/// Whether `msg` is a copy of a `pedido.creado` published at two versions that inventario
+/// leaves to the other copy (it shares their `id_evento`: no key is claimed for it).
+fn other_copy(msg: &Message) -> bool {
+    contracts::is_other_copy::<PlacedOrder>(&msg.headers, msg.envelope.version)
+}
+
 #[async_trait]
 impl Handler for StockConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
+        if other_copy(msg) {
+            return Ok(());
+        }
         self.apply(&msg.envelope).await.map(drop)
     }
 
     async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
-        self.apply_messages(msgs)
-            .await
-            .into_iter()
-            .map(|r| r.map(drop))
-            .collect()
+        if !msgs.iter().any(other_copy) {
+            return self
+                .apply_messages(msgs)
+                .await
+                .into_iter()
+                .map(|r| r.map(drop))
+                .collect();
+        }
+        let copies: Vec<bool> = msgs.iter().map(other_copy).collect();
+        let kept: Vec<Message> = msgs
+            .iter()
+            .zip(&copies)
+            .filter(|(_, copy)| !**copy)
+            .map(|(m, _)| m.clone())
+            .collect();
+        let mut applied = self.apply_messages(&kept).await.into_iter();
+        let mut results = Vec::with_capacity(msgs.len());
+        for copy in copies {
+            if copy {
+                results.push(Ok(()));
+                continue;
+            }
+            // The list of results ends where the batch stopped: so does this one.
+            match applied.next() {
+                Some(result) => results.push(result.map(drop)),
+                None => break,
+            }
+        }
+        results
     }
 }
 
 fn into_handler_error(e: ApplyError) -> HandlerError {
     match e {
-        ApplyError::Stock(e) => {
-            let code = e.code();
-            HandlerError::permanent(e).with_code(code)
-        }
+        ApplyError::Stock(e) => e.into_handler_error(),
         ApplyError::Store(e) => HandlerError::from(e),
     }
 }
@@ -184,7 +215,7 @@ fn into_handler_error(e: ApplyError) -> HandlerError {
 fn item(envelope: &Envelope, trace: Option<entrega::TraceContext>) -> BatchItem {
     BatchItem {
         message_id: envelope.id.hyphenated().to_string(),
-        order: PlacedOrder::from_payload(&envelope.data),
+        order: PlacedOrder::from_envelope(envelope),
         trace,
     }
 }

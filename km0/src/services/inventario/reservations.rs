@@ -8,12 +8,11 @@
 //! instead of taking stock nobody will give back.
 
 use entrega::{ContractError, Event};
-use entrega_core::NewEvent;
-use serde_json::Value;
+use entrega_core::{Envelope, NewEvent};
 
-use crate::contracts::stock;
+use crate::contracts::{self, stock};
 
-use super::domain::{lines_of, StockError, StockLine};
+use super::domain::{check_lines, StockError, StockLine};
 
 /// The topic of inventario's commands (the order saga's reservations and releases).
 pub const COMMANDS_TOPIC: &str = "inventario.comandos";
@@ -111,23 +110,23 @@ pub struct ReleaseCommand {
     pub key: String,
 }
 
-fn text(data: &Value, field: &str) -> Result<String, StockError> {
-    match data.get(field) {
-        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 200 => Ok(s.clone()),
-        _ => Err(StockError::InvalidEvent {
-            field: field.to_owned(),
-            reason: "falta o no es un texto".into(),
-        }),
-    }
-}
-
 impl ReserveCommand {
-    /// Reads the command's `datos`.
-    pub fn from_payload(data: &Value) -> Result<Self, StockError> {
+    /// Reads the command (`inventario.reservar`).
+    pub fn from_envelope(envelope: &Envelope) -> Result<Self, StockError> {
+        let command: stock::Reserve = contracts::upcasters().decode(envelope)?;
+        let lines: Vec<StockLine> = command
+            .lines
+            .into_iter()
+            .map(|u| StockLine {
+                product: u.product,
+                quantity: u.quantity,
+            })
+            .collect();
+        check_lines(stock::Reserve::TIPO, envelope.version, &lines)?;
         Ok(Self {
-            order_id: text(data, "pedido_id")?,
-            reservation_id: text(data, "id_reserva")?,
-            lines: lines_of(data)?,
+            order_id: command.order_id,
+            reservation_id: command.reservation_id,
+            lines,
         })
     }
 
@@ -152,12 +151,13 @@ impl ReserveCommand {
 }
 
 impl ReleaseCommand {
-    /// Reads the command's `datos`.
-    pub fn from_payload(data: &Value) -> Result<Self, StockError> {
+    /// Reads the command (`inventario.liberar`).
+    pub fn from_envelope(envelope: &Envelope) -> Result<Self, StockError> {
+        let command: stock::Release = contracts::upcasters().decode(envelope)?;
         Ok(Self {
-            order_id: text(data, "pedido_id")?,
-            reservation_id: text(data, "id_reserva")?,
-            key: text(data, "clave")?,
+            order_id: command.order_id,
+            reservation_id: command.reservation_id,
+            key: command.key,
         })
     }
 

@@ -3,7 +3,6 @@
 
 use entrega::db::{query, Db, Tx};
 use entrega_core::StoreError;
-use serde_json::{json, Value};
 
 use super::db::ApplyError;
 use super::domain::{StockError, StockLine};
@@ -132,10 +131,8 @@ fn decode(
     };
     let state = ReservationState::parse(&state)
         .ok_or_else(|| corrupt(format!("estado `{state}` of `{id}`")))?;
-    let value: Value =
+    let lines: Vec<StockLine> =
         serde_json::from_str(&lines).map_err(|e| corrupt(format!("lineas of `{id}`: {e}")))?;
-    let lines = super::domain::lines_of(&json!({ "lineas": value }))
-        .map_err(|e| corrupt(format!("lineas of `{id}`: {e}")))?;
     Ok(StoredReservation {
         state,
         lines,

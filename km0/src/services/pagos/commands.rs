@@ -13,10 +13,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use entrega::{ContractError, Event, Handler, Message, Router};
-use entrega_core::{now_ms, HandlerError, NewEvent};
-use serde_json::Value;
+use entrega_core::{now_ms, Envelope, HandlerError, NewEvent};
 
-use crate::contracts::payments;
+use crate::contracts::{self, payments};
 
 use super::db::{enqueue_result, ChargeOutcome, ChargeStart, PaymentState, PaymentStore};
 use super::domain::{NotChargeable, OrderToCharge};
@@ -56,37 +55,35 @@ pub fn refund_command(request: &RefundRequest) -> Result<NewEvent, ContractError
     .outgoing(COMMAND_AGGREGATE, &request.order_id)
 }
 
-fn text(data: &Value, name: &str) -> Result<String, NotChargeable> {
-    data.get(name)
-        .and_then(Value::as_str)
-        .filter(|s| !s.trim().is_empty() && s.len() <= 200)
-        .map(str::to_owned)
-        .ok_or_else(|| NotChargeable(format!("falta datos.{name}")))
-}
-
-fn charge_of(data: &Value) -> Result<OrderToCharge, NotChargeable> {
+fn charge_of(envelope: &Envelope) -> Result<OrderToCharge, HandlerError> {
+    let command: payments::Charge = contracts::upcasters()
+        .decode(envelope)
+        .map_err(HandlerError::contract)?;
     let order = OrderToCharge {
-        order_id: text(data, "pedido_id")?,
-        amount_cents: data
-            .get("importe_centimos")
-            .and_then(Value::as_i64)
-            .filter(|c| *c > 0)
-            .ok_or_else(|| NotChargeable("importe_centimos debe ser > 0".into()))?,
-        card: text(data, "tarjeta")?,
+        order_id: command.order_id,
+        amount_cents: command.amount_cents,
+        card: command.card,
     };
-    if text(data, "clave")? != order.charge_key() {
-        return Err(NotChargeable(format!(
-            "clave distinta de {}",
-            order.charge_key()
-        )));
+    let refuse = |reason: String| HandlerError::permanent(NotChargeable(reason));
+    if order.order_id.trim().is_empty() || order.card.trim().is_empty() {
+        return Err(refuse("pedido_id y tarjeta no pueden estar vacíos".into()));
+    }
+    if order.amount_cents <= 0 {
+        return Err(refuse("importe_centimos debe ser > 0".into()));
+    }
+    if command.key != order.charge_key() {
+        return Err(refuse(format!("clave distinta de {}", order.charge_key())));
     }
     Ok(order)
 }
 
-fn refund_of(data: &Value) -> Result<RefundRequest, NotChargeable> {
+fn refund_of(envelope: &Envelope) -> Result<RefundRequest, HandlerError> {
+    let command: payments::Refund = contracts::upcasters()
+        .decode(envelope)
+        .map_err(HandlerError::contract)?;
     Ok(RefundRequest {
-        order_id: text(data, "pedido_id")?,
-        key: text(data, "clave")?,
+        order_id: command.order_id,
+        key: command.key,
     })
 }
 
@@ -209,12 +206,11 @@ impl CommandConsumer {
 #[async_trait]
 impl Handler for CommandConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
-        let data = &msg.envelope.data;
         if msg.envelope.kind == REFUND {
-            let request = refund_of(data).map_err(HandlerError::permanent)?;
+            let request = refund_of(&msg.envelope)?;
             self.refund(&msg.id(), &request).await
         } else {
-            let order = charge_of(data).map_err(HandlerError::permanent)?;
+            let order = charge_of(&msg.envelope)?;
             self.charge(&msg.id(), &order).await
         }
     }

@@ -1,11 +1,13 @@
 //! pagos' rules: card authorisations (the seed's request/reply contract) and what an order
 //! is charged.
 
-use entrega::{ContractError, Event};
+use entrega::{ContractError, Event, View};
 use entrega_core::Envelope;
-
-use crate::contracts::payments::AuthorisationReply;
+use serde::Deserialize;
 use serde_json::Value;
+
+use crate::contracts;
+use crate::contracts::payments::{self, AuthorisationReply};
 
 /// Largest amount pagos authorises, in cents (500 €).
 pub const AUTHORISATION_LIMIT_CENTS: i64 = 50_000;
@@ -25,25 +27,23 @@ pub struct AuthorisationRequest {
 pub struct InvalidRequest(pub String);
 
 impl AuthorisationRequest {
-    /// Reads the seed's request body.
+    /// Reads the seed's request body (its contract, [`payments::AuthorisationRequest`]).
     pub fn from_json(body: &[u8]) -> Result<Self, InvalidRequest> {
         let value: Value =
             serde_json::from_slice(body).map_err(|e| InvalidRequest(format!("JSON: {e}")))?;
-        let order_id = match value.get("pedido_id") {
-            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 200 => s.clone(),
-            _ => return Err(InvalidRequest("pedido_id falta o no es un texto".into())),
-        };
-        let amount_cents = match value.get("importe_centimos").and_then(Value::as_i64) {
-            Some(n) if n >= 1 => n,
-            _ => {
-                return Err(InvalidRequest(
-                    "importe_centimos debe ser un entero >= 1".into(),
-                ))
-            }
-        };
+        let request = entrega::contracts::read::<payments::AuthorisationRequest>(value)
+            .map_err(|e| InvalidRequest(e.to_string()))?;
+        if request.order_id.trim().is_empty() || request.order_id.len() > 200 {
+            return Err(InvalidRequest("pedido_id falta o no es un texto".into()));
+        }
+        if request.amount_cents < 1 {
+            return Err(InvalidRequest(
+                "importe_centimos debe ser un entero >= 1".into(),
+            ));
+        }
         Ok(Self {
-            order_id,
-            amount_cents,
+            order_id: request.order_id,
+            amount_cents: request.amount_cents,
         })
     }
 
@@ -110,45 +110,72 @@ pub struct OrderToCharge {
 #[error("pedido.creado no cobrable: {0}")]
 pub struct NotChargeable(pub String);
 
+/// What pagos reads of a `pedido.creado`: versions 1 and 2 carry it alike.
+#[derive(Debug, Clone, Deserialize)]
+pub struct OrderForPayment {
+    /// The order (`id`).
+    pub id: String,
+    /// Customer (`cliente`), whose card on file is charged without `tarjeta`.
+    #[serde(rename = "cliente")]
+    pub customer: String,
+    /// Lines (`lineas`): what each costs.
+    #[serde(rename = "lineas")]
+    pub lines: Vec<PricedLine>,
+    /// The card token (`tarjeta`).
+    #[serde(rename = "tarjeta", default)]
+    pub card: Option<String>,
+    /// Under the saga: the key the saga charges the order by (`cobro`).
+    #[serde(rename = "cobro", default)]
+    pub charge: Option<String>,
+}
+
+/// What one line costs: `cantidad` × `precio_centimos`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct PricedLine {
+    /// Units (`cantidad`).
+    #[serde(rename = "cantidad")]
+    pub quantity: i64,
+    /// Unit price in cents (`precio_centimos`).
+    #[serde(rename = "precio_centimos")]
+    pub price_cents: i64,
+}
+
+impl View for OrderForPayment {
+    const TIPO: &'static str = crate::services::pedidos::ORDER_CREATED;
+    const VERSIONS: &'static [u32] = &[1, 2];
+}
+
+impl OrderForPayment {
+    /// Reads a `pedido.creado` (an older version through km0's upcasters).
+    pub fn from_envelope(envelope: &Envelope) -> Result<Self, ContractError> {
+        contracts::upcasters().decode(envelope)
+    }
+}
+
 impl OrderToCharge {
-    /// Reads `datos` of a `pedido.creado`.
-    pub fn from_envelope(envelope: &Envelope) -> Result<Self, NotChargeable> {
-        let data = &envelope.data;
-        let text = |name: &str| {
-            data.get(name)
-                .and_then(Value::as_str)
-                .filter(|s| !s.trim().is_empty())
-                .map(str::to_owned)
-        };
-        let order_id = text("id").ok_or_else(|| NotChargeable("falta datos.id".into()))?;
-        let lines = data
-            .get("lineas")
-            .and_then(Value::as_array)
-            .ok_or_else(|| NotChargeable("falta datos.lineas".into()))?;
+    /// What `order` is charged, on which card.
+    pub fn from_order(order: &OrderForPayment) -> Result<Self, NotChargeable> {
+        if order.id.trim().is_empty() {
+            return Err(NotChargeable("falta datos.id".into()));
+        }
         let mut amount_cents: i64 = 0;
-        for (i, line) in lines.iter().enumerate() {
-            let quantity = line.get("cantidad").and_then(Value::as_i64);
-            let price = line.get("precio_centimos").and_then(Value::as_i64);
-            let (Some(q), Some(p)) = (quantity, price) else {
-                return Err(NotChargeable(format!("lineas[{i}] sin cantidad o precio")));
-            };
-            amount_cents = q
-                .checked_mul(p)
+        for line in &order.lines {
+            amount_cents = line
+                .quantity
+                .checked_mul(line.price_cents)
                 .and_then(|v| amount_cents.checked_add(v))
                 .ok_or_else(|| NotChargeable("el importe no cabe en 64 bits".into()))?;
         }
         if amount_cents <= 0 {
             return Err(NotChargeable(format!("importe de {amount_cents} céntimos")));
         }
-        let card = match text("tarjeta") {
-            Some(card) => card,
-            None => format!(
-                "tok_{}",
-                text("cliente").ok_or_else(|| NotChargeable("sin tarjeta ni cliente".into()))?
-            ),
+        let card = match order.card.as_deref().filter(|c| !c.trim().is_empty()) {
+            Some(card) => card.to_owned(),
+            None if !order.customer.trim().is_empty() => format!("tok_{}", order.customer),
+            None => return Err(NotChargeable("sin tarjeta ni cliente".into())),
         };
         Ok(Self {
-            order_id,
+            order_id: order.id.clone(),
             amount_cents,
             card,
         })
@@ -197,7 +224,8 @@ mod tests {
                 {"producto": "queso", "cantidad": 2, "precio_centimos": 1250},
                 {"producto": "vino", "cantidad": 1, "precio_centimos": 900}]}),
         );
-        let order = OrderToCharge::from_envelope(&envelope).unwrap();
+        let order =
+            OrderToCharge::from_order(&OrderForPayment::from_envelope(&envelope).unwrap()).unwrap();
         assert_eq!(order.amount_cents, 3400);
         assert_eq!(order.card, "tok_ana");
         assert_eq!(order.charge_key(), "cobro-P-1");
@@ -207,6 +235,8 @@ mod tests {
             serde_json::json!({"id": "P-2", "cliente": "x", "lineas": [
                 {"producto": "q", "cantidad": 1, "precio_centimos": 0}]}),
         );
-        assert!(OrderToCharge::from_envelope(&free).is_err());
+        assert!(
+            OrderToCharge::from_order(&OrderForPayment::from_envelope(&free).unwrap()).is_err()
+        );
     }
 }

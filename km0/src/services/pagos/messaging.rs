@@ -12,8 +12,9 @@ use entrega_core::{now_ms, HandlerError, RpcMessage};
 use super::db::{
     authorisation_rows, record_authorisation, record_authorisations, ChargeStart, PaymentStore,
 };
-use super::domain::{Authorisation, AuthorisationRequest, OrderToCharge};
+use super::domain::{Authorisation, AuthorisationRequest, OrderForPayment, OrderToCharge};
 use super::gateway::Gateway;
+use crate::contracts;
 use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
 
 /// pagos' consumer group on the order events.
@@ -53,11 +54,17 @@ impl ChargeConsumer {
 #[async_trait]
 impl Handler for ChargeConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
-        if msg.envelope.data.get("cobro").is_some() {
+        if contracts::is_other_copy::<OrderForPayment>(&msg.headers, msg.envelope.version) {
+            // The same order published at another version, which pagos reads instead.
+            return Ok(());
+        }
+        let placed =
+            OrderForPayment::from_envelope(&msg.envelope).map_err(HandlerError::contract)?;
+        if placed.charge.is_some() {
             // The order saga charges this order by command (`pagos.cobrar`): only the key.
             return Ok(self.store.mark_processed(&msg.id()).await?);
         }
-        let order = OrderToCharge::from_envelope(&msg.envelope).map_err(HandlerError::permanent)?;
+        let order = OrderToCharge::from_order(&placed).map_err(HandlerError::permanent)?;
         if self.store.begin_charge(&order, now_ms()).await? == ChargeStart::Settled {
             // Charged (or declined) before, under another delivery: only the key is new.
             self.store.mark_processed(&msg.id()).await?;

@@ -85,12 +85,15 @@ pub struct NewOrder {
     pub address: Option<Address>,
 }
 
-/// A delivery address: `{"ciudad", "calle"}`.
+/// A delivery address: `{"ciudad", "codigo_postal", "calle"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Address {
     /// City (`ciudad`).
     #[serde(rename = "ciudad")]
     pub city: String,
+    /// Postal code (`codigo_postal`), five digits.
+    #[serde(rename = "codigo_postal")]
+    pub postal_code: String,
     /// Street (`calle`).
     #[serde(rename = "calle")]
     pub street: String,
@@ -180,12 +183,13 @@ impl NewOrder {
             None | Some(Value::Null) => None,
             Some(Value::Object(a)) => Some(Address {
                 city: text(a, "ciudad", "direccion_entrega.ciudad")?,
+                postal_code: postal_code(a)?,
                 street: text(a, "calle", "direccion_entrega.calle")?,
             }),
             Some(_) => {
                 return Err(InvalidOrder::new(
                     "direccion_entrega",
-                    "debe ser un objeto {ciudad, calle}",
+                    "debe ser un objeto {ciudad, codigo_postal, calle}",
                 ))
             }
         };
@@ -244,6 +248,16 @@ fn text(map: &Map<String, Value>, name: &str, path: &str) -> Result<String, Inva
         )),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(_) => Err(InvalidOrder::new(path, "debe ser un texto")),
+    }
+}
+
+fn postal_code(address: &Map<String, Value>) -> Result<String, InvalidOrder> {
+    const PATH: &str = "direccion_entrega.codigo_postal";
+    let code = text(address, "codigo_postal", PATH)?;
+    if code.len() == 5 && code.bytes().all(|b| b.is_ascii_digit()) {
+        Ok(code)
+    } else {
+        Err(InvalidOrder::new(PATH, "debe tener cinco dígitos"))
     }
 }
 

@@ -4,7 +4,7 @@ use entrega::TopicRouting;
 use entrega::{ContractError, Event};
 use entrega_core::NewEvent;
 
-use crate::contracts::orders::{Line, OrderCreated, StreetAddress};
+use crate::contracts::orders::{DeliveryAddress, Line, OrderCreated};
 
 use super::domain::NewOrder;
 
@@ -61,7 +61,7 @@ fn created(order: &NewOrder) -> OrderCreated {
     OrderCreated {
         id: order.id.clone(),
         customer: order.customer.clone(),
-        market: order.market.clone(),
+        market: Some(order.market.clone()),
         lines: order
             .lines
             .iter()
@@ -72,9 +72,10 @@ fn created(order: &NewOrder) -> OrderCreated {
             })
             .collect(),
         card: order.card.clone(),
-        address: order.address.as_ref().map(|a| StreetAddress {
+        address: order.address.as_ref().map(|a| DeliveryAddress {
             city: a.city.clone(),
-            street: a.street.clone(),
+            postal_code: a.postal_code.clone(),
+            street: Some(a.street.clone()),
         }),
         reservation: None,
         charge: None,

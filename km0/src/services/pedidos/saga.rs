@@ -15,11 +15,13 @@ use entrega::db::{query, Tx};
 use entrega::saga::{Ending, FlowError, Phase, Reply, SagaFlow, SagaRecord, StepOutcome, StepSpec};
 use entrega::{Backoff, ContractError, Event};
 use entrega_core::{Envelope, NewEvent, StoreError};
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::domain::{InvalidOrder, NewOrder, OrderState};
 use super::messaging::AGGREGATE;
-use crate::contracts::orders::{OrderCancelled, OrderPaid};
+use crate::contracts::delivery::Assigned;
+use crate::contracts::orders::{OrderCancelled, OrderPaid, StreetAddress};
 use crate::services::inventario::{self, ReleaseCommand, ReserveCommand, StockLine};
 use crate::services::pagos::{self, OrderToCharge, RefundRequest};
 use crate::services::reparto::{self, AssignCommand};
@@ -86,55 +88,80 @@ impl OrderSaga {
                 message: "falta el campo: el reparto la necesita".into(),
             });
         };
-        let lines: Vec<Value> = order
-            .lines
-            .iter()
-            .map(|l| json!({"producto": l.product, "cantidad": l.quantity}))
-            .collect();
-        let card = order
-            .card
-            .clone()
-            .unwrap_or_else(|| format!("tok_{}", order.customer));
-        Ok(json!({
-            "lineas": lines,
-            "importe_centimos": order.amount_cents(),
-            "tarjeta": card,
-            "direccion_entrega": {"ciudad": address.city, "calle": address.street},
-        }))
+        let input = SagaInput {
+            lines: order
+                .lines
+                .iter()
+                .map(|l| StockLine {
+                    product: l.product.clone(),
+                    quantity: l.quantity,
+                })
+                .collect(),
+            amount_cents: order.amount_cents(),
+            card: order
+                .card
+                .clone()
+                .unwrap_or_else(|| format!("tok_{}", order.customer)),
+            address: SagaAddress {
+                city: address.city.clone(),
+                street: address.street.clone(),
+                postal_code: Some(address.postal_code.clone()),
+            },
+        };
+        serde_json::to_value(input).map_err(|e| InvalidOrder {
+            field: "cuerpo".into(),
+            message: e.to_string(),
+        })
     }
 }
 
-fn field<'a>(saga: &'a SagaRecord, name: &str) -> Result<&'a Value, FlowError> {
-    saga.input
-        .get(name)
-        .ok_or_else(|| FlowError::new(format!("saga {} has no `{name}`", saga.id)))
+/// What an order's saga starts with, stored in `entrega_sagas.input`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SagaInput {
+    /// What to reserve (`lineas`).
+    #[serde(rename = "lineas")]
+    lines: Vec<StockLine>,
+    /// What to charge (`importe_centimos`).
+    #[serde(rename = "importe_centimos")]
+    amount_cents: i64,
+    /// The card to charge (`tarjeta`).
+    #[serde(rename = "tarjeta")]
+    card: String,
+    /// Where the courier goes (`direccion_entrega`).
+    #[serde(rename = "direccion_entrega")]
+    address: SagaAddress,
 }
 
-fn text_of(value: &Value, name: &str) -> Result<String, FlowError> {
-    value
-        .get(name)
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| FlowError::new(format!("`{name}` missing or not text")))
+/// The delivery address in a saga's input; sagas stored before postal codes have none.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SagaAddress {
+    #[serde(rename = "ciudad")]
+    city: String,
+    #[serde(rename = "calle")]
+    street: String,
+    #[serde(
+        rename = "codigo_postal",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    postal_code: Option<String>,
 }
 
-fn lines_of(saga: &SagaRecord) -> Result<Vec<StockLine>, FlowError> {
-    let lines = field(saga, "lineas")?
-        .as_array()
-        .ok_or_else(|| FlowError::new("`lineas` is not a list"))?;
-    lines
-        .iter()
-        .map(|l| {
-            Ok(StockLine {
-                product: text_of(l, "producto")?,
-                quantity: l
-                    .get("cantidad")
-                    .and_then(Value::as_i64)
-                    .and_then(|q| i32::try_from(q).ok())
-                    .ok_or_else(|| FlowError::new("`cantidad` is not a number"))?,
-            })
-        })
-        .collect()
+/// What every answer to a saga's command carries: the order, the command's key and, when
+/// refused, why.
+#[derive(Debug, Deserialize)]
+struct Answer {
+    #[serde(rename = "pedido_id")]
+    order_id: String,
+    #[serde(rename = "clave")]
+    key: String,
+    #[serde(rename = "motivo", default)]
+    reason: Option<String>,
+}
+
+fn input_of(saga: &SagaRecord) -> Result<SagaInput, FlowError> {
+    serde_json::from_value(saga.input.clone())
+        .map_err(|e| FlowError::new(format!("saga {}: unreadable input: {e}", saga.id)))
 }
 
 #[async_trait]
@@ -149,30 +176,26 @@ impl SagaFlow for OrderSaga {
 
     fn command(&self, saga: &SagaRecord, step: usize, key: &str) -> Result<NewEvent, FlowError> {
         let order_id = saga.id.clone();
+        let input = input_of(saga)?;
         match step {
             0 => ReserveCommand {
                 order_id,
                 reservation_id: key.to_owned(),
-                lines: lines_of(saga)?,
+                lines: input.lines,
             }
             .event(),
             1 => pagos::charge_command(&OrderToCharge {
                 order_id,
-                amount_cents: field(saga, "importe_centimos")?
-                    .as_i64()
-                    .ok_or_else(|| FlowError::new("`importe_centimos` is not a number"))?,
-                card: text_of(&saga.input, "tarjeta")?,
+                amount_cents: input.amount_cents,
+                card: input.card,
             }),
-            2 => {
-                let address = field(saga, "direccion_entrega")?;
-                AssignCommand {
-                    order_id,
-                    key: key.to_owned(),
-                    city: text_of(address, "ciudad")?,
-                    street: text_of(address, "calle")?,
-                }
-                .event()
+            2 => AssignCommand {
+                order_id,
+                key: key.to_owned(),
+                city: input.address.city,
+                street: input.address.street,
             }
+            .event(),
             _ => return Err(FlowError::new(format!("no step {step}"))),
         }
         .map_err(|e| FlowError::new(e.to_string()))
@@ -202,27 +225,32 @@ impl SagaFlow for OrderSaga {
     }
 
     fn reply(&self, envelope: &Envelope) -> Result<Option<Reply>, FlowError> {
-        let failed = |transient| StepOutcome::Failed {
-            reason: text_of(&envelope.data, "motivo").unwrap_or_else(|_| envelope.kind.clone()),
-            transient,
-        };
-        let done = StepOutcome::Done(envelope.data.clone());
-        let (step, phase, outcome) = match envelope.kind.as_str() {
-            inventario::RESERVED => ("reserva", Phase::Action, done),
-            inventario::REFUSED => ("reserva", Phase::Action, failed(false)),
-            inventario::RELEASED => ("reserva", Phase::Compensation, done),
-            pagos::PAYMENT_CONFIRMED => ("cobro", Phase::Action, done),
-            pagos::PAYMENT_DECLINED => ("cobro", Phase::Action, failed(false)),
-            pagos::PAYMENT_REFUNDED => ("cobro", Phase::Compensation, done),
-            reparto::ASSIGNED => ("reparto", Phase::Action, done),
-            reparto::REFUSED => ("reparto", Phase::Action, failed(false)),
+        let (step, phase, refused) = match envelope.kind.as_str() {
+            inventario::RESERVED => ("reserva", Phase::Action, false),
+            inventario::REFUSED => ("reserva", Phase::Action, true),
+            inventario::RELEASED => ("reserva", Phase::Compensation, false),
+            pagos::PAYMENT_CONFIRMED => ("cobro", Phase::Action, false),
+            pagos::PAYMENT_DECLINED => ("cobro", Phase::Action, true),
+            pagos::PAYMENT_REFUNDED => ("cobro", Phase::Compensation, false),
+            reparto::ASSIGNED => ("reparto", Phase::Action, false),
+            reparto::REFUSED => ("reparto", Phase::Action, true),
             _ => return Ok(None),
         };
+        let answer: Answer = serde_json::from_value(envelope.data.clone())
+            .map_err(|e| FlowError::new(format!("{}: {e}", envelope.kind)))?;
+        let outcome = if refused {
+            StepOutcome::Failed {
+                reason: answer.reason.unwrap_or_else(|| envelope.kind.clone()),
+                transient: false,
+            }
+        } else {
+            StepOutcome::Done(envelope.data.clone())
+        };
         Ok(Some(Reply {
-            saga_id: text_of(&envelope.data, "pedido_id")?,
+            saga_id: answer.order_id,
             step: step.to_owned(),
             phase,
-            key: text_of(&envelope.data, "clave")?,
+            key: answer.key,
             outcome,
         }))
     }
@@ -257,28 +285,24 @@ impl SagaFlow for OrderSaga {
 /// The `pedido.pagado` of a completed saga: its amount and address from the saga's input, the
 /// courier from reparto's answer.
 fn paid(saga: &SagaRecord) -> Result<OrderPaid, ContractError> {
-    fn member<T: serde::de::DeserializeOwned>(
-        value: Option<&Value>,
-        field: &str,
-    ) -> Result<T, ContractError> {
-        serde_json::from_value(value.cloned().unwrap_or(Value::Null)).map_err(|e| {
-            ContractError::Invalid {
-                tipo: OrderPaid::TIPO.to_owned(),
-                version: OrderPaid::VERSION,
-                field: field.to_owned(),
-                reason: format!("not in the saga's record: {e}"),
-            }
-        })
-    }
+    let missing = |field: &str, e: String| ContractError::Invalid {
+        tipo: OrderPaid::TIPO.to_owned(),
+        version: OrderPaid::VERSION,
+        field: field.to_owned(),
+        reason: format!("not in the saga's record: {e}"),
+    };
+    let input: SagaInput =
+        serde_json::from_value(saga.input.clone()).map_err(|e| missing("datos", e.to_string()))?;
+    let assigned = saga.results.get("reparto").cloned().unwrap_or(Value::Null);
+    let assigned: Assigned =
+        serde_json::from_value(assigned).map_err(|e| missing("repartidor_id", e.to_string()))?;
     Ok(OrderPaid {
         order_id: saga.id.clone(),
-        amount_cents: member(saga.input.get("importe_centimos"), "importe_centimos")?,
-        address: member(saga.input.get("direccion_entrega"), "direccion_entrega")?,
-        courier_id: member(
-            saga.results
-                .get("reparto")
-                .and_then(|r| r.get("repartidor_id")),
-            "repartidor_id",
-        )?,
+        amount_cents: input.amount_cents,
+        address: StreetAddress {
+            city: input.address.city,
+            street: input.address.street,
+        },
+        courier_id: assigned.courier_id,
     })
 }

@@ -9,14 +9,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use entrega::db::query;
 use entrega::{ContractError, Event, Handler, Message, Router};
-use entrega_core::{now_ms, HandlerError, NewEvent, Processed, StoreError};
-use serde_json::Value;
+use entrega_core::{now_ms, Envelope, HandlerError, NewEvent, Processed, StoreError};
 
-use crate::contracts::delivery;
 use crate::contracts::orders::StreetAddress;
+use crate::contracts::{self, delivery};
 
 use super::db::{state_of, take_courier, DeliveryState, DeliveryStore};
-use super::domain::DeliveryError;
+use super::domain::{blank, DeliveryError};
 use super::maps::Maps;
 
 /// The topic of reparto's commands.
@@ -49,26 +48,26 @@ pub struct AssignCommand {
     pub street: String,
 }
 
-fn text(data: &Value, field: &str) -> Result<String, DeliveryError> {
-    match data.get(field) {
-        Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 200 => Ok(s.trim().to_owned()),
-        _ => Err(DeliveryError::Schema(format!(
-            "`{field}` must be a non-empty string"
-        ))),
-    }
-}
-
 impl AssignCommand {
-    /// Reads the command's `datos`.
-    pub fn from_payload(data: &Value) -> Result<Self, DeliveryError> {
-        let address = data
-            .get("direccion_entrega")
-            .ok_or_else(|| DeliveryError::Schema("missing `direccion_entrega`".into()))?;
+    /// Reads the command (`reparto.asignar`).
+    pub fn from_envelope(envelope: &Envelope) -> Result<Self, DeliveryError> {
+        let command: delivery::Assign = contracts::upcasters()
+            .decode(envelope)
+            .map_err(DeliveryError::Schema)?;
+        let tipo = delivery::Assign::TIPO;
+        let field = |value: String, name: &str| {
+            let value = value.trim().to_owned();
+            if value.is_empty() || value.len() > 200 {
+                Err(blank(tipo, envelope.version, name))
+            } else {
+                Ok(value)
+            }
+        };
         Ok(Self {
-            order_id: text(data, "pedido_id")?,
-            key: text(data, "clave")?,
-            city: text(address, "ciudad")?,
-            street: text(address, "calle")?,
+            order_id: field(command.order_id, "pedido_id")?,
+            key: field(command.key, "clave")?,
+            city: field(command.address.city, "direccion_entrega.ciudad")?,
+            street: field(command.address.street, "direccion_entrega.calle")?,
         })
     }
 
@@ -232,8 +231,8 @@ impl CommandConsumer {
 #[async_trait]
 impl Handler for CommandConsumer {
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
-        let command =
-            AssignCommand::from_payload(&msg.envelope.data).map_err(HandlerError::permanent)?;
+        let command = AssignCommand::from_envelope(&msg.envelope)
+            .map_err(DeliveryError::into_handler_error)?;
         let known = self.store.delivery(&command.order_id).await?.is_some();
         // The route is asked for only for a new delivery in a city served.
         let km = if !known && self.store.serves(&command.city).await? {

@@ -6,13 +6,16 @@
 //! one is a contract failure, refused with a `esquema:` reason so an operator can fix the
 //! consumer or the producer and replay it.
 
+use entrega::{ContractError, HandlerError, View};
 use entrega_core::Envelope;
-use serde_json::Value;
+use serde::Deserialize;
+
+use crate::contracts;
 
 /// The version of `pedido.pagado` reparto understands: its contract's.
 pub const PAID_VERSION: u32 = <crate::contracts::orders::OrderPaid as entrega::Event>::VERSION;
 
-/// A paid order to deliver.
+/// A paid order to deliver: what reparto reads of a `pedido.pagado` version 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PaidOrder {
     /// Order id (`pedido_id`).
@@ -23,66 +26,110 @@ pub struct PaidOrder {
     pub street: String,
 }
 
+#[derive(Debug, Deserialize)]
+struct PaidView {
+    pedido_id: String,
+    direccion_entrega: AddressView,
+}
+
+impl View for PaidView {
+    const TIPO: &'static str = crate::services::pedidos::ORDER_PAID;
+    const VERSIONS: &'static [u32] = &[PAID_VERSION];
+}
+
+#[derive(Debug, Deserialize)]
+struct AddressView {
+    ciudad: String,
+    calle: String,
+}
+
 /// Why a delivery can never be made from this event (permanent: dead letter at once).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DeliveryError {
-    /// The event does not follow the schema reparto reads.
+    /// The event does not meet the contract reparto reads.
     #[error("esquema: {0}")]
-    Schema(String),
+    Schema(ContractError),
     /// Kilómetro Cero does not deliver in that city.
     #[error("ciudad_no_cubierta: {0}")]
     CityNotServed(String),
 }
 
-fn text<'a>(map: &'a Value, field: &str, path: &str) -> Result<&'a str, DeliveryError> {
-    match map.get(field) {
-        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s),
-        Some(_) => Err(DeliveryError::Schema(format!(
-            "`{path}{field}` must be a non-empty string"
-        ))),
-        None => Err(DeliveryError::Schema(format!("missing `{path}{field}`"))),
+impl DeliveryError {
+    /// The error as the worker classifies it: a contract failure is a dead letter of class
+    /// `esquema`, a city not served one of class `rechazado`.
+    pub fn into_handler_error(self) -> HandlerError {
+        match self {
+            Self::Schema(e) => HandlerError::contract(e),
+            other => HandlerError::permanent(other),
+        }
     }
 }
 
+/// A member present but blank, which a contract's string type lets through.
+pub(super) fn blank(tipo: &str, version: u32, field: &str) -> DeliveryError {
+    DeliveryError::Schema(ContractError::Invalid {
+        tipo: tipo.to_owned(),
+        version,
+        field: field.to_owned(),
+        reason: "must not be blank".to_owned(),
+    })
+}
+
 impl PaidOrder {
-    /// Reads a `pedido.pagado` envelope at version [`PAID_VERSION`].
+    /// Reads a `pedido.pagado` at version [`PAID_VERSION`]; version 1 has no address and
+    /// no upcaster can make one up.
     pub fn from_envelope(envelope: &Envelope) -> Result<Self, DeliveryError> {
-        if envelope.version != PAID_VERSION {
-            return Err(DeliveryError::Schema(format!(
-                "pedido.pagado version {} (reparto reads version {PAID_VERSION}, which carries \
-                 direccion_entrega)",
-                envelope.version
-            )));
+        let view: PaidView = contracts::upcasters()
+            .decode(envelope)
+            .map_err(DeliveryError::Schema)?;
+        let city = view.direccion_entrega.ciudad.trim().to_owned();
+        let tipo = PaidView::TIPO;
+        if view.pedido_id.trim().is_empty() {
+            return Err(blank(tipo, envelope.version, "pedido_id"));
         }
-        let data = &envelope.data;
-        let order_id = text(data, "pedido_id", "")?;
-        let address = data
-            .get("direccion_entrega")
-            .ok_or_else(|| DeliveryError::Schema("missing `direccion_entrega`".to_owned()))?;
+        if city.is_empty() {
+            return Err(blank(tipo, envelope.version, "direccion_entrega.ciudad"));
+        }
         Ok(Self {
-            order_id: order_id.to_owned(),
-            city: text(address, "ciudad", "direccion_entrega.")?
-                .trim()
-                .to_owned(),
-            street: text(address, "calle", "direccion_entrega.")?.to_owned(),
+            order_id: view.pedido_id,
+            city,
+            street: view.direccion_entrega.calle,
         })
     }
+}
+
+/// What reparto reads of a `pedido.cancelado`: its order, as `pedido_id` or (as in the
+/// order's own payload) `id`.
+#[derive(Debug, Deserialize)]
+struct CancelledView {
+    #[serde(default)]
+    pedido_id: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
 }
 
 /// The order id of a `pedido.cancelado` (any version: `datos.pedido_id`, or `datos.id` as in
 /// the order's own payload).
 pub fn cancelled_order_id(envelope: &Envelope) -> Result<String, DeliveryError> {
-    let data = &envelope.data;
-    text(data, "pedido_id", "")
-        .or_else(|_| text(data, "id", ""))
-        .map(str::to_owned)
+    let view: CancelledView = serde_json::from_value(envelope.data.clone()).map_err(|e| {
+        DeliveryError::Schema(ContractError::Invalid {
+            tipo: envelope.kind.clone(),
+            version: envelope.version,
+            field: "datos".to_owned(),
+            reason: e.to_string(),
+        })
+    })?;
+    view.pedido_id
+        .or(view.id)
+        .filter(|id| !id.trim().is_empty())
+        .ok_or_else(|| blank(&envelope.kind, envelope.version, "pedido_id"))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     use super::*;
 
@@ -114,21 +161,24 @@ mod tests {
         let err = PaidOrder::from_envelope(&v1).unwrap_err();
         assert!(
             err.to_string()
-                .starts_with("esquema: pedido.pagado version 1"),
+                .starts_with("esquema: `pedido.pagado` version 1 cannot be read"),
             "{err}"
         );
         let no_city = paid(
             2,
             json!({"pedido_id": "P-1", "direccion_entrega": {"calle": "x"}}),
         );
-        assert_eq!(
-            PaidOrder::from_envelope(&no_city).unwrap_err().to_string(),
-            "esquema: missing `direccion_entrega.ciudad`"
+        assert!(matches!(
+            PaidOrder::from_envelope(&no_city),
+            Err(DeliveryError::Schema(ContractError::Invalid { ref field, .. })) if field == "direccion_entrega"
+        ));
+        let bad_id = paid(
+            2,
+            json!({"pedido_id": 7, "direccion_entrega": {"ciudad": "x", "calle": "y"}}),
         );
-        let bad_id = paid(2, json!({"pedido_id": 7, "direccion_entrega": {}}));
         assert!(matches!(
             PaidOrder::from_envelope(&bad_id),
-            Err(DeliveryError::Schema(m)) if m.contains("pedido_id")
+            Err(DeliveryError::Schema(ContractError::Invalid { ref field, .. })) if field == "pedido_id"
         ));
     }
 

@@ -82,7 +82,8 @@ impl DeliveryConsumer {
     }
 
     async fn paid(&self, msg: &Message) -> Result<(), HandlerError> {
-        let order = PaidOrder::from_envelope(&msg.envelope).map_err(HandlerError::permanent)?;
+        let order =
+            PaidOrder::from_envelope(&msg.envelope).map_err(DeliveryError::into_handler_error)?;
         let id = msg.id();
         // A redelivered event does not ask the maps service again.
         if self.store.is_processed(CONSUMER, &id).await? {
@@ -118,7 +119,8 @@ impl DeliveryConsumer {
     }
 
     async fn cancelled(&self, msg: &Message) -> Result<(), HandlerError> {
-        let order_id = cancelled_order_id(&msg.envelope).map_err(HandlerError::permanent)?;
+        let order_id =
+            cancelled_order_id(&msg.envelope).map_err(DeliveryError::into_handler_error)?;
         match self
             .store
             .apply_cancelled(CONSUMER, &msg.id(), &order_id, now_ms())
