@@ -581,6 +581,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate { roles } => {
             let migrated = system.migrate(roles).await.context("migrating")?;
             println!("migrated: {}", migrated.join(", "));
+            if let Ok(url) = std::env::var("KM0_SCHEMA_REGISTRY") {
+                let prefix = std::env::var("KM0_SCHEMA_REGISTRY_PREFIX").unwrap_or_default();
+                let registry =
+                    crate::contracts::registry::SchemaRegistry::new(&url)?.with_prefix(prefix);
+                let done = registry
+                    .register(&crate::contracts::catalog())
+                    .await
+                    .context("registering the contracts (KM0_SCHEMA_REGISTRY)")?;
+                let new = done.iter().filter(|r| r.new).count();
+                println!(
+                    "schema registry: {} contracts, {new} new, at {url}",
+                    done.len()
+                );
+            }
         }
         Command::Outbox { command } => match command {
             OutboxCommand::Status { json } => crate::ops::outbox::status(&system, json).await?,
@@ -618,7 +632,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Lag(args) => crate::ops::lag::run(&system, args).await?,
         Command::Dlq { command } => return crate::ops::dlq::run(&system, command).await,
         Command::Saga { command } => crate::ops::saga::run(&system, command).await?,
-        Command::Contracts(args) => return crate::ops::contracts::run(&args),
+        Command::Contracts(args) => return crate::ops::contracts::run(&args).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 pub mod delivery;
 pub mod orders;
 pub mod payments;
+pub mod registry;
 pub mod sales;
 pub mod stock;
 

@@ -1,13 +1,17 @@
 //! `km0 contracts`: km0's event contracts against the committed ones under `contracts/`
 //! (ADR 0019). `check` is what CI runs; `update` records new contracts and compatible changes,
 //! and refuses a change that breaks its channel's policy; `list` shows every contract;
-//! `asyncapi` writes the AsyncAPI description generated from them.
+//! `asyncapi` writes the AsyncAPI description generated from them; `register` puts them in a
+//! schema registry with the Confluent API, `check --registry` asks one whether the code's
+//! contracts are compatible with what it holds.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use entrega::contracts::{Directory, Finding};
+
+use crate::contracts::registry::{RegistryError, SchemaRegistry};
 
 /// Where the contracts are and what to do with them.
 #[derive(Debug, Args)]
@@ -24,7 +28,30 @@ pub struct ContractsArgs {
 #[derive(Debug, Subcommand)]
 pub enum ContractsCommand {
     /// Compares the code's contracts with the committed ones; exits 1 on any difference.
-    Check,
+    /// With `--registry`, also asks the schema registry whether each is compatible with what
+    /// it holds, under its subject's level; exits 1 on any that is not.
+    Check {
+        /// A schema registry with the Confluent API (Apicurio: `.../apis/ccompat/v7`).
+        #[arg(long, env = "KM0_SCHEMA_REGISTRY")]
+        registry: Option<String>,
+        /// Prefix of every subject in the registry.
+        #[arg(long, env = "KM0_SCHEMA_REGISTRY_PREFIX", default_value = "")]
+        subject_prefix: String,
+    },
+    /// Registers every contract in a schema registry with the Confluent API: one subject per
+    /// tipo and version, its level the channel's policy. Exits 1 when the registry refuses one
+    /// as incompatible.
+    Register {
+        /// The registry (Apicurio: `http://HOST:PORT/apis/ccompat/v7`).
+        #[arg(long, env = "KM0_SCHEMA_REGISTRY")]
+        registry: String,
+        /// Prefix of every subject in the registry.
+        #[arg(long, env = "KM0_SCHEMA_REGISTRY_PREFIX", default_value = "")]
+        subject_prefix: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Writes new contracts and compatible changes; refuses (exit 1) if any change breaks its
     /// channel's compatibility policy, writing nothing.
     Update,
@@ -40,7 +67,7 @@ pub enum ContractsCommand {
 }
 
 /// Runs a `km0 contracts` subcommand.
-pub fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
     let catalog = crate::contracts::catalog();
     let directory = Directory::new(&args.dir);
     match &args.command {
@@ -62,7 +89,53 @@ pub fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ContractsCommand::Check => {
+        ContractsCommand::Register {
+            registry,
+            subject_prefix,
+            json,
+        } => {
+            let registry = SchemaRegistry::new(registry)?.with_prefix(subject_prefix);
+            match registry.register(&catalog).await {
+                Ok(done) => {
+                    if *json {
+                        println!("{}", serde_json::to_string_pretty(&done)?);
+                    } else {
+                        for r in &done {
+                            let what = if r.new { "registered" } else { "already there" };
+                            println!("{:<44} id {:<5} {:<20} {what}", r.subject, r.id, r.level);
+                        }
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e @ RegistryError::Incompatible { .. }) => {
+                    eprintln!("{e}");
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
+        ContractsCommand::Check {
+            registry,
+            subject_prefix,
+        } => {
+            if let Some(url) = registry {
+                let registry = SchemaRegistry::new(url)?.with_prefix(subject_prefix);
+                let mut refused = 0;
+                for c in catalog.contracts() {
+                    if !registry.compatible(&c.tipo, c.version, &c.schema).await? {
+                        refused += 1;
+                        eprintln!(
+                            "{url}: `{}` is not compatible with what the registry holds under {}",
+                            registry.subject(&c.tipo, c.version),
+                            catalog.policy_of(&c.channel)
+                        );
+                    }
+                }
+                if refused > 0 {
+                    return Ok(ExitCode::FAILURE);
+                }
+                println!("the schema registry accepts every contract");
+            }
             let findings = directory.check(&catalog)?;
             report(&findings, &args.dir);
             if findings.is_empty() {

@@ -20,5 +20,6 @@ mod outbox_poison;
 mod pagos_crash;
 mod pg_faults;
 mod pg_tls;
+mod schema_registry;
 mod trace_order;
 mod up_saga;
