@@ -26,6 +26,7 @@ pub use entrega_core::ContractError;
 pub use event::{schema_of, Event, View};
 pub use transition::Transitions;
 pub use upcast::{read, Upcasters};
+pub use validate::first_failure_in;
 pub use yaml::to_yaml;
 
 pub use schemars;

@@ -15,6 +15,13 @@ pub(crate) fn first_failure(schema: &Value, value: &Value) -> Option<(String, St
     check(schema, schema, value, "", 0).err()
 }
 
+/// The first place where `value` fails `schema`, whose local `$ref`s resolve in `root` (a
+/// contract's schema with its `$defs`, an OpenAPI document with its `components`): the path
+/// and why; `None` when it fits.
+pub fn first_failure_in(root: &Value, schema: &Value, value: &Value) -> Option<(String, String)> {
+    check(root, schema, value, "", 0).err()
+}
+
 fn check(
     root: &Value,
     schema: &Value,

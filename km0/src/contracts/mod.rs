@@ -200,6 +200,14 @@ pub fn channels() -> Vec<Channel> {
     ]
 }
 
+/// pedidos' OpenAPI 3.1 description as committed in `docs/openapi.json`: pretty JSON, one
+/// final newline.
+pub fn openapi_json() -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(&pedidos::openapi())?;
+    text.push('\n');
+    Ok(text)
+}
+
 /// km0's AsyncAPI 3.0 document (committed as `docs/asyncapi.yaml`).
 pub fn asyncapi() -> serde_json::Value {
     let info = Info {

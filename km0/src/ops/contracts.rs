@@ -57,6 +57,13 @@ pub enum ContractsCommand {
     Update,
     /// Every contract: tipo, version, channel and policy.
     List,
+    /// The OpenAPI 3.1 description of pedidos' HTTP API (JSON), generated from its handlers;
+    /// committed as `docs/openapi.json` and served at `/openapi.json`.
+    Openapi {
+        /// Write it to this file instead of standard output.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// km0's AsyncAPI 3.0 document (YAML), generated from the contracts; committed as
     /// `docs/asyncapi.yaml`.
     Asyncapi {
@@ -73,6 +80,14 @@ pub async fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
     match &args.command {
         ContractsCommand::Asyncapi { out } => {
             let text = entrega::contracts::to_yaml(&crate::contracts::asyncapi());
+            match out {
+                Some(path) => std::fs::write(path, text)?,
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ContractsCommand::Openapi { out } => {
+            let text = crate::contracts::openapi_json()?;
             match out {
                 Some(path) => std::fs::write(path, text)?,
                 None => print!("{text}"),

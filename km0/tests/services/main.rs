@@ -15,6 +15,7 @@ mod inventario_batch_paths;
 mod inventario_consumer;
 mod inventario_reservas;
 mod inventario_reservas_faults;
+mod openapi;
 mod pagos_commands;
 mod pasarela_http;
 mod pasarela_refunds;

@@ -13,7 +13,7 @@ pub const MAX_TEXT_LEN: usize = 200;
 pub const MAX_LINES: usize = 200;
 
 /// Where an order stands (`estado`), stored and sent by its Spanish name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum OrderState {
     /// Just created (`creado`), as the seed's `crear_pedido` stores it.
     #[serde(rename = "creado")]
@@ -45,7 +45,7 @@ impl OrderState {
 }
 
 /// One line of an order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrderLine {
     /// Product id (`producto`), e.g. `queso-curado`.
     #[serde(rename = "producto")]
@@ -59,7 +59,7 @@ pub struct OrderLine {
 }
 
 /// An order to create, validated.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NewOrder {
     /// Order id chosen by the client, e.g. `P-2026-000123`; creating it twice is a conflict.
     pub id: String,
@@ -86,7 +86,7 @@ pub struct NewOrder {
 }
 
 /// A delivery address: `{"ciudad", "codigo_postal", "calle"}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Address {
     /// City (`ciudad`).
     #[serde(rename = "ciudad")]
@@ -100,7 +100,7 @@ pub struct Address {
 }
 
 /// A stored order with its lines.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Order {
     /// Order id.
     pub id: String,

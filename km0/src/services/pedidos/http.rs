@@ -8,12 +8,15 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::{OpenApi, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::db::{CreateOrderError, OrderStore};
-use super::domain::NewOrder;
+use super::domain::{Address, NewOrder, Order, OrderLine, OrderState};
 use super::saga::OrderSaga;
 use entrega::saga::{CancelOutcome, SagaError, Sagas};
 
@@ -44,17 +47,86 @@ impl PedidosState {
 }
 
 /// The routes of `pedidos`: `POST /pedidos`, `GET /pedidos/{id}`,
-/// `POST /pedidos/{id}/cancelacion` (with the order saga), `GET /salud`.
+/// `POST /pedidos/{id}/cancelacion` (with the order saga), `GET /salud`, and the API's own
+/// OpenAPI 3.1 description at `GET /openapi.json`.
 pub fn app(state: PedidosState) -> Router {
-    Router::new()
-        .route("/pedidos", post(create_order))
-        .route("/pedidos/{id}", get(get_order))
-        .route("/pedidos/{id}/cancelacion", post(cancel_order))
-        .route("/salud", get(health))
+    let (router, api) = documented();
+    let api = std::sync::Arc::new(api);
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let api = std::sync::Arc::clone(&api);
+                async move { Json(api.as_ref().clone()) }
+            }),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::telemetry::http::traced))
+}
+
+/// The OpenAPI 3.1 description of pedidos' API (committed as `docs/openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented().1
+}
+
+/// Every route with its description: a route exists only through its documented handler.
+fn documented() -> (Router<PedidosState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(create_order))
+        .routes(routes!(get_order))
+        .routes(routes!(cancel_order))
+        .routes(routes!(health))
+        .split_for_parts()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "km0 pedidos",
+        description = "Orders of Kilómetro Cero: create one (stored with its `pedido.creado` in \
+                       the outbox, in one transaction), read it back, cancel it under the order \
+                       saga. Every answer is JSON, errors included.",
+        license(name = "MIT OR Apache-2.0")
+    ),
+    components(schemas(NewOrder, OrderLine, Address, Order, OrderState, ErrorBody))
+)]
+struct ApiDoc;
+
+/// An error: what went wrong and, when one is at fault, the field (`campo`).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong, for the client.
+    pub error: String,
+    /// The field at fault, as a path in the body (`lineas[1].cantidad`).
+    #[serde(rename = "campo", skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// An order accepted: its id and the id of its `pedido.creado`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Created {
+    /// The order.
+    pub id: String,
+    /// The event that announces it (`id_evento`).
+    pub id_evento: String,
+}
+
+/// A cancel under way: the saga undoes what it did.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Cancelling {
+    /// The order.
+    pub id: String,
+    /// Always `cancelando`.
+    pub estado: String,
+}
+
+/// Whether the service can reach its database.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`, or `sin base de datos`.
+    pub estado: String,
 }
 
 /// An error answer: a status and `{"error": ..., "campo": ...}`.
@@ -89,10 +161,10 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut body = json!({ "error": self.error });
-        if let Some(field) = self.field {
-            body["campo"] = Value::String(field);
-        }
+        let body = ErrorBody {
+            error: self.error,
+            field: self.field,
+        };
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             // Tells well-behaved clients the failure is temporary and when to come back.
@@ -166,6 +238,21 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// Creates an order: stored with its `pedido.creado` (version 2) in one transaction; under
+/// the order saga, the saga starts in it too.
+#[utoipa::path(
+    post,
+    path = "/pedidos",
+    tag = "pedidos",
+    request_body(content = NewOrder, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Created; `Location` names it.", body = Created,
+            headers(("Location" = String, description = "`/pedidos/{id}`"))),
+        (status = 400, description = "Not an order: the field at fault is named.", body = ErrorBody),
+        (status = 409, description = "An order with that id exists.", body = ErrorBody),
+        (status = 503, description = "The database is unavailable; retry (`Retry-After`).", body = ErrorBody),
+    )
+)]
 async fn create_order(
     State(state): State<PedidosState>,
     OrderBody(order): OrderBody,
@@ -184,11 +271,11 @@ async fn create_order(
     match created {
         Ok(event_id) => {
             let location = format!("/pedidos/{}", order.id);
-            let mut response = (
-                StatusCode::CREATED,
-                Json(json!({ "id": order.id, "id_evento": event_id })),
-            )
-                .into_response();
+            let created = Created {
+                id: order.id.clone(),
+                id_evento: event_id.to_string(),
+            };
+            let mut response = (StatusCode::CREATED, Json(created)).into_response();
             if let Ok(value) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(header::LOCATION, value);
             }
@@ -205,6 +292,19 @@ async fn create_order(
 
 /// `POST /pedidos/{id}/cancelacion`: 202 while the saga undoes what it did, 409 once the
 /// order is paid (too late), 404 for an unknown order, 501 without the order saga.
+#[utoipa::path(
+    post,
+    path = "/pedidos/{id}/cancelacion",
+    tag = "pedidos",
+    params(("id" = String, Path, description = "The order")),
+    responses(
+        (status = 202, description = "The saga undoes what it did.", body = Cancelling),
+        (status = 404, description = "No such order.", body = ErrorBody),
+        (status = 409, description = "Paid already: too late to cancel.", body = ErrorBody),
+        (status = 501, description = "pedidos runs without the order saga.", body = ErrorBody),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorBody),
+    )
+)]
 async fn cancel_order(
     State(state): State<PedidosState>,
     Path(id): Path<String>,
@@ -218,7 +318,10 @@ async fn cancel_order(
     match sagas.cancel(&id, "cancelado por el cliente").await {
         Ok(CancelOutcome::Cancelling | CancelOutcome::AlreadyCancelled) => Ok((
             StatusCode::ACCEPTED,
-            Json(json!({ "id": id, "estado": "cancelando" })),
+            Json(Cancelling {
+                id,
+                estado: "cancelando".to_owned(),
+            }),
         )
             .into_response()),
         Ok(CancelOutcome::Completed) => Err(ApiError::new(
@@ -241,6 +344,18 @@ async fn cancel_order(
     }
 }
 
+/// An order as stored, with its lines and state.
+#[utoipa::path(
+    get,
+    path = "/pedidos/{id}",
+    tag = "pedidos",
+    params(("id" = String, Path, description = "The order")),
+    responses(
+        (status = 200, description = "The order.", body = Order),
+        (status = 404, description = "No such order.", body = ErrorBody),
+        (status = 503, description = "The database is unavailable; retry.", body = ErrorBody),
+    )
+)]
 async fn get_order(
     State(state): State<PedidosState>,
     Path(id): Path<String>,
@@ -255,18 +370,28 @@ async fn get_order(
     }
 }
 
+/// Whether pedidos can reach its database.
+#[utoipa::path(
+    get,
+    path = "/salud",
+    tag = "operations",
+    responses(
+        (status = 200, description = "It can.", body = Health),
+        (status = 503, description = "It cannot.", body = Health),
+    )
+)]
 async fn health(State(state): State<PedidosState>) -> Response {
-    match state.store.db().ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "estado": "ok" }))).into_response(),
+    let (status, estado) = match state.store.db().ping().await {
+        Ok(()) => (StatusCode::OK, "ok"),
         Err(e) => {
             tracing::warn!(error = %e, "health check: database unavailable");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "estado": "sin base de datos" })),
-            )
-                .into_response()
+            (StatusCode::SERVICE_UNAVAILABLE, "sin base de datos")
         }
-    }
+    };
+    let body = Health {
+        estado: estado.to_owned(),
+    };
+    (status, Json(body)).into_response()
 }
 
 async fn not_found() -> ApiError {

@@ -19,7 +19,10 @@ pub use db::{CreateOrderError, OrderStore, BEFORE_COMMIT};
 pub use domain::{
     Address, InvalidOrder, NewOrder, Order, OrderLine, OrderState, MAX_LINES, MAX_TEXT_LEN,
 };
-pub use http::{app, ApiError, OrderBody, PedidosState, MAX_BODY_BYTES};
+pub use http::{
+    app, openapi, ApiError, Cancelling, Created, ErrorBody, Health, OrderBody, PedidosState,
+    MAX_BODY_BYTES,
+};
 pub use messaging::{
     order_created, order_created_in_saga, routing, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED,
     ORDER_PAID, PARTITIONS, SOURCE, TOPIC,
