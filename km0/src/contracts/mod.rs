@@ -200,12 +200,23 @@ pub fn channels() -> Vec<Channel> {
     ]
 }
 
-/// pedidos' OpenAPI 3.1 description as committed in `docs/openapi.json`: pretty JSON, one
-/// final newline.
-pub fn openapi_json() -> Result<String, serde_json::Error> {
-    let mut text = serde_json::to_string_pretty(&pedidos::openapi())?;
+/// km0's HTTP APIs described in OpenAPI 3.1, by name, with the file each is committed as.
+pub const HTTP_APIS: [(&str, &str); 2] = [
+    ("pedidos", "docs/openapi.json"),
+    ("pasarela", "docs/openapi-pasarela.json"),
+];
+
+/// The OpenAPI 3.1 description of the HTTP API `api` ([`HTTP_APIS`]) as committed: pretty
+/// JSON, one final newline; `None` for an API km0 does not have.
+pub fn openapi_json(api: &str) -> Option<String> {
+    let doc = match api {
+        "pedidos" => crate::services::pedidos::openapi(),
+        "pasarela" => crate::services::pasarela::openapi(),
+        _ => return None,
+    };
+    let mut text = serde_json::to_string_pretty(&doc).ok()?;
     text.push('\n');
-    Ok(text)
+    Some(text)
 }
 
 /// km0's AsyncAPI 3.0 document (committed as `docs/asyncapi.yaml`).

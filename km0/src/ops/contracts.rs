@@ -57,9 +57,13 @@ pub enum ContractsCommand {
     Update,
     /// Every contract: tipo, version, channel and policy.
     List,
-    /// The OpenAPI 3.1 description of pedidos' HTTP API (JSON), generated from its handlers;
-    /// committed as `docs/openapi.json` and served at `/openapi.json`.
+    /// The OpenAPI 3.1 description of an HTTP API (JSON), generated from its handlers;
+    /// committed under `docs/` and served by the API at `/openapi.json`.
     Openapi {
+        /// Which API: `pedidos` (committed as `docs/openapi.json`) or `pasarela` (the gateway
+        /// simulator, `docs/openapi-pasarela.json`).
+        #[arg(long, default_value = "pedidos")]
+        api: String,
         /// Write it to this file instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -86,8 +90,10 @@ pub async fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ContractsCommand::Openapi { out } => {
-            let text = crate::contracts::openapi_json()?;
+        ContractsCommand::Openapi { api, out } => {
+            let Some(text) = crate::contracts::openapi_json(api) else {
+                anyhow::bail!("no HTTP API `{api}` (known: pedidos, pasarela)");
+            };
             match out {
                 Some(path) => std::fs::write(path, text)?,
                 None => print!("{text}"),

@@ -10,7 +10,11 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
+
+use crate::services::pasarela::api::{
+    ChargeAnswer, ChargeBody, ChargeState, RefundAnswer, RefundBody, RefundState,
+};
 
 use super::db::ChargeOutcome;
 use super::domain::OrderToCharge;
@@ -83,20 +87,20 @@ impl Gateway {
     /// Gives back the charge made under `request`'s charge key, under the refund's own
     /// Idempotency-Key: refunded (how much), or nothing had been charged.
     pub async fn refund(&self, request: &RefundRequest) -> Result<RefundOutcome, GatewayError> {
-        let body = json!({
-            "clave_cargo": request.charge_key(),
-            "referencia": request.order_id,
-        });
+        let body = RefundBody {
+            clave_cargo: request.charge_key(),
+            referencia: request.order_id.clone(),
+        };
         let (status, body) = self.post("reembolsos", &request.key, &body).await?;
-        match (status.as_u16(), body.get("estado").and_then(Value::as_str)) {
-            (200 | 201, Some("reembolsado")) => Ok(RefundOutcome::Refunded(
-                body.get("importe_centimos")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0),
-            )),
-            (200 | 201, Some("sin_cargo")) => Ok(RefundOutcome::NothingCharged),
-            _ => Err(GatewayError::Refused(format!("HTTP {status}: {body}"))),
+        let refused = || GatewayError::Refused(format!("HTTP {status}: {body}"));
+        if !matches!(status.as_u16(), 200 | 201) {
+            return Err(refused());
         }
+        let answer: RefundAnswer = serde_json::from_value(body.clone()).map_err(|_| refused())?;
+        Ok(match answer.estado {
+            RefundState::Refunded => RefundOutcome::Refunded(answer.importe_centimos.unwrap_or(0)),
+            RefundState::NothingCharged => RefundOutcome::NothingCharged,
+        })
     }
 
     /// `POST /<path>` of `body` under `key`: the status and the JSON answer of one the
@@ -106,7 +110,7 @@ impl Gateway {
         &self,
         path: &str,
         key: &str,
-        body: &Value,
+        body: &impl serde::Serialize,
     ) -> Result<(reqwest::StatusCode, Value), GatewayError> {
         let mut tries = 1;
         loop {
@@ -126,7 +130,7 @@ impl Gateway {
         &self,
         path: &str,
         key: &str,
-        body: &Value,
+        body: &impl serde::Serialize,
     ) -> Result<(reqwest::StatusCode, Value), Failure> {
         let request = self.http.post(format!("{}/{path}", self.base));
         let response = crate::telemetry::http::outgoing(request)
@@ -160,21 +164,22 @@ impl Gateway {
 
     /// Charges `order` under its Idempotency-Key.
     pub async fn charge(&self, order: &OrderToCharge) -> Result<ChargeOutcome, GatewayError> {
-        let body = json!({
-            "tarjeta": order.card,
-            "importe_centimos": order.amount_cents,
-            "referencia": order.order_id,
-        });
+        let body = ChargeBody {
+            importe_centimos: order.amount_cents,
+            referencia: order.order_id.clone(),
+            tarjeta: order.card.clone(),
+        };
         let (status, body) = self.post("cargos", &order.charge_key(), &body).await?;
-        let text = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
-        match status.as_u16() {
-            200 | 201 => text("id")
-                .map(ChargeOutcome::Approved)
-                .ok_or_else(|| GatewayError::Refused(format!("a charge without id: {body}"))),
-            402 => Ok(ChargeOutcome::Declined(
-                text("motivo").unwrap_or_else(|| "rechazado".to_owned()),
-            )),
-            _ => Err(GatewayError::Refused(format!("HTTP {status}: {body}"))),
+        let refused = || GatewayError::Refused(format!("HTTP {status}: {body}"));
+        if !matches!(status.as_u16(), 200 | 201 | 402) {
+            return Err(refused());
         }
+        let answer: ChargeAnswer = serde_json::from_value(body.clone()).map_err(|_| refused())?;
+        Ok(match answer.estado {
+            ChargeState::Approved => ChargeOutcome::Approved(answer.id),
+            ChargeState::Declined => {
+                ChargeOutcome::Declined(answer.motivo.unwrap_or_else(|| "rechazado".to_owned()))
+            }
+        })
     }
 }

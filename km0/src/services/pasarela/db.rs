@@ -56,7 +56,7 @@ pub enum Taken {
 }
 
 /// One charge of the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Charge {
     /// Charge id (`ch_...`).
     pub id: String,
@@ -78,7 +78,7 @@ pub struct Charge {
 }
 
 /// One refund of the ledger.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Refund {
     /// Refund id (`re_...`).
     pub id: String,

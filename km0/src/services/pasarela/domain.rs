@@ -2,7 +2,8 @@
 //! a run injects.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+
+use super::api::{ChargeBody, RefundBody};
 
 /// A charge request, `{"tarjeta", "importe_centimos", "referencia"}`, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,50 +21,68 @@ pub struct ChargeRequest {
 #[error("{field}: {message}")]
 pub struct InvalidCharge {
     /// The field at fault.
-    pub field: &'static str,
+    pub field: String,
     /// What is wrong with it.
     pub message: String,
 }
 
 impl ChargeRequest {
-    /// Reads a JSON body field by field.
-    pub fn from_json(body: &Value) -> Result<Self, InvalidCharge> {
-        let text = |field: &'static str| match body.get(field) {
-            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 200 => Ok(s.clone()),
-            Some(Value::String(_)) => Err(InvalidCharge {
-                field,
-                message: "debe ser un texto de 1 a 200 bytes".into(),
-            }),
-            _ => Err(InvalidCharge {
-                field,
-                message: "falta o no es un texto".into(),
-            }),
-        };
-        let amount_cents = match body.get("importe_centimos").and_then(Value::as_i64) {
-            Some(n) if n >= 1 => n,
-            _ => {
-                return Err(InvalidCharge {
-                    field: "importe_centimos",
-                    message: "debe ser un entero de al menos 1".into(),
-                })
-            }
-        };
+    /// Reads a JSON body: its members, then their values, naming the one at fault.
+    pub fn from_json(body: &[u8]) -> Result<Self, InvalidCharge> {
+        let body: ChargeBody =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body))
+                .map_err(|e| InvalidCharge {
+                    field: member(e.path().to_string()),
+                    message: e.into_inner().to_string(),
+                })?;
         Ok(Self {
-            card: text("tarjeta")?,
-            amount_cents,
-            reference: text("referencia")?,
+            card: text(body.tarjeta, "tarjeta", 200)?,
+            amount_cents: if body.importe_centimos >= 1 {
+                body.importe_centimos
+            } else {
+                return Err(InvalidCharge {
+                    field: "importe_centimos".to_owned(),
+                    message: "debe ser un entero de al menos 1".into(),
+                });
+            },
+            reference: text(body.referencia, "referencia", 200)?,
         })
     }
 
-    /// The request as canonical JSON (fixed field order): two requests are the same request
+    /// The request as the gateway's API writes it.
+    pub fn body(&self) -> ChargeBody {
+        ChargeBody {
+            importe_centimos: self.amount_cents,
+            referencia: self.reference.clone(),
+            tarjeta: self.card.clone(),
+        }
+    }
+
+    /// The request as canonical JSON (fixed member order): two requests are the same request
     /// when their fingerprints are equal.
     pub fn fingerprint(&self) -> String {
-        json!({
-            "importe_centimos": self.amount_cents,
-            "referencia": self.reference,
-            "tarjeta": self.card,
+        serde_json::to_string(&self.body()).unwrap_or_default()
+    }
+}
+
+/// The member serde failed on, `cuerpo` for the body itself.
+fn member(path: String) -> String {
+    if path == "." {
+        "cuerpo".to_owned()
+    } else {
+        path
+    }
+}
+
+/// `value` when it is a text of 1 to `max` bytes.
+fn text(value: String, field: &str, max: usize) -> Result<String, InvalidCharge> {
+    if value.trim().is_empty() || value.len() > max {
+        Err(InvalidCharge {
+            field: field.to_owned(),
+            message: format!("debe ser un texto de 1 a {max} bytes"),
         })
-        .to_string()
+    } else {
+        Ok(value)
     }
 }
 
@@ -78,31 +97,34 @@ pub struct RefundRequest {
 }
 
 impl RefundRequest {
-    /// Reads a JSON body field by field.
-    pub fn from_json(body: &Value) -> Result<Self, InvalidCharge> {
-        let text = |field: &'static str| match body.get(field) {
-            Some(Value::String(s)) if !s.trim().is_empty() && s.len() <= 255 => Ok(s.clone()),
-            _ => Err(InvalidCharge {
-                field,
-                message: "falta o no es un texto de 1 a 255 bytes".into(),
-            }),
-        };
+    /// Reads a JSON body, naming the member at fault.
+    pub fn from_json(body: &[u8]) -> Result<Self, InvalidCharge> {
+        let body: RefundBody =
+            serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(body))
+                .map_err(|e| InvalidCharge {
+                    field: member(e.path().to_string()),
+                    message: e.into_inner().to_string(),
+                })?;
         Ok(Self {
-            charge_key: text("clave_cargo")?,
-            reference: text("referencia")?,
+            charge_key: text(body.clave_cargo, "clave_cargo", 255)?,
+            reference: text(body.referencia, "referencia", 255)?,
         })
     }
 
     /// The request as canonical JSON, for its key's fingerprint.
     pub fn fingerprint(&self) -> String {
-        json!({"clave_cargo": self.charge_key, "referencia": self.reference}).to_string()
+        let body = RefundBody {
+            clave_cargo: self.charge_key.clone(),
+            referencia: self.reference.clone(),
+        };
+        serde_json::to_string(&body).unwrap_or_default()
     }
 }
 
 /// Faults injected in this run, set by flags at start and replaced through `PUT /fallos`
 /// (whose JSON keeps the gateway API's names: `latencia_ms`, `fallar_503`, ...).
 /// Counters (`fail_503`, `hang_after_charge`) count down as requests use them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Faults {
     /// Time each charge takes, with its key held, in milliseconds.
@@ -189,19 +211,24 @@ mod tests {
 
     #[test]
     fn requests_are_checked_field_by_field_and_fingerprinted_canonically() {
-        let a = ChargeRequest::from_json(
-            &json!({"referencia": "P-1", "tarjeta": "tok_visa", "importe_centimos": 1250}),
-        )
-        .unwrap();
-        let b = ChargeRequest::from_json(
-            &json!({"tarjeta": "tok_visa", "importe_centimos": 1250, "referencia": "P-1"}),
-        )
-        .unwrap();
+        let read = |body: &str| ChargeRequest::from_json(body.as_bytes());
+        let a = read(r#"{"referencia": "P-1", "tarjeta": "tok_visa", "importe_centimos": 1250}"#)
+            .unwrap();
+        let b = read(r#"{"tarjeta": "tok_visa", "importe_centimos": 1250, "referencia": "P-1"}"#)
+            .unwrap();
         assert_eq!(a.fingerprint(), b.fingerprint());
-        let bad = ChargeRequest::from_json(&json!({"tarjeta": "t", "importe_centimos": 0}));
+        assert_eq!(
+            a.fingerprint(),
+            r#"{"importe_centimos":1250,"referencia":"P-1","tarjeta":"tok_visa"}"#,
+            "the canonical form fingerprints stored before keep matching"
+        );
+        let bad = read(r#"{"tarjeta": "t", "importe_centimos": 0, "referencia": "P"}"#);
         assert_eq!(bad.unwrap_err().field, "importe_centimos");
-        let bad = ChargeRequest::from_json(&json!({"importe_centimos": 5, "referencia": "P"}));
-        assert_eq!(bad.unwrap_err().field, "tarjeta");
+        let bad = read(r#"{"importe_centimos": 5, "referencia": "P"}"#).unwrap_err();
+        assert_eq!(bad.field, "cuerpo");
+        assert!(bad.message.contains("tarjeta"), "{bad}");
+        let bad = read(r#"{"importe_centimos": "5", "referencia": "P", "tarjeta": "t"}"#);
+        assert_eq!(bad.unwrap_err().field, "importe_centimos");
     }
 
     #[test]

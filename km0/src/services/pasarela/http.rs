@@ -19,13 +19,19 @@ use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use entrega_core::now_ms;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::Mutex;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::db::{Charge, Ledger, Taken};
+use super::api::{
+    ChargeAnswer, ChargeBody, ChargeState, ErrorBody, Health, LedgerAnswer, RefundAnswer,
+    RefundBody, RefundState,
+};
+use super::db::{Charge, Ledger, Refund, Taken};
 use super::domain::{ChargeRequest, Decision, Faults};
 
 /// How long a key stays held by a request before another may take it over.
@@ -61,20 +67,74 @@ impl PasarelaState {
     }
 }
 
-/// The gateway's routes.
+/// The gateway's routes, each through its documented handler, and its OpenAPI 3.1
+/// description at `GET /openapi.json`.
 pub fn app(state: PasarelaState) -> Router {
-    Router::new()
-        .route("/cargos", post(charge).get(charges))
-        .route("/reembolsos", post(super::refunds::refund))
-        .route("/fallos", get(get_faults).put(put_faults))
-        .route("/salud", get(health))
+    let (router, api) = documented();
+    let api = Arc::new(api);
+    router
+        .route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let api = Arc::clone(&api);
+                async move { Json(api.as_ref().clone()) }
+            }),
+        )
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no existe esa ruta") })
+        .method_not_allowed_fallback(|| async {
+            error(StatusCode::METHOD_NOT_ALLOWED, "método no permitido")
+        })
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::telemetry::http::traced))
 }
 
+/// The OpenAPI 3.1 description of the gateway's API (committed as
+/// `docs/openapi-pasarela.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented().1
+}
+
+fn documented() -> (Router<PasarelaState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(charge, charges))
+        .routes(routes!(super::refunds::refund))
+        .routes(routes!(get_faults, put_faults))
+        .routes(routes!(health))
+        .split_for_parts()
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "km0 pasarela",
+        description = "The payment gateway simulator: charges and refunds with Idempotency-Key \
+                       semantics (the same key and body get the stored answer again, with \
+                       `Idempotent-Replayed: true`; another body 422; while the first runs 409), \
+                       a ledger to reconcile against, and the faults a run injects.",
+        license(name = "MIT OR Apache-2.0")
+    ),
+    components(schemas(
+        ChargeBody,
+        ChargeAnswer,
+        ChargeState,
+        RefundBody,
+        RefundAnswer,
+        RefundState,
+        LedgerAnswer,
+        Charge,
+        Refund,
+        Faults,
+        Health,
+        ErrorBody
+    ))
+)]
+struct ApiDoc;
+
 pub(super) fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    let mut response = (status, Json(json!({ "error": message.into() }))).into_response();
+    let body = ErrorBody {
+        error: message.into(),
+    };
+    let mut response = (status, Json(body)).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
         response
             .headers_mut()
@@ -130,6 +190,23 @@ pub(super) async fn take_key(
     }
 }
 
+/// Charges a card once per Idempotency-Key.
+#[utoipa::path(
+    post,
+    path = "/cargos",
+    tag = "pasarela",
+    params(("Idempotency-Key" = String, Header, description = "The charge's key: its retries carry the same")),
+    request_body(content = ChargeBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Charged.", body = ChargeAnswer),
+        (status = 402, description = "Declined, with `motivo`.", body = ChargeAnswer),
+        (status = 400, description = "No Idempotency-Key, or not a charge.", body = ErrorBody),
+        (status = 409, description = "Another request with this key is running.", body = ErrorBody),
+        (status = 413, description = "Body too large.", body = ErrorBody),
+        (status = 422, description = "This key was used with another request.", body = ErrorBody),
+        (status = 503, description = "Unavailable (injected, or the ledger fails); retry.", body = ErrorBody),
+    )
+)]
 async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(key) = idempotency_key(&headers) else {
         return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
@@ -137,12 +214,9 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
     if body.len() > MAX_BODY {
         return error(StatusCode::PAYLOAD_TOO_LARGE, "cuerpo demasiado grande");
     }
-    let request = match serde_json::from_slice::<Value>(&body)
-        .map_err(|e| e.to_string())
-        .and_then(|v| ChargeRequest::from_json(&v).map_err(|e| e.to_string()))
-    {
+    let request = match ChargeRequest::from_json(&body) {
         Ok(request) => request,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (latency, fail) = state.latency_and_503().await;
     if let Err(answer) = take_key(&state.ledger, key, &request.fingerprint()).await {
@@ -167,8 +241,13 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
     let (status, body, charge) = match decision {
         Decision::Approved => (
             201,
-            json!({"id": id, "estado": "aprobado", "importe_centimos": request.amount_cents,
-                   "referencia": request.reference}),
+            ChargeAnswer {
+                id: id.clone(),
+                estado: ChargeState::Approved,
+                importe_centimos: Some(request.amount_cents),
+                motivo: None,
+                referencia: request.reference.clone(),
+            },
             Charge {
                 id: id.clone(),
                 key: key.to_owned(),
@@ -180,8 +259,13 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
         ),
         Decision::Declined(reason) => (
             402,
-            json!({"id": id, "estado": "rechazado", "motivo": reason,
-                   "referencia": request.reference}),
+            ChargeAnswer {
+                id: id.clone(),
+                estado: ChargeState::Declined,
+                importe_centimos: None,
+                motivo: Some(reason.clone()),
+                referencia: request.reference.clone(),
+            },
             Charge {
                 id: id.clone(),
                 key: key.to_owned(),
@@ -192,7 +276,7 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
             },
         ),
     };
-    let text = body.to_string();
+    let text = serde_json::to_string(&body).unwrap_or_default();
     if let Err(e) = state
         .ledger
         .complete(key, Some(&charge), &request.card, status, &text, now_ms())
@@ -211,12 +295,26 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
     stored(status, &text, false)
 }
 
-#[derive(serde::Deserialize)]
+/// The reference to reconcile.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
 struct ByReference {
+    /// The merchant's reference (the order id).
     #[serde(rename = "referencia")]
     reference: String,
 }
 
+/// A reference's charges and refunds in the ledger.
+#[utoipa::path(
+    get,
+    path = "/cargos",
+    tag = "pasarela",
+    params(ByReference),
+    responses(
+        (status = 200, description = "Charges and refunds.", body = LedgerAnswer),
+        (status = 400, description = "No `referencia`.", body = ErrorBody),
+        (status = 503, description = "The ledger fails; retry.", body = ErrorBody),
+    )
+)]
 async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference>) -> Response {
     let found = match state.ledger.charges_for(&q.reference).await {
         Ok(charges) => state
@@ -227,11 +325,9 @@ async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference
         Err(e) => Err(e),
     };
     match found {
-        Ok((charges, refunds)) => (
-            StatusCode::OK,
-            Json(json!({ "cargos": charges, "reembolsos": refunds })),
-        )
-            .into_response(),
+        Ok((cargos, reembolsos)) => {
+            (StatusCode::OK, Json(LedgerAnswer { cargos, reembolsos })).into_response()
+        }
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("libro de cargos: {e}"),
@@ -239,11 +335,29 @@ async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference
     }
 }
 
+/// The faults of this run.
+#[utoipa::path(
+    get,
+    path = "/fallos",
+    tag = "faults",
+    responses((status = 200, description = "The faults now.", body = Faults))
+)]
 async fn get_faults(State(state): State<PasarelaState>) -> Response {
     let faults = state.faults.lock().await.clone();
     (StatusCode::OK, Json(faults)).into_response()
 }
 
+/// Replaces the faults of this run.
+#[utoipa::path(
+    put,
+    path = "/fallos",
+    tag = "faults",
+    request_body(content = Faults, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The faults now.", body = Faults),
+        (status = 400, description = "Not faults (an unknown member is refused).", body = ErrorBody),
+    )
+)]
 async fn put_faults(State(state): State<PasarelaState>, body: Bytes) -> Response {
     match serde_json::from_slice::<Faults>(&body) {
         Ok(faults) => {
@@ -254,9 +368,25 @@ async fn put_faults(State(state): State<PasarelaState>, body: Bytes) -> Response
     }
 }
 
+/// Whether the gateway reaches its ledger.
+#[utoipa::path(
+    get,
+    path = "/salud",
+    tag = "operations",
+    responses(
+        (status = 200, description = "It does.", body = Health),
+        (status = 503, description = "It does not.", body = ErrorBody),
+    )
+)]
 async fn health(State(state): State<PasarelaState>) -> Response {
     match state.ledger.db().ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({ "estado": "ok" }))).into_response(),
+        Ok(()) => (
+            StatusCode::OK,
+            Json(Health {
+                estado: "ok".to_owned(),
+            }),
+        )
+            .into_response(),
         Err(_) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "libro de cargos no disponible",

@@ -5,6 +5,7 @@
 //! charging, declines by card or amount. Refunds give a charge back once, under their own
 //! keys.
 
+pub mod api;
 mod component;
 mod db;
 mod domain;
@@ -14,4 +15,4 @@ mod refunds;
 pub use component::{Pasarela, COMPONENT, DATABASE};
 pub use db::{Charge, ChargeLookup, Ledger, ReferenceTotals, Refund, Taken};
 pub use domain::{ChargeRequest, Decision, Faults, InvalidCharge, RefundRequest};
-pub use http::{app, PasarelaState, KEY_LEASE_MS};
+pub use http::{app, openapi, PasarelaState, KEY_LEASE_MS};

@@ -17,13 +17,29 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use entrega_core::now_ms;
-use serde_json::{json, Value};
 
+use super::api::{ErrorBody, RefundAnswer, RefundBody, RefundState};
 use super::db::{ChargeLookup, Refund};
 use super::domain::RefundRequest;
 use super::http::{error, idempotency_key, stored, take_key, PasarelaState, MAX_BODY};
 
-/// `POST /reembolsos`.
+/// Gives back the charge made under `clave_cargo`, once per Idempotency-Key.
+#[utoipa::path(
+    post,
+    path = "/reembolsos",
+    tag = "pasarela",
+    params(("Idempotency-Key" = String, Header, description = "The refund's own key")),
+    request_body(content = RefundBody, content_type = "application/json"),
+    responses(
+        (status = 201, description = "Given back.", body = RefundAnswer),
+        (status = 200, description = "Nothing was charged under that key.", body = RefundAnswer),
+        (status = 400, description = "No Idempotency-Key, or not a refund.", body = ErrorBody),
+        (status = 409, description = "The charge, or another request with this key, is running.", body = ErrorBody),
+        (status = 413, description = "Body too large.", body = ErrorBody),
+        (status = 422, description = "This key was used with another request.", body = ErrorBody),
+        (status = 503, description = "Unavailable (injected, or the ledger fails); retry.", body = ErrorBody),
+    )
+)]
 pub(super) async fn refund(
     State(state): State<PasarelaState>,
     headers: HeaderMap,
@@ -35,12 +51,9 @@ pub(super) async fn refund(
     if body.len() > MAX_BODY {
         return error(StatusCode::PAYLOAD_TOO_LARGE, "cuerpo demasiado grande");
     }
-    let request = match serde_json::from_slice::<Value>(&body)
-        .map_err(|e| e.to_string())
-        .and_then(|v| RefundRequest::from_json(&v).map_err(|e| e.to_string()))
-    {
+    let request = match RefundRequest::from_json(&body) {
         Ok(request) => request,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let (latency, fail) = state.latency_and_503().await;
     let ledger = state.ledger();
@@ -76,19 +89,30 @@ pub(super) async fn refund(
                 reference: charge.reference.clone(),
                 amount_cents: charge.amount_cents,
             };
-            let body = json!({"id": refund.id, "estado": "reembolsado", "cargo": charge.id,
-                              "importe_centimos": charge.amount_cents,
-                              "referencia": charge.reference});
+            let body = RefundAnswer {
+                id: Some(refund.id.clone()),
+                estado: RefundState::Refunded,
+                cargo: Some(charge.id.clone()),
+                importe_centimos: Some(charge.amount_cents),
+                referencia: charge.reference.clone(),
+            };
             (201, body, Some(refund))
         }
         None => (
             200,
-            json!({"estado": "sin_cargo", "referencia": request.reference}),
+            RefundAnswer {
+                id: None,
+                estado: RefundState::NothingCharged,
+                cargo: None,
+                importe_centimos: None,
+                referencia: request.reference.clone(),
+            },
             None,
         ),
     };
+    let text = serde_json::to_string(&body).unwrap_or_default();
     match ledger
-        .complete_refund(key, refund.as_ref(), status, &body.to_string(), now_ms())
+        .complete_refund(key, refund.as_ref(), status, &text, now_ms())
         .await
     {
         Ok(text) => stored(status, &text, false),
