@@ -112,6 +112,11 @@ pub struct Cli {
     )]
     pub publish_both: Vec<String>,
 
+    /// Publishes every event with its CloudEvents 1.0 attributes in binary content mode
+    /// (`ce_*` headers on Kafka, `cloudEvents:*` on RabbitMQ); the payload stays the envelope.
+    #[arg(long, global = true, env = "KM0_CLOUDEVENTS")]
+    pub cloudevents: bool,
+
     /// With `--saga`: seconds the reservation and the charge may each take before the saga
     /// compensates (a reply after it is ignored, and undone if it did something).
     #[arg(
@@ -493,6 +498,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Some(secret) = &cli.replay_key {
         let key = entrega_core::ReplayKey::new(secret.as_bytes()).context("KM0_REPLAY_KEY")?;
         system = system.with_replay_key(key);
+    }
+    if cli.cloudevents {
+        system = system.with_cloudevents(true);
     }
     if !cli.publish_both.is_empty() {
         let transitions = crate::contracts::transitions(&cli.publish_both)

@@ -35,6 +35,7 @@
 
 mod backoff;
 pub mod broker;
+pub mod cloudevents;
 pub mod db;
 pub mod dlq;
 mod idempotent;

@@ -122,6 +122,9 @@ pub struct RelayConfig {
     /// one goes out as the older version first, then as its own, with one `id_evento`
     /// ([`entrega_contracts::transition`]). None by default.
     pub transitions: entrega_contracts::Transitions,
+    /// Publishes with the CloudEvents attributes of the transport's binding (binary content
+    /// mode, [`crate::cloudevents`]). None by default.
+    pub cloudevents: Option<crate::cloudevents::CloudEvents>,
 }
 
 impl RelayConfig {
@@ -142,6 +145,7 @@ impl RelayConfig {
             backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(30)),
             max_attempts: 5,
             transitions: entrega_contracts::Transitions::new(),
+            cloudevents: None,
         }
     }
 

@@ -18,6 +18,10 @@ use entrega::{Catalog, Event, Headers, Transitions, Upcasters};
 
 use crate::services::{analitica, inventario, pagos, pedidos, reparto};
 
+/// The CloudEvents `dataschema` of km0's events: `urn:km0:contract:<tipo>:v<version>`, the
+/// contract committed as `contracts/<tipo>/v<version>.json`.
+pub const SCHEMA_BASE: &str = "urn:km0:contract:";
+
 /// Where the committed contracts live, relative to the repository's root.
 pub const DIRECTORY: &str = "contracts";
 

@@ -60,6 +60,7 @@ pub(super) struct Settings {
     pub(super) saga: Option<SagaTimings>,
     pub(super) replay_key: Option<entrega_core::ReplayKey>,
     pub(super) transitions: entrega::Transitions,
+    pub(super) cloudevents: bool,
     pub(super) http_limits: HttpLimits,
     pub(super) schema: SchemaMode,
     pub(super) http_tls: Option<ServerTls>,
@@ -77,6 +78,7 @@ impl Default for Settings {
             saga: None,
             replay_key: None,
             transitions: entrega::Transitions::new(),
+            cloudevents: false,
             http_limits: HttpLimits::default(),
             schema: SchemaMode::default(),
             http_tls: None,
@@ -118,6 +120,18 @@ impl System {
     /// The event types published at both versions.
     pub fn transitions(&self) -> &entrega::Transitions {
         &self.settings.transitions
+    }
+
+    /// Publishes every event with its CloudEvents attributes (binary content mode: `ce_*`
+    /// headers on Kafka and the embedded log, `cloudEvents:*` on RabbitMQ).
+    pub fn with_cloudevents(mut self, on: bool) -> Self {
+        self.settings.cloudevents = on;
+        self
+    }
+
+    /// Whether events carry their CloudEvents attributes.
+    pub fn cloudevents(&self) -> bool {
+        self.settings.cloudevents
     }
 
     /// Serves every HTTP server of the deployment over TLS with this certificate and key.

@@ -92,6 +92,14 @@ pub fn outbox_relay(
     config.poll_interval = RELAY_POLL;
     config.retention = system.retention().outbox;
     config.transitions = system.transitions().clone();
+    if system.cloudevents() {
+        let binding = if broker.is_amqp() {
+            entrega::cloudevents::CloudEvents::amqp()
+        } else {
+            entrega::cloudevents::CloudEvents::kafka()
+        };
+        config.cloudevents = Some(binding.with_schema_base(crate::contracts::SCHEMA_BASE));
+    }
     entrega::Relay::new(
         db.outbox(),
         broker.publisher(),

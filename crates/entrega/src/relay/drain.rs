@@ -5,7 +5,7 @@
 use entrega_contracts::transition;
 use entrega_core::headers::{ID_EVENTO, TIPO};
 use entrega_core::{
-    LaneLease, LaneRows, OutboxRow, OutgoingMessage, RawJson, StoreError, TransportError,
+    Headers, LaneLease, LaneRows, OutboxRow, OutgoingMessage, RawJson, StoreError, TransportError,
 };
 
 use super::Relay;
@@ -141,7 +141,7 @@ impl Relay {
             batch.push(OutgoingMessage {
                 topic,
                 key: Some(row.aggregate_id.clone()),
-                headers,
+                headers: self.cloudevents(headers, row),
                 payload: row.envelope_bytes(&self.config.source),
             });
             return Ok(());
@@ -157,10 +157,23 @@ impl Relay {
             batch.push(OutgoingMessage {
                 topic: topic.clone(),
                 key: Some(row.aggregate_id.clone()),
-                headers,
+                headers: self.cloudevents(headers, row),
                 payload: row.envelope_bytes(&self.config.source),
             });
         }
         Ok(())
+    }
+
+    /// `headers` with `row`'s CloudEvents attributes, when the relay writes them.
+    fn cloudevents(&self, headers: Headers, row: &OutboxRow) -> Headers {
+        match &self.config.cloudevents {
+            Some(binding) => binding.apply(
+                headers,
+                (&row.id.to_string(), &row.kind, row.version),
+                &self.config.source,
+                row.created_at_ms,
+            ),
+            None => headers,
+        }
     }
 }
