@@ -341,10 +341,14 @@ impl Ledger {
                         query("SELECT id FROM reembolsos WHERE cargo = $1").bind(r.charge.as_str()),
                     )
                     .await?;
-                body =
-                    serde_json::json!({"id": earlier, "estado": "reembolsado", "cargo": r.charge,
-                    "importe_centimos": r.amount_cents, "referencia": r.reference})
-                    .to_string();
+                let answer = super::api::RefundAnswer {
+                    id: earlier,
+                    estado: super::api::RefundState::Refunded,
+                    cargo: Some(r.charge.clone()),
+                    importe_centimos: Some(r.amount_cents),
+                    referencia: r.reference.clone(),
+                };
+                body = serde_json::to_string(&answer).unwrap_or_default();
             }
         }
         tx.execute(

@@ -5,7 +5,7 @@
 //! seed's `json.dumps(pedido)` publishes it.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// Longest accepted text field (ids, customers, markets, products), in characters.
 pub const MAX_TEXT_LEN: usize = 200;
@@ -140,23 +140,52 @@ impl InvalidOrder {
     }
 }
 
+/// A request body as it came: every member optional, so a missing one is named by the
+/// validation rather than by serde.
+#[derive(Deserialize)]
+struct OrderInput {
+    id: Option<String>,
+    cliente: Option<String>,
+    mercado: Option<String>,
+    lineas: Option<Vec<LineInput>>,
+    tarjeta: Option<String>,
+    direccion_entrega: Option<AddressInput>,
+}
+
+#[derive(Deserialize)]
+struct LineInput {
+    producto: Option<String>,
+    cantidad: Option<i64>,
+    precio_centimos: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct AddressInput {
+    ciudad: Option<String>,
+    codigo_postal: Option<String>,
+    calle: Option<String>,
+}
+
 impl NewOrder {
-    /// Validates a JSON body field by field, so the client learns exactly which field is wrong
-    /// (serde's derived errors name neither nested paths nor business rules).
+    /// Validates a JSON body member by member, so the client learns exactly which one is
+    /// wrong: its type (read by serde, which names the path), then the business rules.
     pub fn from_json(body: &Value) -> Result<Self, InvalidOrder> {
-        let Value::Object(map) = body else {
+        if !body.is_object() {
             return Err(InvalidOrder::new(
                 "cuerpo",
                 "el cuerpo debe ser un objeto JSON",
             ));
-        };
-        let id = text(map, "id", "id")?;
-        let customer = text(map, "cliente", "cliente")?;
-        let market = text(map, "mercado", "mercado")?;
-        let lines = match map.get("lineas") {
-            None | Some(Value::Null) => return Err(InvalidOrder::new("lineas", "falta el campo")),
-            Some(Value::Array(items)) => items,
-            Some(_) => return Err(InvalidOrder::new("lineas", "debe ser una lista")),
+        }
+        let input: OrderInput = serde_path_to_error::deserialize(body).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." { "cuerpo".to_owned() } else { path };
+            InvalidOrder::new(field, e.into_inner().to_string())
+        })?;
+        let id = text(input.id, "id")?;
+        let customer = text(input.cliente, "cliente")?;
+        let market = text(input.mercado, "mercado")?;
+        let Some(lines) = input.lineas else {
+            return Err(InvalidOrder::new("lineas", "falta el campo"));
         };
         if lines.is_empty() {
             return Err(InvalidOrder::new(
@@ -171,27 +200,28 @@ impl NewOrder {
             ));
         }
         let lines = lines
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, line)| parse_line(i, line))
-            .collect::<Result<Vec<_>, _>>()?;
-        let card = match map.get("tarjeta") {
-            None | Some(Value::Null) => None,
-            Some(_) => Some(text(map, "tarjeta", "tarjeta")?),
+            .map(|(i, line)| {
+                let path = |name: &str| format!("lineas[{i}].{name}");
+                Ok(OrderLine {
+                    product: text(line.producto, &path("producto"))?,
+                    quantity: integer(line.cantidad, &path("cantidad"), 1)?,
+                    price_cents: integer(line.precio_centimos, &path("precio_centimos"), 0)?,
+                })
+            })
+            .collect::<Result<Vec<_>, InvalidOrder>>()?;
+        let card = match input.tarjeta {
+            None => None,
+            some => Some(text(some, "tarjeta")?),
         };
-        let address = match map.get("direccion_entrega") {
-            None | Some(Value::Null) => None,
-            Some(Value::Object(a)) => Some(Address {
-                city: text(a, "ciudad", "direccion_entrega.ciudad")?,
-                postal_code: postal_code(a)?,
-                street: text(a, "calle", "direccion_entrega.calle")?,
+        let address = match input.direccion_entrega {
+            None => None,
+            Some(a) => Some(Address {
+                city: text(a.ciudad, "direccion_entrega.ciudad")?,
+                postal_code: postal_code(a.codigo_postal)?,
+                street: text(a.calle, "direccion_entrega.calle")?,
             }),
-            Some(_) => {
-                return Err(InvalidOrder::new(
-                    "direccion_entrega",
-                    "debe ser un objeto {ciudad, codigo_postal, calle}",
-                ))
-            }
         };
         Ok(Self {
             id,
@@ -221,39 +251,21 @@ impl NewOrder {
     }
 }
 
-fn parse_line(index: usize, line: &Value) -> Result<OrderLine, InvalidOrder> {
-    let Value::Object(map) = line else {
-        return Err(InvalidOrder::new(
-            format!("lineas[{index}]"),
-            "debe ser un objeto",
-        ));
-    };
-    let path = |name: &str| format!("lineas[{index}].{name}");
-    Ok(OrderLine {
-        product: text(map, "producto", &path("producto"))?,
-        quantity: integer(map, "cantidad", &path("cantidad"), 1)?,
-        price_cents: integer(map, "precio_centimos", &path("precio_centimos"), 0)?,
-    })
-}
-
-fn text(map: &Map<String, Value>, name: &str, path: &str) -> Result<String, InvalidOrder> {
-    match map.get(name) {
-        None | Some(Value::Null) => Err(InvalidOrder::new(path, "falta el campo")),
-        Some(Value::String(s)) if s.trim().is_empty() => {
-            Err(InvalidOrder::new(path, "no puede estar vacío"))
-        }
-        Some(Value::String(s)) if s.chars().count() > MAX_TEXT_LEN => Err(InvalidOrder::new(
+fn text(value: Option<String>, path: &str) -> Result<String, InvalidOrder> {
+    match value {
+        None => Err(InvalidOrder::new(path, "falta el campo")),
+        Some(s) if s.trim().is_empty() => Err(InvalidOrder::new(path, "no puede estar vacío")),
+        Some(s) if s.chars().count() > MAX_TEXT_LEN => Err(InvalidOrder::new(
             path,
             format!("como mucho {MAX_TEXT_LEN} caracteres"),
         )),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err(InvalidOrder::new(path, "debe ser un texto")),
+        Some(s) => Ok(s),
     }
 }
 
-fn postal_code(address: &Map<String, Value>) -> Result<String, InvalidOrder> {
+fn postal_code(value: Option<String>) -> Result<String, InvalidOrder> {
     const PATH: &str = "direccion_entrega.codigo_postal";
-    let code = text(address, "codigo_postal", PATH)?;
+    let code = text(value, PATH)?;
     if code.len() == 5 && code.bytes().all(|b| b.is_ascii_digit()) {
         Ok(code)
     } else {
@@ -261,19 +273,9 @@ fn postal_code(address: &Map<String, Value>) -> Result<String, InvalidOrder> {
     }
 }
 
-fn integer(
-    map: &Map<String, Value>,
-    name: &str,
-    path: &str,
-    min: i32,
-) -> Result<i32, InvalidOrder> {
-    let value = match map.get(name) {
-        None | Some(Value::Null) => return Err(InvalidOrder::new(path, "falta el campo")),
-        Some(v) => v,
-    };
-    // `as_i64` is None for fractions and for numbers beyond i64, both invalid here.
-    let Some(number) = value.as_i64() else {
-        return Err(InvalidOrder::new(path, "debe ser un número entero"));
+fn integer(value: Option<i64>, path: &str, min: i32) -> Result<i32, InvalidOrder> {
+    let Some(number) = value else {
+        return Err(InvalidOrder::new(path, "falta el campo"));
     };
     if number < i64::from(min) {
         return Err(InvalidOrder::new(
