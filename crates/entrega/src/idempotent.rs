@@ -39,9 +39,54 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use entrega_contracts::{transition, Upcasters, View};
-use entrega_core::HandlerError;
+use entrega_core::{HandlerError, Processed, StoreError};
 
 use crate::{Db, Handler, Message, Router, Tx};
+
+impl Db {
+    /// Applies `effect` once per `key` of `consumer`: in one transaction that first claims
+    /// the key in `mensajes_procesados`, then runs `effect` and commits both together. A key
+    /// claimed before is a duplicate: nothing runs ([`Processed::Duplicate`]). An error from
+    /// `effect` (or from the commit) takes the effect and the claim back together.
+    ///
+    /// The building block of [`Idempotent`], for consumers whose messages are not typed
+    /// events, and for an effect that follows a call to another system (made before, with
+    /// its own idempotency key, so no transaction stays open across it).
+    ///
+    /// ```no_run
+    /// # async fn run(db: entrega::Db) -> Result<(), entrega::StoreError> {
+    /// use entrega::db::query;
+    ///
+    /// let applied = db
+    ///     .once("reparto.envios", "6f1c9e2a-...", async |tx| {
+    ///         tx.execute(query("UPDATE envios SET pagado = 1 WHERE pedido = $1").bind("P-1"))
+    ///             .await?;
+    ///         Ok::<_, entrega::StoreError>(())
+    ///     })
+    ///     .await?;
+    /// assert!(matches!(applied, entrega::Processed::Applied(())));
+    /// # Ok(()) }
+    /// ```
+    pub async fn once<T, E>(
+        &self,
+        consumer: &str,
+        key: &str,
+        effect: impl AsyncFnOnce(&mut Tx) -> Result<T, E>,
+    ) -> Result<Processed<T>, E>
+    where
+        E: From<StoreError>,
+    {
+        let mut tx = self.begin().await?;
+        if !tx.claim(consumer, key).await? {
+            tx.rollback().await?;
+            return Ok(Processed::Duplicate);
+        }
+        // On an error the transaction is dropped, and rolled back, with the claim in it.
+        let value = effect(&mut tx).await?;
+        tx.commit().await?;
+        Ok(Processed::Applied(value))
+    }
+}
 
 /// What a typed handler does with one event read as `E` (an [`Event`](crate::Event) type,
 /// or a [`View`] readable from several versions), inside the transaction the engine opened
@@ -258,15 +303,18 @@ impl Idempotent {
                 self.consumer
             )));
         };
-        let mut tx = self.db.begin().await?;
-        if !tx.claim(&self.consumer, &msg.id()).await? {
-            tx.rollback().await?;
-            self.stats.duplicates.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        route.run(&mut tx, msg, &self.upcasters).await?;
-        tx.commit().await?;
-        self.stats.applied.fetch_add(1, Ordering::Relaxed);
+        let upcasters = &self.upcasters;
+        let done = self
+            .db
+            .once(&self.consumer, &msg.id(), async |tx| {
+                route.run(tx, msg, upcasters).await
+            })
+            .await?;
+        let counter = match done {
+            Processed::Applied(()) => &self.stats.applied,
+            Processed::Duplicate => &self.stats.duplicates,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 }

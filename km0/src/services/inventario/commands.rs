@@ -30,36 +30,37 @@ impl StockStore {
         message_id: &str,
         command: &ReserveCommand,
     ) -> Result<Processed<Reserved>, ApplyError> {
-        let mut tx = self.db().begin().await?;
-        if !tx.claim(COMMANDS_CONSUMER, message_id).await? {
-            return Ok(Processed::Duplicate);
-        }
-        let outcome = stock_moves::reserve(
-            &mut tx,
-            &command.reservation_id,
-            &command.order_id,
-            &command.lines,
-            Motive::Reservation,
-            true,
-            now_ms(),
-        )
-        .await?;
-        let refused = match &outcome {
-            Reserved::Taken => None,
-            Reserved::Refused(reason) => Some(reason.clone()),
-            Reserved::Existing(r) => match r.state {
-                ReservationState::Held => None,
-                ReservationState::Refused => {
-                    Some(r.reason.clone().unwrap_or_else(|| "rechazada".into()))
-                }
-                ReservationState::Released => Some("reserva liberada antes de hacerse".into()),
-            },
-        };
-        tx.enqueue(&reservation_answer(command, refused.as_deref())?)
-            .await?;
-        before_commit()?;
-        tx.commit().await?;
-        Ok(Processed::Applied(outcome))
+        self.db()
+            .once(COMMANDS_CONSUMER, message_id, async |tx| {
+                let outcome = stock_moves::reserve(
+                    tx,
+                    &command.reservation_id,
+                    &command.order_id,
+                    &command.lines,
+                    Motive::Reservation,
+                    true,
+                    now_ms(),
+                )
+                .await?;
+                let refused = match &outcome {
+                    Reserved::Taken => None,
+                    Reserved::Refused(reason) => Some(reason.clone()),
+                    Reserved::Existing(r) => match r.state {
+                        ReservationState::Held => None,
+                        ReservationState::Refused => {
+                            Some(r.reason.clone().unwrap_or_else(|| "rechazada".into()))
+                        }
+                        ReservationState::Released => {
+                            Some("reserva liberada antes de hacerse".into())
+                        }
+                    },
+                };
+                tx.enqueue(&reservation_answer(command, refused.as_deref())?)
+                    .await?;
+                before_commit()?;
+                Ok(outcome)
+            })
+            .await
     }
 
     /// Releases a reservation once and enqueues `reserva.liberada` (also when there was
@@ -69,21 +70,16 @@ impl StockStore {
         message_id: &str,
         command: &ReleaseCommand,
     ) -> Result<Processed<Released>, ApplyError> {
-        let mut tx = self.db().begin().await?;
-        if !tx.claim(COMMANDS_CONSUMER, message_id).await? {
-            return Ok(Processed::Duplicate);
-        }
-        let outcome = stock_moves::release(
-            &mut tx,
-            &command.reservation_id,
-            &command.order_id,
-            now_ms(),
-        )
-        .await?;
-        tx.enqueue(&release_answer(command)?).await?;
-        before_commit()?;
-        tx.commit().await?;
-        Ok(Processed::Applied(outcome))
+        self.db()
+            .once(COMMANDS_CONSUMER, message_id, async |tx| {
+                let outcome =
+                    stock_moves::release(tx, &command.reservation_id, &command.order_id, now_ms())
+                        .await?;
+                tx.enqueue(&release_answer(command)?).await?;
+                before_commit()?;
+                Ok(outcome)
+            })
+            .await
     }
 
     /// The reservation `id` as stored, if any.

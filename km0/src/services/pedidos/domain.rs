@@ -178,7 +178,11 @@ impl NewOrder {
         }
         let input: OrderInput = serde_path_to_error::deserialize(body).map_err(|e| {
             let path = e.path().to_string();
-            let field = if path == "." { "cuerpo".to_owned() } else { path };
+            let field = if path == "." {
+                "cuerpo".to_owned()
+            } else {
+                path
+            };
             InvalidOrder::new(field, e.into_inner().to_string())
         })?;
         let id = text(input.id, "id")?;

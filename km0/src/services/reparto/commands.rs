@@ -117,87 +117,86 @@ impl DeliveryStore {
         km: Option<f64>,
         now_ms: i64,
     ) -> Result<Processed<DeliveryState>, StoreError> {
-        let mut tx = self.db().begin().await?;
-        if !tx.claim(COMMANDS_CONSUMER, message_id).await? {
-            return Ok(Processed::Duplicate);
-        }
-        let known: Option<(String, Option<String>, Option<String>)> = tx
-            .fetch_optional(
-                query("SELECT estado, repartidor_id, motivo FROM entregas WHERE pedido_id = $1")
-                    .bind(&command.order_id),
-            )
-            .await?;
-        let (order, key) = (&command.order_id, &command.key);
-        let state = match known {
-            Some((state, courier, reason)) => {
-                let state = state_of(&state)?;
-                let answer = match state {
-                    DeliveryState::Assigned | DeliveryState::Delivered => {
-                        Some(assigned_event(order, key, &courier.unwrap_or_default())?)
-                    }
-                    DeliveryState::Refused => {
-                        Some(refused_event(order, key, &reason.unwrap_or_default())?)
-                    }
-                    DeliveryState::Cancelled => {
-                        Some(refused_event(order, key, "entrega cancelada")?)
-                    }
-                    DeliveryState::Pending => None,
-                };
-                if state == DeliveryState::Pending {
-                    tx.execute(
-                        query("UPDATE entregas SET clave = $1 WHERE pedido_id = $2")
-                            .bind(key)
-                            .bind(order),
+        self.db()
+            .once(COMMANDS_CONSUMER, message_id, async |tx| {
+                let known: Option<(String, Option<String>, Option<String>)> = tx
+                    .fetch_optional(
+                        query("SELECT estado, repartidor_id, motivo FROM entregas WHERE pedido_id = $1")
+                            .bind(&command.order_id),
                     )
                     .await?;
-                }
-                if let Some(answer) = answer {
-                    tx.enqueue(&answer).await?;
-                }
-                state
-            }
-            None => {
-                let (state, courier, reason) = match km {
+                let (order, key) = (&command.order_id, &command.key);
+                let state = match known {
+                    Some((state, courier, reason)) => {
+                        let state = state_of(&state)?;
+                        let answer = match state {
+                            DeliveryState::Assigned | DeliveryState::Delivered => {
+                                Some(assigned_event(order, key, &courier.unwrap_or_default())?)
+                            }
+                            DeliveryState::Refused => {
+                                Some(refused_event(order, key, &reason.unwrap_or_default())?)
+                            }
+                            DeliveryState::Cancelled => {
+                                Some(refused_event(order, key, "entrega cancelada")?)
+                            }
+                            DeliveryState::Pending => None,
+                        };
+                        if state == DeliveryState::Pending {
+                            tx.execute(
+                                query("UPDATE entregas SET clave = $1 WHERE pedido_id = $2")
+                                    .bind(key)
+                                    .bind(order),
+                            )
+                            .await?;
+                        }
+                        if let Some(answer) = answer {
+                            tx.enqueue(&answer).await?;
+                        }
+                        state
+                    }
                     None => {
-                        let reason = DeliveryError::CityNotServed(command.city.clone()).to_string();
-                        (DeliveryState::Refused, None, Some(reason))
+                        let (state, courier, reason) = match km {
+                            None => {
+                                let reason = DeliveryError::CityNotServed(command.city.clone()).to_string();
+                                (DeliveryState::Refused, None, Some(reason))
+                            }
+                            Some(_) => match take_courier(tx, &command.city).await? {
+                                Some(courier) => (DeliveryState::Assigned, Some(courier), None),
+                                None => (DeliveryState::Pending, None, None),
+                            },
+                        };
+                        tx.execute(
+                            query(
+                                "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
+                                                       actualizado_ms, clave, motivo)
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                            )
+                            .bind(order)
+                            .bind(&command.city)
+                            .bind(&command.street)
+                            .bind(km)
+                            .bind(courier.clone())
+                            .bind(state.as_str())
+                            .bind(now_ms)
+                            .bind(key)
+                            .bind(reason.clone()),
+                        )
+                        .await?;
+                        match (state, courier, reason) {
+                            (DeliveryState::Assigned, Some(courier), _) => {
+                                tx.enqueue(&assigned_event(order, key, &courier)?).await?;
+                            }
+                            (DeliveryState::Refused, _, Some(reason)) => {
+                                tx.enqueue(&refused_event(order, key, &reason)?).await?;
+                            }
+                            _ => {}
+                        }
+                        state
                     }
-                    Some(_) => match take_courier(&mut tx, &command.city).await? {
-                        Some(courier) => (DeliveryState::Assigned, Some(courier), None),
-                        None => (DeliveryState::Pending, None, None),
-                    },
                 };
-                tx.execute(
-                    query(
-                        "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
-                                               actualizado_ms, clave, motivo)
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    )
-                    .bind(order)
-                    .bind(&command.city)
-                    .bind(&command.street)
-                    .bind(km)
-                    .bind(courier.clone())
-                    .bind(state.as_str())
-                    .bind(now_ms)
-                    .bind(key)
-                    .bind(reason.clone()),
-                )
-                .await?;
-                match (state, courier, reason) {
-                    (DeliveryState::Assigned, Some(courier), _) => {
-                        tx.enqueue(&assigned_event(order, key, &courier)?).await?;
-                    }
-                    (DeliveryState::Refused, _, Some(reason)) => {
-                        tx.enqueue(&refused_event(order, key, &reason)?).await?;
-                    }
-                    _ => {}
-                }
-                state
-            }
-        };
-        tx.commit().await?;
-        Ok(Processed::Applied(state))
+                Ok(state)
+            })
+            .await
     }
 }
 

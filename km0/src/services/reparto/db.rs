@@ -235,41 +235,42 @@ impl DeliveryStore {
         km: f64,
         now_ms: i64,
     ) -> Result<Processed<DeliveryState>, StoreError> {
-        let mut tx = self.db.begin().await?;
-        if !tx.claim(consumer, message_id).await? {
-            return Ok(Processed::Duplicate);
-        }
-        let known: Option<String> = tx
-            .scalar(query("SELECT estado FROM entregas WHERE pedido_id = $1").bind(&order.order_id))
-            .await?;
-        if let Some(state) = known {
-            let state = state_of(&state)?;
-            tx.commit().await?;
-            return Ok(Processed::Applied(state));
-        }
-        let courier = take_courier(&mut tx, &order.city).await?;
-        let state = if courier.is_some() {
-            DeliveryState::Assigned
-        } else {
-            DeliveryState::Pending
-        };
-        tx.execute(
-            query(
-                "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
-                                       actualizado_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            )
-            .bind(&order.order_id)
-            .bind(&order.city)
-            .bind(&order.street)
-            .bind(km)
-            .bind(courier)
-            .bind(state.as_str())
-            .bind(now_ms),
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(Processed::Applied(state))
+        self.db
+            .once(consumer, message_id, async |tx| {
+                let known: Option<String> = tx
+                    .scalar(
+                        query("SELECT estado FROM entregas WHERE pedido_id = $1")
+                            .bind(&order.order_id),
+                    )
+                    .await?;
+                if let Some(state) = known {
+                    let state = state_of(&state)?;
+                    return Ok(state);
+                }
+                let courier = take_courier(tx, &order.city).await?;
+                let state = if courier.is_some() {
+                    DeliveryState::Assigned
+                } else {
+                    DeliveryState::Pending
+                };
+                tx.execute(
+                    query(
+                        "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
+                                               actualizado_ms)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    )
+                    .bind(&order.order_id)
+                    .bind(&order.city)
+                    .bind(&order.street)
+                    .bind(km)
+                    .bind(courier)
+                    .bind(state.as_str())
+                    .bind(now_ms),
+                )
+                .await?;
+                Ok(state)
+            })
+            .await
     }
 
     /// Cancels an order's delivery once per `message_id`, freeing its courier. A cancellation
@@ -282,52 +283,51 @@ impl DeliveryStore {
         order_id: &str,
         now_ms: i64,
     ) -> Result<Processed<()>, StoreError> {
-        let mut tx = self.db.begin().await?;
-        if !tx.claim(consumer, message_id).await? {
-            return Ok(Processed::Duplicate);
-        }
-        let row: Option<(String, Option<String>)> = tx
-            .fetch_optional(
-                query("SELECT estado, repartidor_id FROM entregas WHERE pedido_id = $1")
-                    .bind(order_id),
-            )
-            .await?;
-        match row {
-            None => {
-                tx.execute(
-                    query(
-                        "INSERT INTO entregas (pedido_id, ciudad, calle, estado, actualizado_ms)
-                         VALUES ($1, '', '', $2, $3)",
-                    )
-                    .bind(order_id)
-                    .bind(DeliveryState::Cancelled.as_str())
-                    .bind(now_ms),
-                )
-                .await?;
-            }
-            Some((state, courier)) => {
-                if matches!(
-                    state_of(&state)?,
-                    DeliveryState::Assigned | DeliveryState::Pending
-                ) {
-                    tx.execute(
-                        query(
-                            "UPDATE entregas SET estado = $1, actualizado_ms = $2 \
-                             WHERE pedido_id = $3",
-                        )
-                        .bind(DeliveryState::Cancelled.as_str())
-                        .bind(now_ms)
-                        .bind(order_id),
+        self.db
+            .once(consumer, message_id, async |tx| {
+                let row: Option<(String, Option<String>)> = tx
+                    .fetch_optional(
+                        query("SELECT estado, repartidor_id FROM entregas WHERE pedido_id = $1")
+                            .bind(order_id),
                     )
                     .await?;
-                    if let Some(courier) = courier {
-                        free_courier(&mut tx, &courier).await?;
+                match row {
+                    None => {
+                        tx.execute(
+                            query(
+                                "INSERT INTO entregas (pedido_id, ciudad, calle, estado, actualizado_ms)
+                                 VALUES ($1, '', '', $2, $3)",
+                            )
+                            .bind(order_id)
+                            .bind(DeliveryState::Cancelled.as_str())
+                            .bind(now_ms),
+                        )
+                        .await?;
+                    }
+                    Some((state, courier)) => {
+                        if matches!(
+                            state_of(&state)?,
+                            DeliveryState::Assigned | DeliveryState::Pending
+                        ) {
+                            tx.execute(
+                                query(
+                                    "UPDATE entregas SET estado = $1, actualizado_ms = $2 \
+                                     WHERE pedido_id = $3",
+                                )
+                                .bind(DeliveryState::Cancelled.as_str())
+                                .bind(now_ms)
+                                .bind(order_id),
+                            )
+                            .await?;
+                            if let Some(courier) = courier {
+                                free_courier(tx, &courier).await?;
+                            }
+                        }
                     }
                 }
-            }
-        }
-        tx.commit().await?;
-        Ok(Processed::Applied(()))
+                Ok(())
+            })
+            .await
     }
 
     /// Gives pending deliveries, oldest first, the couriers that are free now; returns how
