@@ -13,41 +13,133 @@ use axum::Json;
 use entrega::dlq::{DiscardOptions, DlqError, DlqFilter, ReplayOptions};
 use entrega::saga::SagaError;
 use entrega_core::DeadLetterId;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
-use super::auth::{refused, Refusal};
+use super::auth::{refused, Refusal, RefusalBody};
 use super::Console;
 
 /// Largest accepted action body.
 const MAX_BODY: usize = 64 * 1024;
 
-#[derive(Debug, Deserialize)]
+/// Replay dead letters to their origin topic.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReplayBody {
+pub(super) struct ReplayBody {
+    /// The dead letters, `<dlq-topic>/<partition>/<offset>`; at least one.
     ids: Vec<String>,
+    /// Say what would happen; publish and mark nothing (audited).
     #[serde(default)]
     dry_run: bool,
 }
 
-#[derive(Debug, Deserialize)]
+/// Set dead letters aside for good.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct DiscardBody {
+pub(super) struct DiscardBody {
+    /// The dead letters; at least one.
     ids: Vec<String>,
+    /// Why, kept with each and in the audit.
     reason: String,
+    /// Say what would happen; mark nothing (audited).
     #[serde(default)]
     dry_run: bool,
+}
+
+/// The operator a token names.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Operator {
+    /// The operator's name.
+    operator: String,
+}
+
+/// A saga run again by an operator.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct Retried {
+    /// The saga (its order).
+    saga: String,
+    /// Who.
+    retried_by: String,
+}
+
+/// What a dead-letter action did: `entrega::dlq::ActionReport` as the API writes it (the
+/// OpenAPI test checks a real report against this schema).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct ActionReport {
+    /// `replay` or `discard`.
+    action: String,
+    /// Whether nothing was done.
+    dry_run: bool,
+    /// Dead letters the request named.
+    matched: u64,
+    /// Those acted on.
+    applied: Vec<AppliedLetter>,
+    /// Those refused, with why.
+    refused: Vec<RefusedLetter>,
+}
+
+/// A dead letter acted on.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct AppliedLetter {
+    /// `<dlq-topic>/<partition>/<offset>`.
+    id: String,
+    /// Where it went (the origin topic for a replay).
+    topic: String,
+    /// Its key.
+    key: Option<String>,
+    /// Times it was replayed, this one included.
+    replays: u32,
+}
+
+/// A dead letter refused.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(super) struct RefusedLetter {
+    /// `<dlq-topic>/<partition>/<offset>`.
+    id: String,
+    /// Its key.
+    key: Option<String>,
+    /// Why.
+    reason: String,
 }
 
 /// `GET /console/api/whoami`: the operator a token names.
+#[utoipa::path(
+    get,
+    path = "/console/api/whoami",
+    tag = "console-api",
+    security(("operator" = [])),
+    responses(
+        (status = 200, description = "The operator the token names.", body = Operator),
+        (status = 401, description = "No token, or not one.", body = RefusalBody),
+        (status = 403, description = "No operator is configured.", body = RefusalBody),
+    )
+)]
 pub(super) async fn whoami(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {
     match console.operators.require(&headers) {
-        Ok(operator) => Json(json!({ "operator": operator })).into_response(),
+        Ok(operator) => Json(Operator { operator }).into_response(),
         Err(refusal) => refusal.into_response(),
     }
 }
 
 /// `POST /console/api/dlq/replay` `{"ids": [...], "dry_run": bool}`.
+#[utoipa::path(
+    post,
+    path = "/console/api/dlq/replay",
+    tag = "console-api",
+    security(("operator" = [])),
+    request_body(content = ReplayBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "What was replayed and what refused, audited.", body = ActionReport),
+        (status = 400, description = "A body that is not one, or no dead letter named.", body = RefusalBody),
+        (status = 401, description = "No token, or not one.", body = RefusalBody),
+        (status = 403, description = "No operator is configured.", body = RefusalBody),
+        (status = 413, description = "Body too large.", body = RefusalBody),
+        (status = 503, description = "The broker or a database is away.", body = RefusalBody),
+    )
+)]
 pub(super) async fn replay(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
@@ -64,6 +156,21 @@ pub(super) async fn replay(
 }
 
 /// `POST /console/api/dlq/discard` `{"ids": [...], "reason": "...", "dry_run": bool}`.
+#[utoipa::path(
+    post,
+    path = "/console/api/dlq/discard",
+    tag = "console-api",
+    security(("operator" = [])),
+    request_body(content = DiscardBody, content_type = "application/json"),
+    responses(
+        (status = 200, description = "What was discarded and what refused, audited.", body = ActionReport),
+        (status = 400, description = "A body that is not one, or no dead letter named.", body = RefusalBody),
+        (status = 401, description = "No token, or not one.", body = RefusalBody),
+        (status = 403, description = "No operator is configured.", body = RefusalBody),
+        (status = 413, description = "Body too large.", body = RefusalBody),
+        (status = 503, description = "The broker or a database is away.", body = RefusalBody),
+    )
+)]
 pub(super) async fn discard(
     State(console): State<Arc<Console>>,
     headers: HeaderMap,
@@ -96,6 +203,20 @@ fn action<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /console/api/sagas/{id}/retry`: runs a saga waiting for an operator again.
+#[utoipa::path(
+    post,
+    path = "/console/api/sagas/{id}/retry",
+    tag = "console-api",
+    security(("operator" = [])),
+    params(("id" = String, Path, description = "The saga (its order)")),
+    responses(
+        (status = 200, description = "Running again.", body = Retried),
+        (status = 401, description = "No token, or not one.", body = RefusalBody),
+        (status = 403, description = "No operator is configured.", body = RefusalBody),
+        (status = 409, description = "Not waiting for an operator.", body = RefusalBody),
+        (status = 503, description = "The database is away.", body = RefusalBody),
+    )
+)]
 pub(super) async fn retry_saga(
     State(console): State<Arc<Console>>,
     Path(id): Path<String>,
@@ -106,7 +227,11 @@ pub(super) async fn retry_saga(
         Err(refusal) => return refusal.into_response(),
     };
     match console.sagas.retry(&id, &operator).await {
-        Ok(()) => Json(json!({ "saga": id, "retried_by": operator })).into_response(),
+        Ok(()) => Json(Retried {
+            saga: id,
+            retried_by: operator,
+        })
+        .into_response(),
         Err(e @ SagaError::Store(_)) => {
             refused(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()).into_response()
         }

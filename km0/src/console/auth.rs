@@ -9,7 +9,6 @@ use std::net::SocketAddr;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
 /// A configured token is not `name:secret` with both parts present.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -97,9 +96,17 @@ pub struct Refusal {
     pub reason: String,
 }
 
+/// A refusal's body.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct RefusalBody {
+    /// Why, for the operator.
+    pub error: String,
+}
+
 impl IntoResponse for Refusal {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({ "error": self.reason }))).into_response()
+        let body = RefusalBody { error: self.reason };
+        (self.status, Json(body)).into_response()
     }
 }
 

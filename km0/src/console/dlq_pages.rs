@@ -33,6 +33,23 @@ const LETTER_COLUMNS: [&str; 10] = [
 
 /// `GET /console/dlq`: dead letters, filtered by `tipo`, `motivo` (text), `clase` and
 /// `estado` (`pendientes`, `todos`).
+#[utoipa::path(
+    get,
+    path = "/console/dlq",
+    tag = "console",
+    params(
+        ("tipo" = Option<String>, Query, description = "Only this event type"),
+        ("motivo" = Option<String>, Query, description = "Only reasons containing this text"),
+        ("clase" = Option<String>, Query, description = "Only this class of failure"),
+        ("estado" = Option<String>, Query, description = "`pendientes` (default) or `todos`"),
+    ),
+    responses(
+        (status = 200, description = "The dead letters page.", content_type = "text/html", body = String),
+        (status = 400, description = "A filter that is not one.", content_type = "text/html", body = String),
+        (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
+        (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
+    )
+)]
 pub(super) async fn dead_letters(
     State(console): State<Arc<Console>>,
     Query(q): Query<HashMap<String, String>>,
@@ -167,6 +184,19 @@ fn letter_row(l: &DeadLetter) -> Vec<String> {
 
 /// `GET /console/dlq/letter?id=<topic>/<partition>/<offset>`: one dead letter, its history
 /// and the actions on it.
+#[utoipa::path(
+    get,
+    path = "/console/dlq/letter",
+    tag = "console",
+    params(("id" = String, Query, description = "`<dlq-topic>/<partition>/<offset>`")),
+    responses(
+        (status = 200, description = "One dead letter, its history and actions.", content_type = "text/html", body = String),
+        (status = 400, description = "No id, or not one.", content_type = "text/html", body = String),
+        (status = 404, description = "No such dead letter.", content_type = "text/html", body = String),
+        (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
+        (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
+    )
+)]
 pub(super) async fn dead_letter(
     State(console): State<Arc<Console>>,
     Query(q): Query<HashMap<String, String>>,

@@ -29,10 +29,13 @@ use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::Router;
 use entrega::saga::Sagas;
 use entrega::Db;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use auth::{BadToken, Operators};
 
@@ -85,20 +88,8 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         operators,
         trace_dbs,
     });
-    let routes = Router::new()
-        .route("/console", get(overview::overview))
-        .route("/console/", get(overview::overview))
-        .route("/console/dlq", get(dlq_pages::dead_letters))
-        .route("/console/dlq/letter", get(dlq_pages::dead_letter))
-        .route("/console/sagas", get(saga_pages::sagas))
-        .route("/console/sagas/{id}", get(saga_pages::saga))
-        .route("/console/trace", get(trace_view::page))
-        .route("/console/assets/console.css", get(css))
-        .route("/console/assets/console.js", get(script))
-        .route("/console/api/whoami", get(api::whoami))
-        .route("/console/api/dlq/replay", post(api::replay))
-        .route("/console/api/dlq/discard", post(api::discard))
-        .route("/console/api/sagas/{id}/retry", post(api::retry_saga))
+    let (routes, _) = documented();
+    let routes = routes
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&console),
             readers,
@@ -106,6 +97,60 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         .with_state(console);
     Ok(routes)
 }
+
+/// The console's routes, each through its documented handler, and their description.
+pub(crate) fn documented() -> (axum::Router<Arc<Console>>, utoipa::openapi::OpenApi) {
+    let (router, api) = OpenApiRouter::with_openapi(ConsoleDoc::openapi())
+        .routes(routes!(overview::overview))
+        .routes(routes!(dlq_pages::dead_letters))
+        .routes(routes!(dlq_pages::dead_letter))
+        .routes(routes!(saga_pages::sagas))
+        .routes(routes!(saga_pages::saga))
+        .routes(routes!(trace_view::page))
+        .routes(routes!(api::whoami))
+        .routes(routes!(api::replay))
+        .routes(routes!(api::discard))
+        .routes(routes!(api::retry_saga))
+        .split_for_parts();
+    // The same overview at `/console/`; the assets are the pages' own.
+    let router = router
+        .route("/console/", get(overview::overview))
+        .route("/console/assets/console.css", get(css))
+        .route("/console/assets/console.js", get(script));
+    (router, api)
+}
+
+/// The operator's token: `Authorization: Bearer <secret>` (or the `km0_token` cookie).
+struct OperatorToken;
+
+impl utoipa::Modify for OperatorToken {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "operator",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An operator's secret (`--console-token name:secret`); pages read from \
+                         loopback need none.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    modifiers(&OperatorToken),
+    components(schemas(
+        api::ReplayBody, api::DiscardBody, api::Operator, api::Retried, api::ActionReport,
+        api::AppliedLetter, api::RefusedLetter, auth::RefusalBody
+    ))
+)]
+struct ConsoleDoc;
 
 /// Lets loopback clients read; others need a token for anything.
 async fn readers(

@@ -16,6 +16,16 @@ use crate::ops::queue_lag::queue_lag_report;
 use crate::wiring::groups;
 
 /// `GET /console/`: outbox, consumer lag, dead letters and sagas at a glance.
+#[utoipa::path(
+    get,
+    path = "/console",
+    tag = "console",
+    responses(
+        (status = 200, description = "The overview page.", content_type = "text/html", body = String),
+        (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
+        (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
+    )
+)]
 pub(super) async fn overview(State(console): State<Arc<Console>>) -> Html<String> {
     let mut body = String::new();
     body.push_str("<section><h2>Outbox de pedidos</h2>\n");

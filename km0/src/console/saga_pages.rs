@@ -16,6 +16,18 @@ use super::Console;
 const LIST_LIMIT: usize = 200;
 
 /// `GET /console/sagas?estado=...`: order sagas, newest first.
+#[utoipa::path(
+    get,
+    path = "/console/sagas",
+    tag = "console",
+    params(("estado" = Option<String>, Query, description = "Only sagas in this state")),
+    responses(
+        (status = 200, description = "Order sagas, newest first.", content_type = "text/html", body = String),
+        (status = 400, description = "An unknown state.", content_type = "text/html", body = String),
+        (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
+        (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
+    )
+)]
 pub(super) async fn sagas(
     State(console): State<Arc<Console>>,
     Query(q): Query<HashMap<String, String>>,
@@ -84,6 +96,18 @@ pub(super) async fn sagas(
 }
 
 /// `GET /console/sagas/{id}`: one saga and its timeline.
+#[utoipa::path(
+    get,
+    path = "/console/sagas/{id}",
+    tag = "console",
+    params(("id" = String, Path, description = "The order")),
+    responses(
+        (status = 200, description = "One saga and its history.", content_type = "text/html", body = String),
+        (status = 404, description = "No such saga.", content_type = "text/html", body = String),
+        (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
+        (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
+    )
+)]
 pub(super) async fn saga(State(console): State<Arc<Console>>, Path(id): Path<String>) -> Response {
     let (record, history) = match console.sagas.show(&id).await {
         Ok(Some(found)) => found,

@@ -174,6 +174,17 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
 }
 
 /// The page: a form for the order id, and what [`page_for`] finds.
+#[utoipa::path(
+    get,
+    path = "/console/trace",
+    tag = "console",
+    params(("pedido" = Option<String>, Query, description = "The order whose trace to show")),
+    responses(
+        (status = 200, description = "An order's trace across the services.", content_type = "text/html", body = String),
+        (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
+        (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
+    )
+)]
 pub(super) async fn page(
     State(console): State<Arc<Console>>,
     Query(q): Query<HashMap<String, String>>,

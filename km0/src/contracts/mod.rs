@@ -205,9 +205,10 @@ pub fn channels() -> Vec<Channel> {
 }
 
 /// km0's HTTP APIs described in OpenAPI 3.1, by name, with the file each is committed as.
-pub const HTTP_APIS: [(&str, &str); 2] = [
+pub const HTTP_APIS: [(&str, &str); 3] = [
     ("pedidos", "docs/openapi.json"),
     ("pasarela", "docs/openapi-pasarela.json"),
+    ("operations", "docs/openapi-operations.json"),
 ];
 
 /// The OpenAPI 3.1 description of the HTTP API `api` ([`HTTP_APIS`]) as committed: pretty
@@ -216,6 +217,7 @@ pub fn openapi_json(api: &str) -> Option<String> {
     let doc = match api {
         "pedidos" => crate::services::pedidos::openapi(),
         "pasarela" => crate::services::pasarela::openapi(),
+        "operations" => crate::wiring::ops_openapi(),
         _ => return None,
     };
     let mut text = serde_json::to_string_pretty(&doc).ok()?;

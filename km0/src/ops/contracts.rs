@@ -60,8 +60,9 @@ pub enum ContractsCommand {
     /// The OpenAPI 3.1 description of an HTTP API (JSON), generated from its handlers;
     /// committed under `docs/` and served by the API at `/openapi.json`.
     Openapi {
-        /// Which API: `pedidos` (committed as `docs/openapi.json`) or `pasarela` (the gateway
-        /// simulator, `docs/openapi-pasarela.json`).
+        /// Which API: `pedidos` (committed as `docs/openapi.json`), `pasarela` (the gateway
+        /// simulator, `docs/openapi-pasarela.json`) or `operations` (the `--ops` endpoint and
+        /// its web console, `docs/openapi-operations.json`).
         #[arg(long, default_value = "pedidos")]
         api: String,
         /// Write it to this file instead of standard output.
@@ -92,7 +93,7 @@ pub async fn run(args: &ContractsArgs) -> anyhow::Result<ExitCode> {
         }
         ContractsCommand::Openapi { api, out } => {
             let Some(text) = crate::contracts::openapi_json(api) else {
-                anyhow::bail!("no HTTP API `{api}` (known: pedidos, pasarela)");
+                anyhow::bail!("no HTTP API `{api}` (known: pedidos, pasarela, operations)");
             };
             match out {
                 Some(path) => std::fs::write(path, text)?,

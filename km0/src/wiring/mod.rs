@@ -11,6 +11,7 @@ mod components;
 pub mod http_server;
 mod lifecycle;
 mod ops_server;
+pub use ops_server::openapi as ops_openapi;
 mod settings;
 mod spawn;
 mod system;

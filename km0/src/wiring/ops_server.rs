@@ -19,6 +19,9 @@ use entrega::saga::{SagaStatus, Sagas};
 use entrega::{CancellationToken, Db, RelayStats, WorkerStats};
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::{Broker, Task};
 use crate::services::inventario::ConsumerStats;
@@ -180,18 +183,74 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) -> anyhow::Result<(SocketAddr, Task)> {
     recorder();
-    let app = Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(ready))
-        .with_state(Arc::new(sources));
+    let (routes, mut api) = documented();
+    let app = routes.with_state(Arc::new(sources));
     let app = match console {
-        Some(console) => app.merge(console),
+        Some(console) => {
+            api.merge(crate::console::documented().1);
+            app.merge(console)
+        }
         None => app,
     };
+    let api = Arc::new(api);
+    let app = app.route(
+        "/openapi.json",
+        get(move || {
+            let api = Arc::clone(&api);
+            async move { axum::Json(api.as_ref().clone()) }
+        }),
+    );
     super::http_server::spawn(addr, app, limits, tls, stop).await
 }
 
+/// The operations endpoint's own routes, each through its documented handler.
+fn documented() -> (Router<Arc<OpsSources>>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(OpsDoc::openapi())
+        .routes(routes!(metrics_text))
+        .routes(routes!(healthz))
+        .routes(routes!(ready))
+        .split_for_parts()
+}
+
+/// The OpenAPI 3.1 description of the operations endpoint (`--ops`) with the web console
+/// it serves (committed as `docs/openapi-operations.json`, served at `/openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let mut api = documented().1;
+    api.merge(crate::console::documented().1);
+    api
+}
+
+#[derive(utoipa::OpenApi)]
+#[openapi(info(
+    title = "km0 operations",
+    description = "The operations endpoint of a km0 process (`--ops ADDR`): liveness, \
+                   readiness, Prometheus metrics, and with `--console` the web console: its \
+                   pages (HTML) and its actions (JSON, an operator's token required).",
+    license(name = "MIT OR Apache-2.0")
+))]
+struct OpsDoc;
+
+/// The process is alive.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "`ok`.", content_type = "text/plain", body = String))
+)]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+/// Every metric in Prometheus' text exposition format 0.0.4.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses(
+        (status = 200, description = "The metrics.", content_type = "text/plain", body = String),
+        (status = 503, description = "A source could not be read; what failed.", content_type = "text/plain", body = String),
+    )
+)]
 async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
     if let Some(db) = &sources.outbox {
         match db.outbox().maintenance.status(entrega_core::now_ms()).await {
@@ -329,6 +388,17 @@ async fn record_lag(broker: &Broker, groups: &[String]) -> anyhow::Result<()> {
 
 /// 200 with one line per dependency when every database and the broker answer, 503 naming
 /// the first that does not.
+/// Whether the process can work: every database answers at the schema this build migrates
+/// to, and the broker answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "One line per dependency checked.", content_type = "text/plain", body = String),
+        (status = 503, description = "The first dependency that is not ready, and why.", content_type = "text/plain", body = String),
+    )
+)]
 async fn ready(State(sources): State<Arc<OpsSources>>) -> Response {
     let mut lines = String::new();
     for (name, db) in &sources.databases {

@@ -15,6 +15,7 @@ mod crash_relay;
 mod https;
 mod least_privilege;
 mod log_json;
+mod openapi_operations;
 mod ops_endpoint;
 mod outbox_poison;
 mod pagos_crash;
