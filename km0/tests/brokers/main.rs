@@ -10,6 +10,7 @@ mod interop;
 
 mod amqp_broker_restart;
 mod amqp_tls;
+mod cloudevents_amqp;
 mod cloudevents_kafka;
 mod demo_saga;
 mod dlq_cli;
