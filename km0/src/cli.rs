@@ -27,8 +27,12 @@ pub struct Cli {
     pub database: String,
 
     /// The broker: the log transport's database (`sqlite://FILE` or
-    /// `postgres://user@host:port/DB`) or a Kafka cluster
-    /// (`kafka://host:port[,host:port...][?session_timeout_ms=6000&...]`).
+    /// `postgres://user@host:port/DB`), a Kafka cluster
+    /// (`kafka://host:port[,host:port...][?session_timeout_ms=6000&replication_factor=3&...]`;
+    /// topics km0 creates take the brokers' `default.replication.factor` unless
+    /// `replication_factor` says otherwise, and with `acks=all` a record is confirmed once
+    /// every in-sync replica has it, at least `min.insync.replicas` of them), or RabbitMQ
+    /// (`amqp://user:pass@host:port/vhost`, `amqps://` with TLS).
     #[arg(
         long,
         global = true,

@@ -34,7 +34,8 @@ impl KafkaAdmin {
         Ok(Self {
             admin: std::sync::Arc::new(admin),
             request_timeout: config.request_timeout,
-            replication: i32::from(config.replication_factor),
+            // -1: the brokers' `default.replication.factor` (CreateTopics v4, Kafka 2.4+).
+            replication: config.replication_factor.map_or(-1, i32::from),
         })
     }
 

@@ -24,8 +24,12 @@ pub struct KafkaConfig {
     pub delivery_timeout: Duration,
     /// Timeout of metadata, watermark, offset and admin requests.
     pub request_timeout: Duration,
-    /// Replication factor of the topics [`crate::KafkaAdmin`] creates.
-    pub replication_factor: u16,
+    /// Replication factor of the topics [`crate::KafkaAdmin`] creates; `None` (the default)
+    /// leaves it to the brokers' `default.replication.factor`, so a cluster configured for
+    /// three copies gets three. With `acks=all` (entrega's producer), a record is confirmed
+    /// once every in-sync replica has it, and `min.insync.replicas` (a broker or topic
+    /// setting) decides how many that must at least be.
+    pub replication_factor: Option<u16>,
     /// Extra librdkafka properties, applied last to every client.
     pub overrides: Vec<(String, String)>,
 }
@@ -97,7 +101,7 @@ const DEFAULT_CLIENT_ID: &str = "entrega";
 impl KafkaConfig {
     /// Settings for the brokers at `bootstrap` (`host:port`, comma separated), with defaults:
     /// client id `entrega`, 6 s session timeout, 30 s delivery timeout, 10 s request timeout,
-    /// replication factor 1, no overrides.
+    /// the brokers' default replication factor, no overrides.
     pub fn new(bootstrap: impl Into<String>) -> Self {
         Self {
             bootstrap: bootstrap.into(),
@@ -105,7 +109,7 @@ impl KafkaConfig {
             session_timeout: Duration::from_secs(6),
             delivery_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
-            replication_factor: 1,
+            replication_factor: None,
             overrides: Vec::new(),
         }
     }
@@ -154,11 +158,13 @@ impl KafkaConfig {
             "delivery_timeout_ms" => self.delivery_timeout = millis(name, value)?,
             "request_timeout_ms" => self.request_timeout = millis(name, value)?,
             "replication_factor" => {
-                self.replication_factor = value
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| number_error(name, value))?;
+                self.replication_factor = Some(
+                    value
+                        .parse::<u16>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| number_error(name, value))?,
+                );
             }
             _ => self.overrides.push((name.to_owned(), value.to_owned())),
         }
@@ -191,7 +197,7 @@ impl KafkaConfig {
 
     /// Sets [`KafkaConfig::replication_factor`].
     pub fn with_replication_factor(mut self, factor: u16) -> Self {
-        self.replication_factor = factor;
+        self.replication_factor = Some(factor);
         self
     }
 
@@ -378,7 +384,7 @@ mod tests {
         assert_eq!(c.session_timeout, Duration::from_secs(7));
         assert_eq!(c.delivery_timeout, Duration::from_secs(5));
         assert_eq!(c.client_id, "km0");
-        assert_eq!(c.replication_factor, 3);
+        assert_eq!(c.replication_factor, Some(3));
         assert_eq!(
             c.overrides,
             vec![("max.poll.interval.ms".to_owned(), "10000".to_owned())]

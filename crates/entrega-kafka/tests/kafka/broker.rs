@@ -89,3 +89,62 @@ async fn bad_arguments_are_typed_errors() {
     );
     assert!(matches!(bad, Err(TransportError::Rejected { .. })));
 }
+
+/// The replicas of each partition of `topic`, and the broker's `default.replication.factor`.
+fn replication_of(topic: &str) -> (Vec<usize>, i32) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use std::time::Duration;
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", support::bootstrap())
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let replicas = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.replicas().len())
+        .collect();
+    let broker = metadata.brokers()[0].id();
+    (replicas, broker)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_get_the_brokers_default_replication_unless_the_url_says() {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    use rdkafka::client::DefaultClientContext;
+    let kafka = support::connect(support::test_config()).await.unwrap();
+    assert_eq!(kafka.config().replication_factor, None);
+    let topic = unique("replicas");
+    kafka.admin().ensure_topic(&topic, 2).await.unwrap();
+    let (replicas, broker) = replication_of(&topic);
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", support::bootstrap())
+        .create()
+        .unwrap();
+    let configs = admin
+        .describe_configs([&ResourceSpecifier::Broker(broker)], &AdminOptions::new())
+        .await
+        .unwrap();
+    let default: usize = configs[0]
+        .as_ref()
+        .unwrap()
+        .get("default.replication.factor")
+        .and_then(|e| e.value.as_deref())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        replicas,
+        vec![default; 2],
+        "the broker's default, not a fixed 1"
+    );
+
+    // Asked for more copies than this one-broker cluster has: refused, so the number asked
+    // for is the one sent.
+    let three = support::test_config().with_replication_factor(3);
+    let kafka = support::connect(three).await.unwrap();
+    let refused = kafka.admin().ensure_topic(&unique("tres"), 1).await;
+    assert!(refused.is_err(), "{refused:?}");
+}
