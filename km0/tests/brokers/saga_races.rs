@@ -180,6 +180,20 @@ async fn a_cancel_while_the_charge_is_at_the_gateway(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(cancel.status().as_u16(), 202);
+    run.wait_for("R-1", "the cancel never finished", |saga| {
+        saga.status == SagaStatus::Compensated
+    })
+    .await;
+    // Asked again once it is over: the final state, not another "cancelling".
+    let again = run
+        .http
+        .post(format!("{}/pedidos/R-1/cancelacion", run.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 200);
+    let body: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(body["estado"], "cancelado");
     run.assert_cancelled_with_nothing_kept("R-1").await;
 }
 

@@ -113,12 +113,12 @@ pub struct Created {
     pub id_evento: String,
 }
 
-/// A cancel under way: the saga undoes what it did.
+/// A cancel: under way, or done.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Cancelling {
     /// The order.
     pub id: String,
-    /// Always `cancelando`.
+    /// `cancelando` while the saga undoes what it did, `cancelado` once it has.
     pub estado: String,
 }
 
@@ -290,15 +290,17 @@ async fn create_order(
     }
 }
 
-/// `POST /pedidos/{id}/cancelacion`: 202 while the saga undoes what it did, 409 once the
-/// order is paid (too late), 404 for an unknown order, 501 without the order saga.
+/// `POST /pedidos/{id}/cancelacion`: 202 while the saga undoes what it did, 200 once it has
+/// (a cancel asked again answers with the final state), 409 once the order is paid (too
+/// late), 404 for an unknown order, 501 without the order saga.
 #[utoipa::path(
     post,
     path = "/pedidos/{id}/cancelacion",
     tag = "pedidos",
     params(("id" = String, Path, description = "The order")),
     responses(
-        (status = 202, description = "The saga undoes what it did.", body = Cancelling),
+        (status = 202, description = "The saga undoes what it did (`cancelando`).", body = Cancelling),
+        (status = 200, description = "Cancelled already (`cancelado`): asked again, the final state.", body = Cancelling),
         (status = 404, description = "No such order.", body = ErrorBody),
         (status = 409, description = "Paid already: too late to cancel.", body = ErrorBody),
         (status = 501, description = "pedidos runs without the order saga.", body = ErrorBody),
@@ -316,7 +318,25 @@ async fn cancel_order(
         ));
     };
     match sagas.cancel(&id, "cancelado por el cliente").await {
-        Ok(CancelOutcome::Cancelling | CancelOutcome::AlreadyCancelled) => Ok((
+        Ok(CancelOutcome::AlreadyCancelled) => {
+            // Asked again: the answer is where the order stands now.
+            let cancelled = match state.store.find(&id).await {
+                Ok(Some(order)) => order.state == OrderState::Cancelled,
+                Ok(None) => false,
+                Err(e) => return Err(store_error(&e)),
+            };
+            let (status, estado) = if cancelled {
+                (StatusCode::OK, "cancelado")
+            } else {
+                (StatusCode::ACCEPTED, "cancelando")
+            };
+            let body = Cancelling {
+                id,
+                estado: estado.to_owned(),
+            };
+            Ok((status, Json(body)).into_response())
+        }
+        Ok(CancelOutcome::Cancelling) => Ok((
             StatusCode::ACCEPTED,
             Json(Cancelling {
                 id,
