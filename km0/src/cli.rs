@@ -32,7 +32,10 @@ pub struct Cli {
     /// topics km0 creates take the brokers' `default.replication.factor` unless
     /// `replication_factor` says otherwise, and with `acks=all` a record is confirmed once
     /// every in-sync replica has it, at least `min.insync.replicas` of them), or RabbitMQ
-    /// (`amqp://user:pass@host:port/vhost`, `amqps://` with TLS).
+    /// (`amqp://user:pass@host:port/vhost`, `amqps://` with TLS). On Kafka and RabbitMQ,
+    /// `namespace=PREFIX` puts PREFIX before every topic, group and queue name, keeping the
+    /// deployment apart from others on the same broker; `km0 demo` runs under a namespace of
+    /// its own and removes it after a run that passed.
     #[arg(
         long,
         global = true,

@@ -8,7 +8,7 @@ use lapin::types::FieldTable;
 use lapin::ExchangeKind;
 
 use crate::error::{classify, short};
-use crate::link::Amqp;
+use crate::link::{Amqp, Kind};
 
 /// [`TopicAdmin`] on RabbitMQ: a topic is a durable `fanout` exchange, so every consumer
 /// group bound to it gets every message. Its partitions are the shard queues each group binds
@@ -30,6 +30,7 @@ impl AmqpAdmin {
 #[async_trait]
 impl TopicAdmin for AmqpAdmin {
     async fn ensure_topic(&self, topic: &str, partitions: u32) -> Result<u32, TransportError> {
+        let topic = &self.amqp.wire(Kind::Exchange, topic);
         let channel = self.amqp.channel().await?;
         let declared = channel
             .exchange_declare(

@@ -28,6 +28,10 @@ pub struct AmqpConfig {
     /// The direct exchange every group's dead letters go through, routed by the group's base
     /// name to `<base>.dlq` (the seed's `km0.dlx`).
     pub dead_letter_exchange: String,
+    /// A prefix put before every exchange and queue name sent to the broker (URL parameter
+    /// `namespace`), keeping these clients apart from others on a shared virtual host;
+    /// records come back under the names callers gave. None by default.
+    pub namespace: entrega_core::Namespace,
     /// The layout of groups not given one by [`Amqp::set_group`](crate::Amqp::set_group).
     pub layout: QueueLayout,
     /// The management plugin's HTTP API, for unacknowledged counts; `None` when turned off.
@@ -62,6 +66,7 @@ impl std::fmt::Debug for AmqpConfig {
             .field("shards", &self.shards)
             .field("delivery_limit", &self.delivery_limit)
             .field("dead_letter_exchange", &self.dead_letter_exchange)
+            .field("namespace", &self.namespace)
             .field("layout", &self.layout)
             .field("management", &self.management)
             .field("tls_ca", &self.tls_ca)
@@ -99,7 +104,8 @@ pub enum AmqpUrlError {
 }
 
 /// entrega's parameters, taken off the URL before lapin reads it.
-const OWN: [&str; 11] = [
+const OWN: [&str; 12] = [
+    "namespace",
     "tls_ca",
     "management",
     "dead_letter_exchange",
@@ -122,7 +128,7 @@ impl AmqpConfig {
     /// `reconnect_base_ms`, 100; `reconnect_max_ms`, 10000; `prefetch`, 100; `shards`, 6;
     /// `delivery_limit`, 20; `dead_letter_exchange`, `entrega.dlx`; `tls_ca`, a PEM file of
     /// certificate authorities trusted for `amqps://`; `layout`, `sharded` or
-    /// `shared`; `management`, the management API's `http://HOST:PORT`, default the broker's
+    /// `shared`; `namespace`, a prefix put before every exchange and queue name; `management`, the management API's `http://HOST:PORT`, default the broker's
     /// host on port 15672, or `off`) are taken out;
     /// any other parameter (`heartbeat`, default 10 s; `frame_max`, ...) is left for lapin.
     pub fn from_url(url: &str) -> Result<Self, AmqpUrlError> {
@@ -140,6 +146,7 @@ impl AmqpConfig {
             shards: 6,
             delivery_limit: 20,
             dead_letter_exchange: "entrega.dlx".to_owned(),
+            namespace: entrega_core::Namespace::none(),
             layout: QueueLayout::Sharded,
             management: None,
             tls_ca: None,
@@ -159,6 +166,11 @@ impl AmqpConfig {
                 expected,
             };
             match name {
+                "namespace" => {
+                    config.namespace = entrega_core::Namespace::new(value)
+                        .map_err(|_| bad_as("1 to 64 of A-Z a-z 0-9 . _ -"))?;
+                    continue;
+                }
                 "dead_letter_exchange" if !value.is_empty() && value.len() <= 255 => {
                     config.dead_letter_exchange = value.to_owned();
                     continue;
@@ -259,6 +271,10 @@ mod tests {
             "a 10 s heartbeat by default"
         );
         assert!(AmqpConfig::from_url("amqp://h?layout=ring").is_err());
+        let scoped = AmqpConfig::from_url("amqp://h?namespace=demo-1.").unwrap();
+        assert_eq!(scoped.namespace.prefix(), "demo-1.");
+        assert_eq!(scoped.uri, "amqp://h?heartbeat=10", "not lapin's");
+        assert!(AmqpConfig::from_url("amqp://h?namespace=a%20b").is_err());
         let api = AmqpConfig::from_url("amqp://u:p@rabbit:5672/%2f")
             .unwrap()
             .management

@@ -111,6 +111,53 @@ impl Amqp {
     }
 }
 
+/// Queue and exchange names of the virtual host, as the management API lists them.
+#[derive(Debug, Default)]
+pub(crate) struct Listed {
+    pub(crate) queues: Vec<String>,
+    pub(crate) exchanges: Vec<String>,
+}
+
+impl Amqp {
+    /// Every queue and exchange of the virtual host, from the management API; empty when it
+    /// is turned off or does not answer.
+    pub(crate) async fn listed_names(&self) -> Listed {
+        let Some(api) = self.config().management.as_ref() else {
+            return Listed::default();
+        };
+        let http = reqwest::Client::new();
+        let names = |kind: &'static str| {
+            let url = format!(
+                "{}/api/{kind}/{}?columns=name",
+                api.base.trim_end_matches('/'),
+                encode(&api.vhost),
+            );
+            let request = http
+                .get(url)
+                .basic_auth(&api.user, Some(&api.password))
+                .timeout(MANAGEMENT_TIMEOUT);
+            async move {
+                let Ok(response) = request.send().await else {
+                    return Vec::new();
+                };
+                let body: serde_json::Value = match response.error_for_status() {
+                    Ok(ok) => ok.json().await.unwrap_or_default(),
+                    Err(_) => return Vec::new(),
+                };
+                body.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|item| item.get("name")?.as_str().map(str::to_owned))
+                    .collect()
+            }
+        };
+        Listed {
+            queues: names("queues").await,
+            exchanges: names("exchanges").await,
+        }
+    }
+}
+
 /// Counts read from the management API.
 struct Management {
     unacked: u64,

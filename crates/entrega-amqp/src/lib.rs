@@ -57,7 +57,7 @@ pub use inspector::AmqpInspector;
 pub use layout::{
     wait_level, wait_ms, GroupQueues, GroupSpec, QueueLayout, WAIT_BASE_MS, WAIT_LEVELS,
 };
-pub use link::Amqp;
+pub use link::{Amqp, RemovedNames};
 pub use presence::presence_exchange;
 pub use properties::{delivery_headers, delivery_key, KEY_HEADER};
 pub use publisher::AmqpPublisher;

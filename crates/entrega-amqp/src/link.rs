@@ -1,7 +1,7 @@
 //! The connection to RabbitMQ: opened on first use with a timeout, and opened again after it
 //! fails, with a capped, jittered backoff between attempts.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,6 +30,34 @@ struct Inner {
     state: Mutex<State>,
     /// Groups given their own names or layout, by (group, topic).
     groups: std::sync::RwLock<HashMap<(String, String), GroupSpec>>,
+    /// What was named in the namespace, for [`Amqp::remove_namespace`].
+    named: std::sync::Mutex<Named>,
+}
+
+/// Names used in a namespace by this handle, by the names callers gave.
+#[derive(Default)]
+struct Named {
+    groups: BTreeSet<(String, String)>,
+    exchanges: BTreeSet<String>,
+    queues: BTreeSet<String>,
+}
+
+/// What [`Amqp::remove_namespace`] removed, as the broker knew it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemovedNames {
+    /// Consumer groups whose queues and exchanges were deleted (their base names).
+    pub groups: Vec<String>,
+    /// Other queues deleted (request and durable reply queues).
+    pub queues: Vec<String>,
+    /// Exchanges deleted (topics, presence, dead letters).
+    pub exchanges: Vec<String>,
+}
+
+/// The kind of name [`Amqp::wire`] is given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Exchange,
+    Queue,
 }
 
 #[derive(Default)]
@@ -57,6 +85,7 @@ impl Amqp {
                 config,
                 state: Mutex::new(State::default()),
                 groups: std::sync::RwLock::default(),
+                named: std::sync::Mutex::default(),
             }),
         }
     }
@@ -73,9 +102,95 @@ impl Amqp {
         groups.insert((group.to_owned(), topic.to_owned()), spec);
     }
 
+    /// The name the broker knows for the exchange or queue `name`, under the namespace
+    /// ([`AmqpConfig::namespace`]); remembered for [`Amqp::remove_namespace`]. The default
+    /// exchange (`""`) and the broker's own names (`amq.*`, such as a server-named reply
+    /// queue) are never prefixed.
+    pub(crate) fn wire(&self, kind: Kind, name: &str) -> String {
+        let ns = &self.inner.config.namespace;
+        if ns.is_none() || name.is_empty() || name.starts_with("amq.") {
+            return name.to_owned();
+        }
+        self.remember(|named| {
+            match kind {
+                Kind::Exchange => &mut named.exchanges,
+                Kind::Queue => &mut named.queues,
+            }
+            .insert(name.to_owned());
+        });
+        ns.wire(name)
+    }
+
+    /// The name callers know for the broker's `wire` name.
+    pub(crate) fn local<'a>(&self, wire: &'a str) -> &'a str {
+        self.inner.config.namespace.local(wire)
+    }
+
+    fn remember(&self, f: impl FnOnce(&mut Named)) {
+        if self.inner.config.namespace.is_none() {
+            return;
+        }
+        let mut named = self
+            .inner
+            .named
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&mut named);
+    }
+
+    /// Deletes every queue and exchange this handle named in its namespace (groups' queues
+    /// with what they hold, request and reply queues, topic, presence and dead-letter
+    /// exchanges), as a run that had the namespace to itself leaves the virtual host as it
+    /// found it. Refused without a namespace.
+    pub async fn remove_namespace(&self) -> Result<RemovedNames, TransportError> {
+        if self.inner.config.namespace.is_none() {
+            return Err(TransportError::Rejected {
+                reason: "removing a namespace needs one".to_owned(),
+            });
+        }
+        let named = std::mem::take(
+            &mut *self
+                .inner
+                .named
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let mut removed = RemovedNames::default();
+        for (group, topic) in &named.groups {
+            let queues = self.group_queues(group, topic);
+            self.delete_group(group, topic).await?;
+            removed.groups.push(queues.base);
+        }
+        let ns = &self.inner.config.namespace;
+        // Other handles (an earlier process of the same run) may have named more: the
+        // management API lists the virtual host's names, when it answers.
+        let listed = self.listed_names().await;
+        let mut queues: BTreeSet<String> = named.queues.iter().map(|q| ns.wire(q)).collect();
+        let mut exchanges: BTreeSet<String> = named.exchanges.iter().map(|e| ns.wire(e)).collect();
+        queues.extend(listed.queues.into_iter().filter(|q| ns.owns(q)));
+        exchanges.extend(listed.exchanges.into_iter().filter(|e| ns.owns(e)));
+        let channel = self.channel().await?;
+        for name in queues {
+            crate::topology::delete_queue(&channel, &name).await?;
+            removed.queues.push(name);
+        }
+        for name in exchanges {
+            crate::topology::delete_exchange(&channel, &name).await?;
+            removed.exchanges.push(name);
+        }
+        let _ = channel
+            .close(200, "entrega: namespace removed".into())
+            .await;
+        Ok(removed)
+    }
+
     /// The names and shape of group `group`'s queues on `topic`.
     pub fn group_queues(&self, group: &str, topic: &str) -> GroupQueues {
+        self.remember(|named| {
+            named.groups.insert((group.to_owned(), topic.to_owned()));
+        });
         let config = &self.inner.config;
+        let ns = &config.namespace;
         let groups = self
             .inner
             .groups
@@ -84,16 +199,18 @@ impl Amqp {
         let spec = groups.get(&(group.to_owned(), topic.to_owned()));
         let layout = spec.map_or(config.layout, |s| s.layout);
         GroupQueues {
-            topic: topic.to_owned(),
-            base: spec
-                .and_then(|s| s.base.clone())
-                .unwrap_or_else(|| format!("{group}.{topic}")),
+            topic: self.wire(Kind::Exchange, topic),
+            base: ns.wire(
+                &spec
+                    .and_then(|s| s.base.clone())
+                    .unwrap_or_else(|| format!("{group}.{topic}")),
+            ),
             layout,
             shards: match layout {
                 QueueLayout::Shared => 1,
                 QueueLayout::Sharded => config.shards.max(1),
             },
-            dead_letter_exchange: config.dead_letter_exchange.clone(),
+            dead_letter_exchange: self.wire(Kind::Exchange, &config.dead_letter_exchange),
             delivery_limit: config.delivery_limit,
         }
     }

@@ -21,7 +21,7 @@ use lapin::{BasicProperties, Channel, ExchangeKind};
 use tokio::sync::mpsc;
 
 use crate::error::{classify, short};
-use crate::link::Amqp;
+use crate::link::{Amqp, Kind};
 
 /// How often a member announces itself.
 pub(crate) const HEARTBEAT: Duration = Duration::from_millis(500);
@@ -54,7 +54,7 @@ impl Presence {
         member: &str,
         heard: mpsc::UnboundedSender<String>,
     ) -> Result<Self, TransportError> {
-        let exchange = presence_exchange(group, topic);
+        let exchange = amqp.wire(Kind::Exchange, &presence_exchange(group, topic));
         let channel = listen(&amqp, &exchange, member, heard.clone()).await?;
         let mut presence = Self {
             amqp,

@@ -10,7 +10,7 @@ use tokio::sync::Mutex;
 
 use crate::error::{classify, classify_for};
 use crate::in_order::{start_all, Started};
-use crate::link::Amqp;
+use crate::link::{Amqp, Kind};
 use crate::properties::properties_of;
 
 /// [`Publisher`] on RabbitMQ: each message goes to the exchange named by its topic, with its
@@ -243,7 +243,7 @@ impl Publisher for AmqpPublisher {
         let routed: Vec<Routed<'_>> = batch
             .iter()
             .map(|message| Routed {
-                exchange: message.topic.clone(),
+                exchange: self.amqp.wire(Kind::Exchange, &message.topic),
                 routing_key: shard_of(message, shards).to_string(),
                 message,
             })

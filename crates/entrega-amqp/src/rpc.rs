@@ -25,7 +25,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Consumer};
 
 use crate::error::{classify, classify_for, short};
-use crate::link::Amqp;
+use crate::link::{Amqp, Kind};
 use crate::properties::{delivery_headers, properties_of};
 use crate::publisher::{AmqpPublisher, Outgoing};
 
@@ -85,7 +85,7 @@ impl AmqpRpc {
             .await
             .map_err(|e| classify_for(&queue, e))?;
         Ok(Box::new(AmqpRpcInbox {
-            address: queue,
+            address: self.amqp.local(&queue).to_owned(),
             channel,
             stream,
             no_ack,
@@ -104,8 +104,9 @@ impl RpcTransport for AmqpRpc {
         message: &RpcMessage,
         expires_in: Option<Duration>,
     ) -> Result<(), TransportError> {
+        let queue = self.amqp.wire(Kind::Queue, queue);
         self.publisher
-            .publish_raw(&[outgoing(queue, message, expires_in)?])
+            .publish_raw(&[outgoing(&queue, message, expires_in)?])
             .await
     }
 
@@ -116,7 +117,7 @@ impl RpcTransport for AmqpRpc {
             Vec::with_capacity(messages.len());
         let (mut durable, mut transient) = (Vec::new(), Vec::new());
         for (i, (queue, message)) in messages.iter().enumerate() {
-            match outgoing(queue, message, None) {
+            match outgoing(&self.amqp.wire(Kind::Queue, queue), message, None) {
                 Ok(out) if message.durable => durable.push((i, out)),
                 Ok(out) => transient.push((i, out)),
                 Err(e) => {
@@ -164,6 +165,7 @@ impl RpcTransport for AmqpRpc {
         consumer: &str,
         prefetch: u16,
     ) -> Result<Box<dyn RpcInbox>, TransportError> {
+        let queue = &self.amqp.wire(Kind::Queue, queue);
         let channel = self.amqp.channel().await?;
         channel
             .queue_declare(
@@ -181,6 +183,8 @@ impl RpcTransport for AmqpRpc {
     }
 
     async fn replies(&self, durable: Option<&str>) -> Result<Box<dyn RpcInbox>, TransportError> {
+        let durable = durable.map(|q| self.amqp.wire(Kind::Queue, q));
+        let durable = durable.as_deref();
         let channel = self.amqp.channel().await?;
         let options = match durable {
             Some(_) => QueueDeclareOptions {

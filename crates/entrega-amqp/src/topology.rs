@@ -124,6 +124,23 @@ pub async fn delete_group(channel: &Channel, q: &GroupQueues) -> Result<(), Tran
     Ok(())
 }
 
+/// Deletes the queue `name` with what it holds; a missing one is skipped.
+pub async fn delete_queue(channel: &Channel, name: &str) -> Result<(), TransportError> {
+    channel
+        .queue_delete(short("queue", name)?, QueueDeleteOptions::default())
+        .await
+        .map(|_| ())
+        .map_err(|e| classify_for(name, e))
+}
+
+/// Deletes the exchange `name`; a missing one is skipped.
+pub async fn delete_exchange(channel: &Channel, name: &str) -> Result<(), TransportError> {
+    channel
+        .exchange_delete(short("exchange", name)?, ExchangeDeleteOptions::default())
+        .await
+        .map_err(|e| classify_for(name, e))
+}
+
 fn text(args: &mut FieldTable, name: &str, value: &str) {
     args.insert(
         name.into(),

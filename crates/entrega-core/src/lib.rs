@@ -14,6 +14,7 @@ mod held;
 mod inspect;
 mod lease;
 pub mod migration;
+mod namespace;
 mod outbox;
 mod outbox_blocked;
 mod parking;
@@ -41,6 +42,7 @@ pub use headers::Headers;
 pub use held::{HeldId, HeldLetter, HeldLetterStore, HeldRow};
 pub use inspect::{group_lag, LogInspector, PartitionLag};
 pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
+pub use namespace::{InvalidNamespace, Namespace, MAX_NAMESPACE_LEN};
 pub use outbox::{
     lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance,
     OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup, LANES,

@@ -24,6 +24,16 @@ pub struct KafkaAdmin {
     admin: std::sync::Arc<AdminClient<DefaultClientContext>>,
     request_timeout: Duration,
     replication: i32,
+    namespace: entrega_core::Namespace,
+}
+
+/// What [`KafkaAdmin::remove_namespace`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemovedNamespace {
+    /// Topics deleted, as the broker knew them.
+    pub topics: Vec<String>,
+    /// Consumer groups deleted, as the broker knew them.
+    pub groups: Vec<String>,
 }
 
 impl KafkaAdmin {
@@ -36,7 +46,58 @@ impl KafkaAdmin {
             request_timeout: config.request_timeout,
             // -1: the brokers' `default.replication.factor` (CreateTopics v4, Kafka 2.4+).
             replication: config.replication_factor.map_or(-1, i32::from),
+            namespace: config.namespace.clone(),
         })
+    }
+
+    /// Deletes every topic and consumer group of the configured namespace, as a run that
+    /// had it to itself leaves the cluster as it found it. Refused without a namespace: it
+    /// would delete everything.
+    pub async fn remove_namespace(&self) -> Result<RemovedNamespace, TransportError> {
+        if self.namespace.is_none() {
+            return Err(invalid("removing a namespace needs one"));
+        }
+        let (admin, timeout, ns) = (
+            self.admin.clone(),
+            self.request_timeout,
+            self.namespace.clone(),
+        );
+        let (topics, groups) = blocking(move || {
+            let client = admin.inner();
+            let metadata = client
+                .fetch_metadata(None, timeout)
+                .map_err(|e| transport(e, ""))?;
+            let topics: Vec<String> = metadata
+                .topics()
+                .iter()
+                .map(|t| t.name().to_owned())
+                .filter(|t| ns.owns(t))
+                .collect();
+            let groups: Vec<String> = client
+                .fetch_group_list(None, timeout)
+                .map_err(|e| transport(e, ""))?
+                .groups()
+                .iter()
+                .map(|g| g.name().to_owned())
+                .filter(|g| ns.owns(g))
+                .collect();
+            Ok::<_, TransportError>((topics, groups))
+        })
+        .await?;
+        let options = AdminOptions::new()
+            .request_timeout(Some(self.request_timeout))
+            .operation_timeout(Some(self.request_timeout));
+        if !groups.is_empty() {
+            let names: Vec<&str> = groups.iter().map(String::as_str).collect();
+            let results = self.admin.delete_groups(&names, &options).await;
+            deleted(results, RDKafkaErrorCode::GroupIdNotFound)?;
+        }
+        if !topics.is_empty() {
+            let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+            let results = self.admin.delete_topics(&names, &options).await;
+            deleted(results, RDKafkaErrorCode::UnknownTopicOrPartition)?;
+        }
+        Ok(RemovedNamespace { topics, groups })
     }
 
     async fn info(&self, topic: &str) -> Result<Option<TopicInfo>, TransportError> {
@@ -110,6 +171,8 @@ impl TopicAdmin for KafkaAdmin {
         if topic.is_empty() {
             return Err(invalid("a topic needs a name"));
         }
+        let wire = self.namespace.wire(topic);
+        let topic = wire.as_str();
         if let Some(info) = self.info(topic).await? {
             if info.ready {
                 // Made a moment ago by another client, perhaps: wait as for one made here.
@@ -133,6 +196,22 @@ impl TopicAdmin for KafkaAdmin {
         }
         self.wait_ready(topic).await
     }
+}
+
+/// Fails on the first deletion refused, except for a name already gone (`missing`).
+fn deleted(
+    results: rdkafka::error::KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>,
+    missing: RDKafkaErrorCode,
+) -> Result<(), TransportError> {
+    for result in results.map_err(|e| transport(e, ""))? {
+        match result {
+            Err((name, code)) if code != missing => {
+                return Err(transport(KafkaError::AdminOp(code), &name));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl std::fmt::Debug for KafkaAdmin {

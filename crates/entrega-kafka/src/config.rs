@@ -30,6 +30,10 @@ pub struct KafkaConfig {
     /// once every in-sync replica has it, and `min.insync.replicas` (a broker or topic
     /// setting) decides how many that must at least be.
     pub replication_factor: Option<u16>,
+    /// A prefix put before every topic and group name sent to the cluster (URL parameter
+    /// `namespace`), keeping these clients apart from others on a shared cluster; records
+    /// come back under the names callers gave. None by default.
+    pub namespace: entrega_core::Namespace,
     /// Extra librdkafka properties, applied last to every client.
     pub overrides: Vec<(String, String)>,
 }
@@ -44,6 +48,7 @@ impl std::fmt::Debug for KafkaConfig {
             .field("delivery_timeout", &self.delivery_timeout)
             .field("request_timeout", &self.request_timeout)
             .field("replication_factor", &self.replication_factor)
+            .field("namespace", &self.namespace)
             .field("overrides", &entrega_core::redact_settings(&self.overrides))
             .finish()
     }
@@ -86,6 +91,9 @@ pub enum KafkaUrlError {
         /// The parameter as written.
         param: String,
     },
+    /// A `namespace` a broker would refuse as part of a name.
+    #[error(transparent)]
+    Namespace(#[from] entrega_core::InvalidNamespace),
     /// A parameter that needs a number got something else.
     #[error("`{name}` needs a positive whole number, got `{value}`")]
     Number {
@@ -110,6 +118,7 @@ impl KafkaConfig {
             delivery_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
             replication_factor: None,
+            namespace: entrega_core::Namespace::none(),
             overrides: Vec::new(),
         }
     }
@@ -117,7 +126,7 @@ impl KafkaConfig {
     /// Reads `kafka://host:port[,host:port...][?name=value&...]`.
     ///
     /// Known parameters: `client_id`, `session_timeout_ms`, `delivery_timeout_ms`,
-    /// `request_timeout_ms`, `replication_factor`. Any other `name=value` is passed to
+    /// `request_timeout_ms`, `replication_factor`, `namespace`. Any other `name=value` is passed to
     /// librdkafka as a property (e.g. `max.poll.interval.ms=10000`).
     pub fn from_url(url: &str) -> Result<Self, KafkaUrlError> {
         let rest = strip_scheme(url).ok_or_else(|| KafkaUrlError::Scheme {
@@ -166,9 +175,46 @@ impl KafkaConfig {
                         .ok_or_else(|| number_error(name, value))?,
                 );
             }
+            "namespace" => self.namespace = entrega_core::Namespace::new(value)?,
             _ => self.overrides.push((name.to_owned(), value.to_owned())),
         }
         Ok(())
+    }
+
+    /// Sets [`KafkaConfig::namespace`].
+    pub fn with_namespace(mut self, namespace: entrega_core::Namespace) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Names the broker knows for `records`' topics turned back into the names callers gave.
+    pub(crate) fn localize(&self, records: &mut [entrega_core::Record]) {
+        if self.namespace.is_none() {
+            return;
+        }
+        for r in records {
+            r.topic = self.namespace.local(&r.topic).to_owned();
+        }
+    }
+
+    /// `batch` with its topics named as the broker knows them; borrowed as it is without a
+    /// namespace.
+    pub(crate) fn wire_batch<'a>(
+        &self,
+        batch: &'a [entrega_core::OutgoingMessage],
+    ) -> std::borrow::Cow<'a, [entrega_core::OutgoingMessage]> {
+        if self.namespace.is_none() {
+            return std::borrow::Cow::Borrowed(batch);
+        }
+        std::borrow::Cow::Owned(
+            batch
+                .iter()
+                .map(|m| entrega_core::OutgoingMessage {
+                    topic: self.namespace.wire(&m.topic),
+                    ..m.clone()
+                })
+                .collect(),
+        )
     }
 
     /// Sets [`KafkaConfig::client_id`].
@@ -465,6 +511,8 @@ mod tests {
             ("kafka://host:1?session_timeout_ms=abc", "Number"),
             ("kafka://host:1?delivery_timeout_ms=0", "Number"),
             ("kafka://host:1?replication_factor=-1", "Number"),
+            ("kafka://host:1?namespace=a/b", "Namespace"),
+            ("kafka://host:1?namespace=", "Namespace"),
         ];
         for (url, want) in cases {
             let err = KafkaConfig::from_url(url).unwrap_err();
@@ -472,6 +520,9 @@ mod tests {
             assert!(got.starts_with(want), "{url}: {got}");
             assert!(!err.to_string().is_empty());
         }
+        let scoped = KafkaConfig::from_url("kafka://host:1?namespace=demo-1.").unwrap();
+        assert_eq!(scoped.namespace.prefix(), "demo-1.");
+        assert!(scoped.overrides.is_empty(), "not a librdkafka property");
         let err = KafkaConfig::from_url("kafka://host:x").unwrap_err();
         assert_eq!(
             err,

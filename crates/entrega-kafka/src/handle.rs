@@ -64,6 +64,12 @@ impl Kafka {
         self.inner.inspector.clone()
     }
 
+    /// Deletes the topics and groups of the configured namespace; see
+    /// [`KafkaAdmin::remove_namespace`].
+    pub async fn remove_namespace(&self) -> Result<crate::RemovedNamespace, TransportError> {
+        self.inner.admin.remove_namespace().await
+    }
+
     /// The settings the clients were built with.
     pub fn config(&self) -> &KafkaConfig {
         &self.inner.config

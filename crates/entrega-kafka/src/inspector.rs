@@ -183,7 +183,8 @@ fn fetch_until_end(
 #[async_trait]
 impl LogInspector for KafkaInspector {
     async fn end_offsets(&self, topic: &str) -> Result<Vec<(u32, i64)>, TransportError> {
-        let (config, slot, topic) = (self.config.clone(), self.reader.clone(), topic.to_owned());
+        let topic = self.config.namespace.wire(topic);
+        let (config, slot) = (self.config.clone(), self.reader.clone());
         blocking(move || {
             with_reader(&config, &slot, |consumer| {
                 let timeout = config.request_timeout;
@@ -206,7 +207,8 @@ impl LogInspector for KafkaInspector {
 
     async fn committed(&self, group: &str, topic: &str) -> Result<Vec<(u32, i64)>, TransportError> {
         let (config, slot) = (self.config.clone(), self.reader.clone());
-        let (group, topic) = (group.to_owned(), topic.to_owned());
+        let ns = &self.config.namespace;
+        let (group, topic) = (ns.wire(group), ns.wire(topic));
         blocking(move || {
             let timeout = config.request_timeout;
             let info = with_reader(&config, &slot, |consumer| {
@@ -247,7 +249,8 @@ impl LogInspector for KafkaInspector {
         from: i64,
         max: usize,
     ) -> Result<Vec<Record>, TransportError> {
-        let (config, slot, topic) = (self.config.clone(), self.reader.clone(), topic.to_owned());
+        let topic = self.config.namespace.wire(topic);
+        let (config, slot) = (self.config.clone(), self.reader.clone());
         blocking(move || {
             with_reader(&config, &slot, |consumer| {
                 let found = scan(
@@ -258,7 +261,9 @@ impl LogInspector for KafkaInspector {
                     max,
                     config.request_timeout,
                 )?;
-                Ok(found.records)
+                let mut records = found.records;
+                config.localize(&mut records);
+                Ok(records)
             })
         })
         .await

@@ -39,7 +39,7 @@ mod subscription;
 mod transform;
 mod transform_error;
 
-pub use admin::KafkaAdmin;
+pub use admin::{KafkaAdmin, RemovedNamespace};
 pub use config::{KafkaConfig, KafkaUrlError};
 pub use handle::Kafka;
 pub use inspector::KafkaInspector;

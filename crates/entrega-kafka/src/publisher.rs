@@ -173,6 +173,8 @@ impl Publisher for KafkaPublisher {
         if batch.is_empty() {
             return Ok(());
         }
+        let wired = self.config.wire_batch(batch);
+        let batch = wired.as_ref();
         self.check_topics(batch).await?;
         let producer = self.producer();
         let mut pending = Vec::with_capacity(batch.len());

@@ -41,6 +41,8 @@ impl Subscriber for KafkaSubscriber {
                 return Err(invalid(format!("a subscription needs a {what} name")));
             }
         }
+        let ns = &self.config.namespace;
+        let (local, group, topic) = (topic, &ns.wire(group), &ns.wire(topic));
         let state = Arc::new(std::sync::Mutex::new(MemberState::default()));
         let context = GroupContext::new(topic, state.clone());
         let consumer =
@@ -64,6 +66,7 @@ impl Subscriber for KafkaSubscriber {
         let close_timeout = self.config.session_timeout + self.config.request_timeout;
         Ok(Box::new(KafkaSubscription::new(
             topic,
+            local,
             consumer,
             state,
             close_timeout,

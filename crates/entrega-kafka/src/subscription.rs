@@ -22,7 +22,10 @@ pub(crate) type GroupConsumer = BaseConsumer<GroupContext>;
 
 /// A subscription of one member to one topic; see [`crate::KafkaSubscriber`].
 pub struct KafkaSubscription {
+    /// The topic as the broker knows it.
     topic: String,
+    /// The topic as the subscriber named it, given to the records handed out.
+    local_topic: String,
     consumer: Option<Arc<GroupConsumer>>,
     state: Shared,
     /// Serializes librdkafka polls: a poll whose future was dropped may still be running.
@@ -33,12 +36,14 @@ pub struct KafkaSubscription {
 impl KafkaSubscription {
     pub(crate) fn new(
         topic: &str,
+        local_topic: &str,
         consumer: GroupConsumer,
         state: Shared,
         close_timeout: Duration,
     ) -> Self {
         Self {
             topic: topic.to_owned(),
+            local_topic: local_topic.to_owned(),
             consumer: Some(Arc::new(consumer)),
             state,
             polling: Arc::new(Mutex::new(())),
@@ -172,7 +177,13 @@ impl Subscription for KafkaSubscription {
             fill(&consumer, &topic, &state, max, wait)
         })
         .await?;
-        Ok(lock(&self.state).take(max, Instant::now()))
+        let mut records = lock(&self.state).take(max, Instant::now());
+        if self.local_topic != self.topic {
+            for r in &mut records {
+                r.topic.clone_from(&self.local_topic);
+            }
+        }
+        Ok(records)
     }
 
     async fn commit(&mut self, offsets: &[(u32, i64)]) -> Result<(), TransportError> {

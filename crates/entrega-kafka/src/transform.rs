@@ -143,6 +143,8 @@ impl TransformStats {
 /// A consumer and a transactional producer working as one read-process-write loop.
 pub struct KafkaTransformer {
     consumer: Arc<BaseConsumer>,
+    /// The cluster's settings, for the namespace of topic names.
+    kafka: KafkaConfig,
     producer: FutureProducer,
     config: TransformerConfig,
     request_timeout: Duration,
@@ -156,12 +158,16 @@ impl KafkaTransformer {
         kafka: &KafkaConfig,
         config: TransformerConfig,
     ) -> Result<Self, TransformError> {
+        let ns = &kafka.namespace;
         let consumer: BaseConsumer = kafka
-            .transform_consumer(&config.group, &config.member)
+            .transform_consumer(&ns.wire(&config.group), &config.member)
             .create()
             .map_err(|e| TransformError::Transport(transport(e, "")))?;
         let producer: FutureProducer = kafka
-            .transactional_producer(&config.transactional_id, config.transaction_timeout)
+            .transactional_producer(
+                &ns.wire(&config.transactional_id),
+                config.transaction_timeout,
+            )
             .create()
             .map_err(|e| TransformError::Transport(transport(e, "")))?;
         let timeout = kafka.request_timeout.max(config.transaction_timeout);
@@ -172,12 +178,14 @@ impl KafkaTransformer {
         })
         .await
         .map_err(TransformError::Transport)?;
-        let topics: Vec<&str> = config.inputs.iter().map(String::as_str).collect();
+        let inputs: Vec<String> = config.inputs.iter().map(|t| ns.wire(t)).collect();
+        let topics: Vec<&str> = inputs.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
             .map_err(|e| TransformError::Transport(transport(e, "")))?;
         Ok(Self {
             consumer: Arc::new(consumer),
+            kafka: kafka.clone(),
             producer,
             request_timeout: timeout,
             config,
@@ -295,12 +303,17 @@ impl KafkaTransformer {
         self.producer
             .begin_transaction()
             .map_err(|e| step_error(e, "begin_transaction"))?;
-        let messages = transform
-            .transform(batch)
-            .await
-            .map_err(Step::from_handler)?;
+        let messages = if self.kafka.namespace.is_none() {
+            transform.transform(batch).await
+        } else {
+            let mut local = batch.to_vec();
+            self.kafka.localize(&mut local);
+            transform.transform(&local).await
+        }
+        .map_err(Step::from_handler)?;
+        let messages = self.kafka.wire_batch(&messages);
         let mut deliveries = Vec::with_capacity(messages.len());
-        for m in &messages {
+        for m in messages.iter() {
             match self.producer.send_result(future_record(m)) {
                 Ok(delivery) => deliveries.push(delivery),
                 Err((e, _)) => return Err(step_error(e, &m.topic)),

@@ -385,6 +385,32 @@ impl Broker {
         }
     }
 
+    /// Deletes everything of the URL's `namespace` on a shared broker (Kafka: every topic
+    /// and consumer group under the prefix; RabbitMQ: the queues and exchanges named under
+    /// it) and returns the names removed, as the broker knew them. Refused without a
+    /// namespace; nothing to do on the log transports, whose records live in a database of
+    /// their own.
+    pub async fn remove_namespace(&self) -> Result<Vec<String>, TransportError> {
+        match &self.transport {
+            Transport::Log(_) => Ok(Vec::new()),
+            #[cfg(feature = "kafka")]
+            Transport::Kafka(kafka) => {
+                let removed = kafka.remove_namespace().await?;
+                Ok(removed.topics.into_iter().chain(removed.groups).collect())
+            }
+            #[cfg(feature = "amqp")]
+            Transport::Amqp(amqp) => {
+                let removed = amqp.remove_namespace().await?;
+                Ok(removed
+                    .groups
+                    .into_iter()
+                    .chain(removed.queues)
+                    .chain(removed.exchanges)
+                    .collect())
+            }
+        }
+    }
+
     /// Releases the broker's connections.
     pub async fn close(&self) {
         match &self.transport {

@@ -94,9 +94,9 @@ impl System {
             },
         };
         let broker_url = if self.broker_kind()?.is_server() {
-            // Topics (and queues) live on the broker: a fresh run shares them and counts from
-            // their ends.
-            self.broker_url.clone()
+            // Topics, groups and queues live on the broker, shared with whatever else uses
+            // it: the run gets names of its own, under a namespace.
+            with_param(&self.broker_url, "namespace", &demo_namespace(run))
         } else if is_postgres(&self.broker_url) {
             let name = split_database(&self.broker_url)
                 .1
@@ -151,7 +151,13 @@ impl System {
                     sqlite_files.push(PathBuf::from(path));
                 }
             }
-            // A cluster's topics are shared; nothing of this deployment's to remove there.
+            // On a shared broker, only what is under the run's namespace is its own.
+            Ok(BrokerUrl::Kafka(url, kafka)) if !kafka.namespace.is_none() => {
+                remove_namespace(&url).await?;
+            }
+            Ok(BrokerUrl::Amqp(url, amqp)) if !amqp.namespace.is_none() => {
+                remove_namespace(&url).await?;
+            }
             Ok(BrokerUrl::Kafka(..) | BrokerUrl::Amqp(..)) | Err(_) => {}
         }
         for file in &sqlite_files {
@@ -184,4 +190,25 @@ impl System {
         }
         Ok(())
     }
+}
+
+/// The namespace of fresh run `run` on a shared broker.
+pub fn demo_namespace(run: &str) -> String {
+    format!("km0-demo-{run}.")
+}
+
+/// `url` with `name=value` added to its query.
+fn with_param(url: &str, name: &str, value: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{name}={value}")
+}
+
+/// Deletes what is under the namespace of the shared broker at `url`.
+async fn remove_namespace(url: &str) -> Result<(), StoreError> {
+    let broker = entrega::Broker::connect(url, std::time::Duration::from_secs(10))
+        .await
+        .map_err(StoreError::rejected)?;
+    let removed = broker.remove_namespace().await;
+    broker.close().await;
+    removed.map(drop).map_err(StoreError::rejected)
 }

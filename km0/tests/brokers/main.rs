@@ -12,6 +12,7 @@ mod amqp_broker_restart;
 mod amqp_tls;
 mod cloudevents_amqp;
 mod cloudevents_kafka;
+mod demo_hermetic;
 mod demo_saga;
 mod dlq_cli;
 mod dlq_cli_amqp;

@@ -112,6 +112,11 @@ impl Vhost {
         self.list("queues", &["name"])
     }
 
+    /// The names of the exchanges in this virtual host (the default one's name is empty).
+    pub fn exchanges(&self) -> Vec<String> {
+        self.list("exchanges", &["name"])
+    }
+
     /// The consumer tags that are active (delivered to) on some queue of this virtual host.
     pub fn active_consumer_tags(&self) -> Vec<String> {
         self.list("consumers", &["consumer_tag", "active"])

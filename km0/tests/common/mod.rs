@@ -94,6 +94,21 @@ impl TestDb {
     }
 }
 
+/// The PostgreSQL databases whose names match the `LIKE` pattern `pattern`.
+pub async fn databases_like(pattern: &str) -> Vec<String> {
+    let admin = sqlx::PgPool::connect(&format!("{}/postgres", pg_server()))
+        .await
+        .expect("connect to postgres");
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT datname::text FROM pg_database WHERE datname LIKE $1")
+            .bind(pattern)
+            .fetch_all(&admin)
+            .await
+            .expect("list databases");
+    admin.close().await;
+    names
+}
+
 /// A whole deployment on fresh databases of `backend`: a temporary directory on SQLite,
 /// `entrega_t_<uuid>_*` databases on PostgreSQL. Remove it with `System::destroy`.
 pub fn test_system(backend: &str) -> km0::wiring::System {

@@ -148,3 +148,85 @@ async fn topics_get_the_brokers_default_replication_unless_the_url_says() {
     let refused = kafka.admin().ensure_topic(&unique("tres"), 1).await;
     assert!(refused.is_err(), "{refused:?}");
 }
+
+/// Clients under a namespace publish, consume, commit and inspect under plain names while the
+/// cluster holds them under the prefix; removing the namespace deletes its topics and groups,
+/// and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_keeps_names_apart_and_is_removed_whole() {
+    use std::time::Duration;
+    let prefix = format!("ns-{}.", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    let namespace = entrega_core::Namespace::new(&prefix).unwrap();
+    let inside = support::connect(support::test_config().with_namespace(namespace))
+        .await
+        .unwrap();
+    let outside = support::connect(support::test_config()).await.unwrap();
+    let topic = unique("pedidos.eventos");
+    inside.admin().ensure_topic(&topic, 2).await.unwrap();
+    inside
+        .publisher()
+        .publish(&[message(&topic, b"{}".to_vec())])
+        .await
+        .unwrap();
+
+    // Outside, the record is on the prefixed topic only.
+    let wire = format!("{prefix}{topic}");
+    let total = |ends: Vec<(u32, i64)>| ends.iter().map(|(_, e)| *e).sum::<i64>();
+    assert_eq!(
+        total(support::ends(outside.inspector().as_ref(), &wire).await),
+        1
+    );
+    assert!(support::ends(outside.inspector().as_ref(), &topic)
+        .await
+        .is_empty());
+    // Inside, it reads, commits and inspects under the plain names.
+    let mut member = inside
+        .subscriber()
+        .subscribe("inventario", &topic, "m-1")
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for _ in 0..60 {
+        records.extend(member.poll(10, Duration::from_millis(500)).await.unwrap());
+        if !records.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(records.len(), 1, "the record was consumed inside");
+    assert_eq!(records[0].topic, topic);
+    member
+        .commit(&[(records[0].partition, records[0].offset + 1)])
+        .await
+        .unwrap();
+    member.close().await.unwrap();
+    let committed = inside
+        .inspector()
+        .committed("inventario", &topic)
+        .await
+        .unwrap();
+    assert_eq!(committed.iter().map(|(_, n)| *n).sum::<i64>(), 1);
+    let outside_committed = outside
+        .inspector()
+        .committed(&format!("{prefix}inventario"), &wire)
+        .await
+        .unwrap();
+    assert_eq!(
+        outside_committed, committed,
+        "the group is prefixed on the cluster"
+    );
+    let read = inside
+        .inspector()
+        .read(&topic, records[0].partition, 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(read[0].topic, topic);
+
+    let removed = inside.remove_namespace().await.unwrap();
+    assert_eq!(removed.topics, vec![wire.clone()]);
+    assert_eq!(removed.groups, vec![format!("{prefix}inventario")]);
+    assert!(support::ends(outside.inspector().as_ref(), &wire)
+        .await
+        .is_empty());
+    // Without a namespace there is nothing to scope a removal to.
+    assert!(outside.remove_namespace().await.is_err());
+}
