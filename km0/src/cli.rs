@@ -158,10 +158,11 @@ pub struct Cli {
     #[arg(skip = std::env::var("KM0_REPLAY_KEY").ok().filter(|k| !k.is_empty()))]
     pub replay_key: Option<String>,
 
-    /// Lets `km0 up`, `km0 run` and the operator commands create missing databases and
-    /// apply pending migrations when they open them. Without it they expect `km0 migrate`
-    /// to have run (as the databases' owner), and need only read and write rows. The demo
-    /// always migrates the databases it makes.
+    /// Lets `km0 up`, `km0 run` and the operator commands create missing PostgreSQL
+    /// databases and apply pending migrations when they open them. Without it they expect
+    /// `km0 migrate` to have run (as the databases' owner), and need only read and write
+    /// rows. On SQLite (the embedded default) databases are always created and migrated on
+    /// first use; the demo always migrates the databases it makes.
     #[arg(long, global = true, env = "KM0_MIGRATE")]
     pub migrate: bool,
 
@@ -473,8 +474,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             outbox: Duration::from_secs(cli.outbox_retention_hours.saturating_mul(3600)),
             inbox: Duration::from_secs(cli.inbox_retention_days.max(1).saturating_mul(86_400)),
         });
-    // Only what the operator asked for creates or alters schema; the demo makes its own.
+    // On PostgreSQL only what the operator asked for creates or alters schema (services may
+    // run as roles that only read and write rows); the demo makes its own databases; the
+    // embedded default is files km0 owns, set up on first use.
+    let embedded = matches!(system.databases().place, DataPlace::SqliteDir(_));
     let migrates = cli.migrate
+        || embedded
         || matches!(&cli.command, Command::Demo(args) if !args.reuse)
         || matches!(cli.command, Command::Bench(_) | Command::Migrate { .. });
     system = system.with_schema(if migrates {
@@ -652,6 +657,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `error` and its causes on one line, `: ` between them, each said once: a cause whose
+/// text its wrapper already printed (`database rejected the operation: <cause>`) is not
+/// repeated.
+pub fn error_report(error: &anyhow::Error) -> String {
+    let mut report = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if report.contains(&text) {
+            continue;
+        }
+        if !report.is_empty() {
+            report.push_str(": ");
+        }
+        report.push_str(&text);
+    }
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory as _;
@@ -661,5 +684,19 @@ mod tests {
         // Duplicate argument ids, bad defaults and conflicting flags fail here, not at the
         // first run of the subcommand that has them.
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn an_error_report_says_each_cause_once() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("not ready: run `km0 migrate`")]
+        struct Behind;
+        let store = entrega_core::StoreError::rejected(Behind);
+        let error = anyhow::Error::new(store).context("opening the pedidos database");
+        assert_eq!(
+            super::error_report(&error),
+            "opening the pedidos database: database rejected the operation: not ready: run \
+             `km0 migrate`"
+        );
     }
 }

@@ -51,7 +51,7 @@ async fn main() -> ExitCode {
     let code = match km0::cli::run(cli).await {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("km0: {e:#}");
+            eprintln!("km0: {}", km0::cli::error_report(&e));
             ExitCode::FAILURE
         }
     };
