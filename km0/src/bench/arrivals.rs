@@ -70,7 +70,7 @@ impl Producer {
             let (store, committed) = (self.store.clone(), Arc::clone(&self.committed));
             let order = order(format!("E-{}-{i:07}", self.run_tag), i);
             arrivals.spawn(async move {
-                let id = store.create(&order).await?;
+                let id = store.create(&order, None).await?;
                 record(&committed, id, now_us());
                 Ok::<_, anyhow::Error>((id, intended.elapsed()))
             });

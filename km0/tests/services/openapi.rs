@@ -214,10 +214,19 @@ async fn every_operation_of_pedidos_answers_as_documented() {
         server.call(m, t, "/pedidos", Some(order("P-OA-1"))).await.0,
         201
     );
+    // The same request again is answered as the first time; another under its id conflicts.
     assert_eq!(
         server.call(m, t, "/pedidos", Some(order("P-OA-1"))).await.0,
-        409
+        201
     );
+    let mut other = order("P-OA-1");
+    other["cliente"] = json!("marc");
+    assert_eq!(server.call(m, t, "/pedidos", Some(other)).await.0, 409);
+    let keyed = |id| (Some(order(id)), Some("k-oa"));
+    let (body, key) = keyed("P-OA-K1");
+    assert_eq!(server.call_keyed(m, t, "/pedidos", body, key).await.0, 201);
+    let (body, key) = keyed("P-OA-K2");
+    assert_eq!(server.call_keyed(m, t, "/pedidos", body, key).await.0, 422);
     let mut bad = order("P-OA-2");
     bad["lineas"][0]["cantidad"] = json!(0);
     let (status, body) = server.call(m, t, "/pedidos", Some(bad)).await;

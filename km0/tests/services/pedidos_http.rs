@@ -268,6 +268,108 @@ async fn a_second_order_with_the_same_id_is_a_409_and_changes_nothing() {
     api.test_db.remove().await;
 }
 
+/// A POST with the `Idempotency-Key` header `key`.
+async fn post_with_key(api: &Api, key: &str, body: &Value) -> (StatusCode, Value, bool) {
+    let request = Request::post("/pedidos")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header("Idempotency-Key", key)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = api.app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let replayed = response.headers().get("idempotent-replayed").is_some();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap(), replayed)
+}
+
+#[tokio::test]
+async fn the_same_order_posted_again_gets_the_original_answer_and_stores_nothing_new() {
+    let api = Api::new().await;
+    let (status, first) = api.post(&order("P-8")).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    // The same order in another spelling (keys reordered, spaces) is the same request.
+    let mut fields: Vec<(String, Value)> = order("P-8")
+        .as_object()
+        .unwrap()
+        .clone()
+        .into_iter()
+        .collect();
+    fields.reverse();
+    let respelled = format!(
+        "{{ {} }}",
+        fields
+            .iter()
+            .map(|(k, v)| format!("\"{k}\" :  {v}"))
+            .collect::<Vec<_>>()
+            .join(" , ")
+    );
+    for _ in 0..2 {
+        let (status, again) = api
+            .post_raw(Some("application/json"), respelled.clone())
+            .await;
+        assert_eq!((status, &again), (StatusCode::CREATED, &first));
+    }
+    let (_, again, replayed) = post_with_key(&api, "k-later", &order("P-8")).await;
+    assert_eq!(again, first, "a key sent only on the retry changes nothing");
+    assert!(replayed, "the answer says it was given before");
+    assert_eq!(api.count("pedidos").await, 1);
+    assert_eq!(
+        api.count("outbox").await,
+        1,
+        "one event, not one per request"
+    );
+    api.test_db.remove().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_order_posted_eight_times_at_once_is_created_once_and_answered_alike() {
+    let api = Api::new().await;
+    let body = order("P-RACE");
+    let answers = futures::future::join_all((0..8).map(|_| api.post(&body))).await;
+    for (status, body) in &answers {
+        assert_eq!((*status, body), (StatusCode::CREATED, &answers[0].1));
+    }
+    assert_eq!(api.count("pedidos").await, 1);
+    assert_eq!(api.count("outbox").await, 1);
+    api.test_db.remove().await;
+}
+
+#[tokio::test]
+async fn an_idempotency_key_answers_its_own_request_again_and_refuses_another() {
+    let api = Api::new().await;
+    let (status, first, replayed) = post_with_key(&api, "key-1", &order("P-K1")).await;
+    assert_eq!(status, StatusCode::CREATED, "{first}");
+    assert!(!replayed);
+    let (status, again, replayed) = post_with_key(&api, "key-1", &order("P-K1")).await;
+    assert_eq!(
+        (status, &again, replayed),
+        (StatusCode::CREATED, &first, true)
+    );
+
+    // The key with another order: refused, and that order is not created.
+    let (status, refused, _) = post_with_key(&api, "key-1", &order("P-K2")).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["campo"], "Idempotency-Key");
+    assert_eq!(api.get("/pedidos/P-K2").await.0, StatusCode::NOT_FOUND);
+    // Another key for an id taken with other contents: the id conflicts.
+    let mut other = order("P-K1");
+    other["cliente"] = json!("marc");
+    let (status, refused, _) = post_with_key(&api, "key-2", &other).await;
+    assert_eq!(
+        (status, refused["campo"].as_str()),
+        (StatusCode::CONFLICT, Some("id"))
+    );
+    // A key no one could mean.
+    for bad in ["", "with space", &"k".repeat(256)] {
+        let (status, refused, _) = post_with_key(&api, bad, &order("P-K3")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}: {refused}");
+        assert_eq!(refused["campo"], "Idempotency-Key");
+    }
+    assert_eq!(api.count("pedidos").await, 1);
+    assert_eq!(api.count("outbox").await, 1);
+    api.test_db.remove().await;
+}
+
 #[tokio::test]
 async fn an_order_reads_back_with_its_lines_and_a_missing_one_is_a_json_404() {
     let api = Api::new().await;

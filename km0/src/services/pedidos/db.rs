@@ -9,10 +9,11 @@ use super::messaging::{order_created, order_created_in_saga};
 use entrega::saga::{SagaError, Sagas};
 
 /// The tables of the seed, with the seed's columns, so the seed's own Python works against them.
-const MIGRATIONS: &[Migration] = &[Migration::each(
-    1,
-    "pedidos and lineas_pedido",
-    "CREATE TABLE IF NOT EXISTS pedidos (
+const MIGRATIONS: &[Migration] = &[
+    Migration::each(
+        1,
+        "pedidos and lineas_pedido",
+        "CREATE TABLE IF NOT EXISTS pedidos (
         id        TEXT PRIMARY KEY,
         cliente   TEXT NOT NULL,
         mercado   TEXT NOT NULL,
@@ -24,7 +25,7 @@ const MIGRATIONS: &[Migration] = &[Migration::each(
         cantidad        INTEGER NOT NULL CHECK (cantidad > 0),
         precio_centimos INTEGER NOT NULL CHECK (precio_centimos >= 0));
     CREATE INDEX IF NOT EXISTS lineas_pedido_pedido ON lineas_pedido (pedido_id);",
-    "CREATE TABLE IF NOT EXISTS pedidos (
+        "CREATE TABLE IF NOT EXISTS pedidos (
         id        TEXT        PRIMARY KEY,
         cliente   TEXT        NOT NULL,
         mercado   TEXT        NOT NULL,
@@ -36,7 +37,9 @@ const MIGRATIONS: &[Migration] = &[Migration::each(
         cantidad        INTEGER NOT NULL CHECK (cantidad > 0),
         precio_centimos INTEGER NOT NULL CHECK (precio_centimos >= 0));
     CREATE INDEX IF NOT EXISTS lineas_pedido_pedido ON lineas_pedido (pedido_id);",
-)];
+    ),
+    super::requests::MIGRATION,
+];
 
 /// Failpoint inside the create-order transaction, after the order, its lines and its outbox
 /// row are written, right before `COMMIT`. `exit` dies mid-request with the transaction open
@@ -58,6 +61,12 @@ pub enum CreateOrderError {
     Duplicate {
         /// The id.
         id: String,
+    },
+    /// The `Idempotency-Key` names another order already; nothing was written.
+    #[error("Idempotency-Key `{key}` was used already")]
+    KeyTaken {
+        /// The key.
+        key: String,
     },
     /// The database failed; nothing was written.
     #[error(transparent)]
@@ -99,12 +108,18 @@ impl OrderStore {
     }
 
     /// Stores the order, its lines and its `pedido.creado` event in one transaction; returns
-    /// the event id (`id_evento`). Either all three are committed or none is.
-    pub async fn create(&self, order: &NewOrder) -> Result<Uuid, CreateOrderError> {
+    /// the event id (`id_evento`). Either all three are committed or none is. The request
+    /// is kept with them (with its `Idempotency-Key`, if any) so a retry gets the same answer
+    /// ([`OrderStore::earlier_answer`]).
+    pub async fn create(
+        &self,
+        order: &NewOrder,
+        key: Option<&str>,
+    ) -> Result<Uuid, CreateOrderError> {
         let event = order_created(order).map_err(StoreError::from)?;
         // Dropped on any `Err` below, which rolls back every write.
         let mut tx = self.db.begin().await?;
-        write_order(&mut tx, order, &event).await?;
+        write_order(&mut tx, order, &event, key).await?;
         before_commit()?;
         tx.commit().await?;
         Ok(event.id)
@@ -115,12 +130,13 @@ impl OrderStore {
     pub async fn create_in_saga(
         &self,
         order: &NewOrder,
+        key: Option<&str>,
         sagas: &Sagas,
         input: serde_json::Value,
     ) -> Result<Uuid, CreateOrderError> {
         let event = order_created_in_saga(order).map_err(StoreError::from)?;
         let mut tx = self.db.begin().await?;
-        write_order(&mut tx, order, &event).await?;
+        write_order(&mut tx, order, &event, key).await?;
         match sagas.start_in(&mut tx, &order.id, input).await {
             Ok(_) => {}
             Err(SagaError::Store(e)) => return Err(e.into()),
@@ -229,6 +245,7 @@ async fn write_order(
     tx: &mut Tx,
     order: &NewOrder,
     event: &NewEvent,
+    key: Option<&str>,
 ) -> Result<(), CreateOrderError> {
     // ON CONFLICT instead of catching the unique violation: a duplicate is an expected
     // answer (409), not an error to classify.
@@ -262,6 +279,7 @@ async fn write_order(
         )
         .await?;
     }
+    super::requests::record(tx, order, event.id, key).await?;
     tx.enqueue(event).await?;
     Ok(())
 }

@@ -61,7 +61,8 @@ pub struct OrderLine {
 /// An order to create, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NewOrder {
-    /// Order id chosen by the client, e.g. `P-2026-000123`; creating it twice is a conflict.
+    /// Order id chosen by the client, e.g. `P-2026-000123`; the same order sent again gets
+    /// the original answer, another order under the same id is a conflict.
     pub id: String,
     /// Customer (`cliente`).
     #[serde(rename = "cliente")]

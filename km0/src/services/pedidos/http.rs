@@ -17,6 +17,7 @@ use utoipa_axum::routes;
 
 use super::db::{CreateOrderError, OrderStore};
 use super::domain::{Address, NewOrder, Order, OrderLine, OrderState};
+use super::requests::{valid_key, EarlierAnswer, MAX_KEY_LEN};
 use super::saga::OrderSaga;
 use entrega::saga::{CancelOutcome, SagaError, Sagas};
 
@@ -238,25 +239,73 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
+/// The header a client sends to make a retried `POST /pedidos` safe whatever the order's id.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// Set on an answer given again to a request that was made before (`true`).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
+/// The request's `Idempotency-Key`, if it sent one; 400 if it is not usable.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get(IDEMPOTENCY_KEY) else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(key) if valid_key(key) => Ok(Some(key.to_owned())),
+        _ => Err(ApiError::bad_request(
+            "Idempotency-Key",
+            format!("an Idempotency-Key is 1 to {MAX_KEY_LEN} visible ASCII characters"),
+        )),
+    }
+}
+
+/// The 201 of a created order; `replayed` when it is the answer of an earlier request.
+fn created_response(id: &str, event_id: uuid::Uuid, replayed: bool) -> Response {
+    let created = Created {
+        id: id.to_owned(),
+        id_evento: event_id.to_string(),
+    };
+    let mut response = (StatusCode::CREATED, Json(created)).into_response();
+    let headers = response.headers_mut();
+    if let Ok(value) = HeaderValue::from_str(&format!("/pedidos/{id}")) {
+        headers.insert(header::LOCATION, value);
+    }
+    if replayed {
+        headers.insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
 /// Creates an order: stored with its `pedido.creado` (version 2) in one transaction; under
-/// the order saga, the saga starts in it too.
+/// the order saga, the saga starts in it too. Idempotent: the same request again (same id
+/// and contents, or the same `Idempotency-Key` and contents) gets the original answer.
 #[utoipa::path(
     post,
     path = "/pedidos",
     tag = "pedidos",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes a retry safe: the same key with the same order gets the original \
+                       answer, with another order a 422. 1 to 255 visible ASCII characters.")),
     request_body(content = NewOrder, content_type = "application/json"),
     responses(
-        (status = 201, description = "Created; `Location` names it.", body = Created,
+        (status = 201, description = "Created (or created before by the same request, then \
+            with `Idempotent-Replayed: true`); `Location` names it.", body = Created,
             headers(("Location" = String, description = "`/pedidos/{id}`"))),
         (status = 400, description = "Not an order: the field at fault is named.", body = ErrorBody),
-        (status = 409, description = "An order with that id exists.", body = ErrorBody),
+        (status = 409, description = "An order with that id exists with other contents.",
+            body = ErrorBody),
+        (status = 422, description = "The Idempotency-Key was used for another request.",
+            body = ErrorBody),
         (status = 503, description = "The database is unavailable; retry (`Retry-After`).", body = ErrorBody),
     )
 )]
 async fn create_order(
     State(state): State<PedidosState>,
+    headers: HeaderMap,
     OrderBody(order): OrderBody,
 ) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let key = key.as_deref();
     let created = match &state.sagas {
         Some(sagas) => {
             let input = OrderSaga::input(&order).map_err(|e| ApiError {
@@ -264,28 +313,31 @@ async fn create_order(
                 error: e.message.clone(),
                 field: Some(e.field.clone()),
             })?;
-            state.store.create_in_saga(&order, sagas, input).await
+            state.store.create_in_saga(&order, key, sagas, input).await
         }
-        None => state.store.create(&order).await,
+        None => state.store.create(&order, key).await,
     };
     match created {
-        Ok(event_id) => {
-            let location = format!("/pedidos/{}", order.id);
-            let created = Created {
-                id: order.id.clone(),
-                id_evento: event_id.to_string(),
-            };
-            let mut response = (StatusCode::CREATED, Json(created)).into_response();
-            if let Ok(value) = HeaderValue::from_str(&location) {
-                response.headers_mut().insert(header::LOCATION, value);
+        Ok(event_id) => Ok(created_response(&order.id, event_id, false)),
+        Err(CreateOrderError::Duplicate { .. } | CreateOrderError::KeyTaken { .. }) => {
+            match state.store.earlier_answer(&order, key).await {
+                Ok(EarlierAnswer::Same(event_id)) => {
+                    Ok(created_response(&order.id, event_id, true))
+                }
+                // A key reused for another request is the client's mistake (422, as the
+                // IETF Idempotency-Key draft and the gateway answer); an id taken is a conflict.
+                Ok(EarlierAnswer::Conflict { field, why }) => Err(ApiError {
+                    status: if field == "id" {
+                        StatusCode::CONFLICT
+                    } else {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    },
+                    error: why,
+                    field: Some(field.to_owned()),
+                }),
+                Err(e) => Err(store_error(&e)),
             }
-            Ok(response)
         }
-        Err(CreateOrderError::Duplicate { id }) => Err(ApiError {
-            status: StatusCode::CONFLICT,
-            error: format!("el pedido {id} ya existe"),
-            field: Some("id".to_owned()),
-        }),
         Err(CreateOrderError::Store(e)) => Err(store_error(&e)),
     }
 }

@@ -12,6 +12,7 @@ mod domain;
 mod http;
 mod messaging;
 mod orchestrator;
+mod requests;
 mod saga;
 
 pub use component::{Api, OutboxRelay, API, DATABASE, RELAY};
