@@ -5,6 +5,7 @@ mod clock;
 mod contract_error;
 mod dead_reason;
 mod dlq;
+mod duplicate_keys;
 mod envelope;
 mod error;
 pub mod failpoint;
@@ -35,6 +36,7 @@ pub use dlq::{
     DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore,
     InvalidDeadLetterId,
 };
+pub use duplicate_keys::first_duplicate_key;
 pub use envelope::{now_ms, Envelope, EnvelopeError, Limits, DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH};
 pub use error::{StoreError, TransportError};
 pub use handler_error::{ErrorClass, HandlerError};

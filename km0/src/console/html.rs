@@ -8,11 +8,15 @@ use axum::response::{Html, IntoResponse, Response};
 
 use crate::ops::dlq::format_utc;
 
-/// `text` safe inside HTML text and attribute values.
+/// `text` safe inside HTML text and attribute values; control characters and direction
+/// overrides are shown as `\uXXXX` (as `km0` prints them), not passed to the browser.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
+            c if c != '\n' && c != '\t' && crate::services::input::is_unsafe_char(c) => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
             '&' => out.push_str("&amp;"),
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
@@ -168,6 +172,7 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;) &amp; &quot;y&quot;&lt;/script&gt;"
         );
         assert_eq!(query_value("a b/ñ"), "a%20b%2F%C3%B1");
+        assert_eq!(esc("P\u{1b}[2J\u{202e}x"), "P\\u001b[2J\\u202ex");
     }
 
     #[test]

@@ -208,9 +208,9 @@ pub async fn run(system: &System, args: LagArgs) -> anyhow::Result<()> {
         broker.close().await;
         let report = report.context("reading queue depths")?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            crate::ops::terminal::println(&serde_json::to_string_pretty(&report)?);
         } else {
-            print!("{}", report.render());
+            crate::ops::terminal::print(&report.render());
         }
         return Ok(());
     }
@@ -218,9 +218,9 @@ pub async fn run(system: &System, args: LagArgs) -> anyhow::Result<()> {
     broker.close().await;
     let report = report.context("reading offsets")?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        crate::ops::terminal::println(&serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", report.render());
+        crate::ops::terminal::print(&report.render());
     }
     Ok(())
 }

@@ -10,3 +10,4 @@ pub mod lag;
 pub mod outbox;
 pub mod queue_lag;
 pub mod saga;
+pub mod terminal;

@@ -14,9 +14,9 @@ use crate::wiring::System;
 pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
     let status = backlog(system).await.context("reading the outbox")?;
     if json {
-        println!("{}", status_json(&status));
+        crate::ops::terminal::println(&status_json(&status).to_string());
     } else {
-        print!("{}", render(&status, now_ms()));
+        crate::ops::terminal::print(&render(&status, now_ms()));
     }
     Ok(())
 }
@@ -58,7 +58,7 @@ pub async fn audit(system: &System, limit: usize, json: bool) -> anyhow::Result<
     let entries = store.db().dead_letters().audit(limit).await;
     store.db().close().await;
     let entries = entries.context("reading the audit")?;
-    print!("{}", crate::ops::dlq::render_audit(&entries, json)?);
+    crate::ops::terminal::print(&crate::ops::dlq::render_audit(&entries, json)?);
     Ok(())
 }
 

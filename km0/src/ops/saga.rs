@@ -67,7 +67,9 @@ pub async fn run(system: &System, command: SagaCommand) -> anyhow::Result<()> {
                 .retry(&order, &operator)
                 .await
                 .with_context(|| format!("retrying saga {order}"))?;
-            println!("saga {order}: compensation sent again, asked by {operator}");
+            crate::ops::terminal::println(&format!(
+                "saga {order}: compensation sent again, asked by {operator}"
+            ));
             Ok(())
         }
     };
@@ -89,10 +91,10 @@ async fn list(
             .map(|(s, n)| (s.as_str().to_owned(), json!(n)))
             .collect();
         let items: Vec<Value> = found.iter().map(|s| saga_json(sagas, s)).collect();
-        println!("{}", json!({"recuento": counts, "sagas": items}));
+        crate::ops::terminal::println(&json!({"recuento": counts, "sagas": items}).to_string());
         return Ok(());
     }
-    print!("{}", render_list(sagas, &found, &counts));
+    crate::ops::terminal::print(&render_list(sagas, &found, &counts));
     Ok(())
 }
 
@@ -105,9 +107,9 @@ async fn show(sagas: &Sagas, id: &str, json: bool) -> anyhow::Result<()> {
         value["datos"] = saga.input.clone();
         value["resultados"] = Value::Object(saga.results.clone());
         value["historial"] = history.iter().map(entry_json).collect();
-        println!("{value}");
+        crate::ops::terminal::println(&value.to_string());
     } else {
-        print!("{}", render_timeline(sagas, &saga, &history));
+        crate::ops::terminal::print(&render_timeline(sagas, &saga, &history));
     }
     Ok(())
 }

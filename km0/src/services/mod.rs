@@ -4,6 +4,7 @@
 
 pub mod analitica;
 pub mod catalogo;
+pub mod input;
 pub mod inventario;
 pub mod pagos;
 pub mod pasarela;

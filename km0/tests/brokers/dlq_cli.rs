@@ -332,3 +332,30 @@ async fn dlq_on_kafka() {
     let url = format!("{}?session_timeout_ms=6000", kafka.url());
     tend_the_dead_letters(&url, Duration::from_secs(90)).await;
 }
+
+/// A dead letter whose key another producer filled with terminal controls: `km0 dlq list`
+/// shows the controls escaped instead of sending them to the operator's terminal, and its
+/// JSON still carries the key as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_list_shows_control_characters_without_obeying_them() {
+    let dir = std::env::temp_dir().join(format!("km0-dlqe-{}", uuid::Uuid::new_v4().simple()));
+    let url = format!("sqlite://{}", dir.join("broker.db").display());
+    let d = Deployment::start(&url, Duration::from_secs(30)).await;
+    let key = "PE\u{1b}[2J\u{1b}]0;owned\u{7}";
+    d.order(key, "pedido.extraviado", "tomate-rosa", 1).await;
+    d.wait_dead_letters(1).await;
+    let (code, text, stderr) = d.km0(&["dlq", "list"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}'),
+        "raw controls reached the terminal: {text:?}"
+    );
+    assert!(
+        text.contains("PE\\u001b[2J\\u001b]0;owned\\u0007"),
+        "{text}"
+    );
+    let listed = d.json(&["dlq", "list", "--json"]).await;
+    assert_eq!(listed[0]["key"], key);
+    d.finish().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

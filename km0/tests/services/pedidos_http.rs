@@ -371,6 +371,44 @@ async fn an_idempotency_key_answers_its_own_request_again_and_refuses_another() 
 }
 
 #[tokio::test]
+async fn input_that_could_reach_a_terminal_a_path_or_a_second_reader_is_refused() {
+    let api = Api::new().await;
+    let with = |field: &str, value: Value| {
+        let mut o = order("P-SAFE");
+        o[field] = value;
+        o
+    };
+    let mut street = order("P-SAFE");
+    street["direccion_entrega"] =
+        json!({"ciudad": "Girona", "codigo_postal": "17001", "calle": "Nou\u{1b}[2J 1"});
+    let mut product = order("P-SAFE");
+    product["lineas"][1]["producto"] = json!("tomate\u{202e}rosa");
+    let cases = [
+        (with("id", json!("P-1\u{1b}[2J")), "id"),
+        (with("id", json!("P 15/../x")), "id"),
+        (with("id", json!("x".repeat(65))), "id"),
+        (with("cliente", json!("ana\n")), "cliente"),
+        (street, "direccion_entrega.calle"),
+        (product, "lineas[1].producto"),
+    ];
+    for (body, field) in cases {
+        let (status, answer) = api.post(&body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert_eq!(answer["campo"], field, "{body}: {answer}");
+    }
+    // Two readers may keep different values of a key written twice: refused, named.
+    let twice = r#"{"id": "P-SAFE", "id": "P-OTHER", "cliente": "ana", "mercado": "girona",
+        "lineas": [{"producto": "x", "cantidad": 1, "precio_centimos": 1, "cantidad": 9}]}"#;
+    let (status, answer) = api.post_raw(Some("application/json"), twice).await;
+    assert_eq!(
+        (status, answer["campo"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("id"))
+    );
+    api.assert_nothing_stored("unsafe input").await;
+    api.test_db.remove().await;
+}
+
+#[tokio::test]
 async fn an_order_reads_back_with_its_lines_and_a_missing_one_is_a_json_404() {
     let api = Api::new().await;
     assert_eq!(api.post(&order("P-9")).await.0, StatusCode::CREATED);

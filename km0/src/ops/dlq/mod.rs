@@ -47,7 +47,7 @@ pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCod
         _ => None,
     };
     if let Some(outcome) = held {
-        print!("{}", outcome?);
+        crate::ops::terminal::print(&outcome?);
         return Ok(ExitCode::SUCCESS);
     }
     let broker = system.broker().await.context("opening the broker")?;
@@ -69,7 +69,7 @@ pub async fn run(system: &System, command: DlqCommand) -> anyhow::Result<ExitCod
     close(&broker, &db).await;
     match outcome {
         Ok(text) => {
-            print!("{text}");
+            crate::ops::terminal::print(&text);
             Ok(ExitCode::SUCCESS)
         }
         Err(e) if is_usage(&e) => {

@@ -7,7 +7,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Longest accepted text field (ids, customers, markets, products), in characters.
+use crate::services::input::{id_problem, text_problem};
+
+/// Longest accepted free-text field (the address's city and street), in characters.
+/// Identifiers (order, customer, market, product, card) follow
+/// [`crate::services::input::id_problem`].
 pub const MAX_TEXT_LEN: usize = 200;
 /// Most lines accepted in one order.
 pub const MAX_LINES: usize = 200;
@@ -61,8 +65,10 @@ pub struct OrderLine {
 /// An order to create, validated.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NewOrder {
-    /// Order id chosen by the client, e.g. `P-2026-000123`; the same order sent again gets
-    /// the original answer, another order under the same id is a conflict.
+    /// Order id chosen by the client, e.g. `P-2026-000123`: 1 to 64 of `A-Z a-z 0-9 . _ : -`,
+    /// starting with a letter or digit (as customer, market, product and card ids). The same
+    /// order sent again gets the original answer, another order under the same id is a
+    /// conflict.
     pub id: String,
     /// Customer (`cliente`).
     #[serde(rename = "cliente")]
@@ -174,7 +180,7 @@ impl NewOrder {
         if !body.is_object() {
             return Err(InvalidOrder::new(
                 "cuerpo",
-                "el cuerpo debe ser un objeto JSON",
+                "the body must be a JSON object",
             ));
         }
         let input: OrderInput = serde_path_to_error::deserialize(body).map_err(|e| {
@@ -186,22 +192,22 @@ impl NewOrder {
             };
             InvalidOrder::new(field, e.into_inner().to_string())
         })?;
-        let id = text(input.id, "id")?;
-        let customer = text(input.cliente, "cliente")?;
-        let market = text(input.mercado, "mercado")?;
+        let id = identifier(input.id, "id")?;
+        let customer = identifier(input.cliente, "cliente")?;
+        let market = identifier(input.mercado, "mercado")?;
         let Some(lines) = input.lineas else {
-            return Err(InvalidOrder::new("lineas", "falta el campo"));
+            return Err(InvalidOrder::new("lineas", MISSING));
         };
         if lines.is_empty() {
             return Err(InvalidOrder::new(
                 "lineas",
-                "el pedido necesita al menos una línea",
+                "an order needs at least one line",
             ));
         }
         if lines.len() > MAX_LINES {
             return Err(InvalidOrder::new(
                 "lineas",
-                format!("como mucho {MAX_LINES} líneas por pedido"),
+                format!("at most {MAX_LINES} lines per order"),
             ));
         }
         let lines = lines
@@ -210,7 +216,7 @@ impl NewOrder {
             .map(|(i, line)| {
                 let path = |name: &str| format!("lineas[{i}].{name}");
                 Ok(OrderLine {
-                    product: text(line.producto, &path("producto"))?,
+                    product: identifier(line.producto, &path("producto"))?,
                     quantity: integer(line.cantidad, &path("cantidad"), 1)?,
                     price_cents: integer(line.precio_centimos, &path("precio_centimos"), 0)?,
                 })
@@ -218,7 +224,7 @@ impl NewOrder {
             .collect::<Result<Vec<_>, InvalidOrder>>()?;
         let card = match input.tarjeta {
             None => None,
-            some => Some(text(some, "tarjeta")?),
+            some => Some(identifier(some, "tarjeta")?),
         };
         let address = match input.direccion_entrega {
             None => None,
@@ -256,15 +262,31 @@ impl NewOrder {
     }
 }
 
+/// The message of a member the body lacks.
+const MISSING: &str = "missing";
+
 fn text(value: Option<String>, path: &str) -> Result<String, InvalidOrder> {
     match value {
-        None => Err(InvalidOrder::new(path, "falta el campo")),
-        Some(s) if s.trim().is_empty() => Err(InvalidOrder::new(path, "no puede estar vacío")),
+        None => Err(InvalidOrder::new(path, MISSING)),
+        Some(s) if s.trim().is_empty() => Err(InvalidOrder::new(path, "must not be empty")),
         Some(s) if s.chars().count() > MAX_TEXT_LEN => Err(InvalidOrder::new(
             path,
-            format!("como mucho {MAX_TEXT_LEN} caracteres"),
+            format!("at most {MAX_TEXT_LEN} characters"),
         )),
-        Some(s) => Ok(s),
+        Some(s) => match text_problem(&s) {
+            Some(problem) => Err(InvalidOrder::new(path, problem)),
+            None => Ok(s),
+        },
+    }
+}
+
+fn identifier(value: Option<String>, path: &str) -> Result<String, InvalidOrder> {
+    let Some(value) = value else {
+        return Err(InvalidOrder::new(path, MISSING));
+    };
+    match id_problem(&value) {
+        Some(problem) => Err(InvalidOrder::new(path, problem)),
+        None => Ok(value),
     }
 }
 
@@ -274,22 +296,19 @@ fn postal_code(value: Option<String>) -> Result<String, InvalidOrder> {
     if code.len() == 5 && code.bytes().all(|b| b.is_ascii_digit()) {
         Ok(code)
     } else {
-        Err(InvalidOrder::new(PATH, "debe tener cinco dígitos"))
+        Err(InvalidOrder::new(PATH, "must be five digits"))
     }
 }
 
 fn integer(value: Option<i64>, path: &str, min: i32) -> Result<i32, InvalidOrder> {
     let Some(number) = value else {
-        return Err(InvalidOrder::new(path, "falta el campo"));
+        return Err(InvalidOrder::new(path, MISSING));
     };
     if number < i64::from(min) {
-        return Err(InvalidOrder::new(
-            path,
-            format!("debe ser mayor o igual que {min}"),
-        ));
+        return Err(InvalidOrder::new(path, format!("must be at least {min}")));
     }
     i32::try_from(number)
-        .map_err(|_| InvalidOrder::new(path, format!("debe ser menor que {}", i32::MAX)))
+        .map_err(|_| InvalidOrder::new(path, format!("must be less than {}", i32::MAX)))
 }
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ impl<S: Send + Sync> FromRequest<S> for OrderBody {
         let too_large = || {
             ApiError::bad_request(
                 "cuerpo",
-                format!("el cuerpo supera el máximo de {MAX_BODY_BYTES} bytes"),
+                format!("the body is larger than {MAX_BODY_BYTES} bytes"),
             )
         };
         let declared = req
@@ -208,12 +208,16 @@ impl<S: Send + Sync> FromRequest<S> for OrderBody {
             ApiError::bad_request(
                 "cuerpo",
                 format!(
-                    "JSON mal formado en la línea {}, columna {}: {e}",
+                    "malformed JSON at line {}, column {}: {e}",
                     e.line(),
                     e.column()
                 ),
             )
         })?;
+        // serde_json keeps the last of two equal keys, other readers the first: refused.
+        if let Some(path) = entrega_core::first_duplicate_key(&bytes) {
+            return Err(ApiError::bad_request(path, "this key is written twice"));
+        }
         NewOrder::from_json(&value)
             .map(OrderBody)
             .map_err(|e| ApiError::bad_request(e.field, e.message))
@@ -221,12 +225,8 @@ impl<S: Send + Sync> FromRequest<S> for OrderBody {
 }
 
 fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
-    let wrong = || {
-        ApiError::bad_request(
-            "content-type",
-            "el cuerpo debe enviarse como application/json",
-        )
-    };
+    let wrong =
+        || ApiError::bad_request("content-type", "the body must be sent as application/json");
     let value = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -366,7 +366,7 @@ async fn cancel_order(
     let Some(sagas) = &state.sagas else {
         return Err(ApiError::new(
             StatusCode::NOT_IMPLEMENTED,
-            "las cancelaciones necesitan la saga de pedidos",
+            "cancelling needs pedidos to run the order saga",
         ));
     };
     match sagas.cancel(&id, "cancelado por el cliente").await {
@@ -398,17 +398,16 @@ async fn cancel_order(
             .into_response()),
         Ok(CancelOutcome::Completed) => Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("el pedido {id} ya está pagado"),
+            format!("order {id} is paid already"),
         )),
         Err(SagaError::NotFound { .. }) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("no existe el pedido {id}"),
+            format!("no order {id}"),
         )),
         Err(SagaError::Store(e)) => Err(store_error(&e)),
-        Err(e) if e.is_transient() => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "inténtalo de nuevo",
-        )),
+        Err(e) if e.is_transient() => {
+            Err(ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "try again"))
+        }
         Err(e) => Err(ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             e.to_string(),
@@ -436,7 +435,7 @@ async fn get_order(
         Ok(Some(order)) => Ok((StatusCode::OK, Json(order)).into_response()),
         Ok(None) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
-            format!("no existe el pedido {id}"),
+            format!("no order {id}"),
         )),
         Err(e) => Err(store_error(&e)),
     }
@@ -467,11 +466,11 @@ async fn health(State(state): State<PedidosState>) -> Response {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "ruta desconocida")
+    ApiError::new(StatusCode::NOT_FOUND, "no such route")
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "método no permitido")
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
 }
 
 /// Transient database failures are 503 (retry later); anything else is a 500. The details
@@ -481,10 +480,10 @@ fn store_error(e: &entrega_core::StoreError) -> ApiError {
         tracing::warn!(error = %e, "database unavailable");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "base de datos no disponible, reintente",
+            "database unavailable, retry",
         )
     } else {
         tracing::error!(error = %e, "database error");
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "error interno")
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
     }
 }
