@@ -103,9 +103,16 @@ pub struct Cli {
     )]
     pub max_batch: u16,
 
-    /// Runs every new order through the order saga that pedidos orchestrates (reserve,
-    /// charge, assign a courier; compensations on a refusal, a deadline or a cancel).
-    #[arg(long, global = true, env = "KM0_SAGA")]
+    /// The seed's first flow only (pedidos → inventario: no payment, no delivery) instead of
+    /// the order saga pedidos runs every new order through by default (reserve, charge,
+    /// assign a courier; compensations on a refusal, a deadline or a cancel). Every process
+    /// of a deployment needs the same choice.
+    #[arg(long, global = true, env = "KM0_NO_SAGA", alias = "sin-saga")]
+    pub no_saga: bool,
+
+    /// The order saga: the default; wins over `--no-saga` (or `KM0_NO_SAGA`) when both are
+    /// given.
+    #[arg(long, global = true, env = "KM0_SAGA", hide = true)]
     pub saga: bool,
 
     /// During a version transition, publishes this event type at its current version and
@@ -124,7 +131,12 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_CLOUDEVENTS")]
     pub cloudevents: bool,
 
-    /// With `--saga`: seconds the reservation and the charge may each take before the saga
+    /// Seconds reparto's simulated couriers take to make a delivery once assigned, after
+    /// which they are free for the next; 0: they never finish by themselves.
+    #[arg(long, global = true, env = "KM0_DELIVERY_TIME_S", default_value_t = 30)]
+    pub delivery_time_s: u64,
+
+    /// Under the order saga: seconds the reservation and the charge may each take before the saga
     /// compensates (a reply after it is ignored, and undone if it did something).
     #[arg(
         long,
@@ -226,14 +238,16 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// pedidos HTTP + relay + inventario consumer + catalogo (+ analitica on Kafka) in one
-    /// process, until SIGINT/SIGTERM; with `--saga`, the whole order saga: pagos, reparto and
-    /// the payment gateway simulator too.
+    /// The whole system in one process, until SIGINT/SIGTERM: pedidos' HTTP API and the
+    /// order saga it runs, relay, inventario, pagos, reparto, catalogo (+ analitica on
+    /// Kafka) and the payment gateway simulator; with `--no-saga`, the seed's first flow
+    /// (pedidos, relay, inventario, catalogo).
     Up {
         /// Address of the pedidos HTTP API.
         #[arg(long, default_value = "127.0.0.1:8080")]
         http: SocketAddr,
-        /// With `--saga`: address of the payment gateway simulator pagos charges through.
+        /// Address of the payment gateway simulator pagos charges through (not with
+        /// `--no-saga`).
         #[arg(long, default_value = "127.0.0.1:8095")]
         pasarela: SocketAddr,
         /// Where to serve `/metrics`, `/healthz` and `/readyz` (docs/OPERATIONS.md), and the
@@ -441,10 +455,6 @@ pub struct DemoArgs {
     /// the plan go to stderr.
     #[arg(long)]
     pub json: bool,
-    /// The seed's first flow only (pedidos → inventario, no payment or delivery) instead of
-    /// the order saga.
-    #[arg(long, alias = "sin-saga")]
-    pub no_saga: bool,
 }
 
 impl Cli {
@@ -519,7 +529,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .map_err(|e| anyhow::anyhow!("--publish-both: {e}"))?;
         system = system.with_transitions(transitions);
     }
-    if cli.saga {
+    system = system.with_delivery_time(
+        (cli.delivery_time_s > 0).then(|| Duration::from_secs(cli.delivery_time_s)),
+    );
+    let saga = cli.saga || !cli.no_saga;
+    // The demo times its saga to its own run.
+    if saga && !matches!(cli.command, Command::Demo(_)) {
         system = system.with_saga(crate::services::pedidos::SagaTimings {
             step_deadline: Duration::from_secs(cli.saga_step_deadline_s),
             ..Default::default()
@@ -633,7 +648,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 seed: args.seed,
                 progress: !args.no_progress,
                 redeliver: args.redeliver.unwrap_or(args.orders / 50),
-                saga: !args.no_saga,
+                saga,
                 json: args.json,
             };
             let report = demo::run(&system, &options).await?;

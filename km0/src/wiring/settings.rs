@@ -65,6 +65,7 @@ pub(super) struct Settings {
     pub(super) schema: SchemaMode,
     pub(super) http_tls: Option<ServerTls>,
     pub(super) tls_ca: Option<PathBuf>,
+    pub(super) delivery_time: Option<Duration>,
 }
 
 impl Default for Settings {
@@ -83,6 +84,7 @@ impl Default for Settings {
             schema: SchemaMode::default(),
             http_tls: None,
             tls_ca: None,
+            delivery_time: None,
         }
     }
 }
@@ -191,6 +193,19 @@ impl System {
     /// How the consumers retry.
     pub fn retry(&self) -> &RetryArgs {
         &self.settings.retry
+    }
+
+    /// Sets how long reparto's simulated couriers take to make a delivery once assigned (then
+    /// they are free for the next); `None` (the default; `km0`'s command line sets 30 s):
+    /// they never finish by themselves, something else marks deliveries made.
+    pub fn with_delivery_time(mut self, delivery_time: Option<Duration>) -> Self {
+        self.settings.delivery_time = delivery_time;
+        self
+    }
+
+    /// How long reparto's simulated couriers take to make a delivery, if they make them.
+    pub fn delivery_time(&self) -> Option<Duration> {
+        self.settings.delivery_time
     }
 
     /// Sets how many keys' events the inventario worker applies at once (1: one batch at a

@@ -43,7 +43,7 @@ fn options(seed: u64) -> DemoOptions {
 fn foreign_order(n: usize) -> OutgoingMessage {
     let id = format!("FOREIGN-{n:06}");
     let datos = json!({"id": id, "cliente": "otra", "mercado": "girona",
-        "direccion": {"ciudad": "Girona", "codigo_postal": "17001"},
+        "direccion_entrega": {"ciudad": "Madrid", "codigo_postal": "28001", "calle": "Gran Via 1"},
         "lineas": [{"producto": "tomate-rosa", "cantidad": 2, "precio_centimos": 350}]});
     let envelope = Envelope::new("pedido.creado", "pedidos", datos);
     OutgoingMessage {

@@ -105,6 +105,23 @@ async fn every_order_reaches_one_final_state(system: System) {
         .await
         .unwrap();
     assert_eq!(late.status().as_u16(), 409);
+    // Each order's GET says where it stands, and why a cancelled one was cancelled.
+    let shown = |id: &'static str| {
+        let http = http.clone();
+        async move {
+            let url = format!("http://{addr}/pedidos/{id}");
+            let body: serde_json::Value = http.get(url).send().await.unwrap().json().await.unwrap();
+            body
+        }
+    };
+    let paid = shown("P-ok").await;
+    assert_eq!(
+        (paid["estado"].as_str(), paid.get("motivo")),
+        (Some("pagado"), None)
+    );
+    let uncovered = shown("P-ciudad").await;
+    assert_eq!(uncovered["estado"], "cancelado");
+    assert_eq!(uncovered["motivo"], "ciudad_no_cubierta: Lleida");
     running.stop().await.unwrap();
 
     let status = |id: &str| {

@@ -165,6 +165,10 @@ impl Deployment {
         command
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
+            // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+            .env("KM0_NO_SAGA", "true")
+            // Deliveries stay assigned unless a test makes them.
+            .env("KM0_DELIVERY_TIME_S", "0")
             .args(&self.args)
             .args(args)
             .env_remove("KM0_DATABASE")
@@ -213,6 +217,10 @@ impl Deployment {
         let run = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
+            // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+            .env("KM0_NO_SAGA", "true")
+            // Deliveries stay assigned unless a test makes them.
+            .env("KM0_DELIVERY_TIME_S", "0")
             .args(&self.args)
             .args(args)
             .env_remove("KM0_DATABASE")

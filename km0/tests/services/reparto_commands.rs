@@ -119,6 +119,34 @@ async fn a_pending_delivery_is_answered_when_a_courier_frees_up(backend: &str) {
     f.db.remove().await;
 }
 
+/// A city is matched without regard to case, and a courier who has been out for the
+/// delivery time has made the delivery and takes the next one.
+async fn couriers_finish_after_the_delivery_time_and_take_the_next(backend: &str) {
+    let f = Fixture::new(backend).await;
+    f.assign("P-7", "tarragona").await;
+    f.assign("P-8", "TARRAGONA").await;
+    assert_eq!(f.state("P-7").await, Some(DeliveryState::Assigned));
+    assert_eq!(f.state("P-8").await, Some(DeliveryState::Pending));
+    // Not out long enough yet: nothing is made.
+    let long_ago = now_ms() - 60_000;
+    assert_eq!(
+        f.store
+            .complete_assigned_before(long_ago, now_ms())
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(f.state("P-7").await, Some(DeliveryState::Assigned));
+    // Out for the delivery time: made, and the courier takes the pending one.
+    let now = now_ms() + 1;
+    assert_eq!(f.store.complete_assigned_before(now, now).await.unwrap(), 1);
+    assert_eq!(f.state("P-7").await, Some(DeliveryState::Delivered));
+    assert_eq!(f.store.assign_pending(now).await.unwrap(), 1);
+    assert_eq!(f.state("P-8").await, Some(DeliveryState::Assigned));
+    assert_eq!(f.answers("reparto.asignado", "P-8").await.len(), 1);
+    f.db.remove().await;
+}
+
 async fn a_delivery_cancelled_first_is_refused(backend: &str) {
     let f = Fixture::new(backend).await;
     let cancelled = f
@@ -156,4 +184,5 @@ on_both_backends!(
     a_city_without_couriers_is_refused_with_its_reason,
     a_pending_delivery_is_answered_when_a_courier_frees_up,
     a_delivery_cancelled_first_is_refused,
+    couriers_finish_after_the_delivery_time_and_take_the_next,
 );

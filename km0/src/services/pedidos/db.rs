@@ -197,6 +197,7 @@ impl OrderStore {
                     price_cents,
                 })
                 .collect(),
+            reason: None,
         }))
     }
 

@@ -126,6 +126,10 @@ pub struct Order {
     /// Lines (`lineas`), in insertion order.
     #[serde(rename = "lineas")]
     pub lines: Vec<OrderLine>,
+    /// Why it was cancelled (`motivo`), when the order saga cancelled it: the step that
+    /// refused and its answer (`ciudad_no_cubierta: Lleida`, `cancelado por el cliente`).
+    #[serde(rename = "motivo", default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Why a request body is not a valid order; names the offending field.

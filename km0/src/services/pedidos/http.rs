@@ -432,7 +432,19 @@ async fn get_order(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     match state.store.find(&id).await {
-        Ok(Some(order)) => Ok((StatusCode::OK, Json(order)).into_response()),
+        Ok(Some(mut order)) => {
+            if let (OrderState::Cancelled, Some(sagas)) = (order.state, &state.sagas) {
+                order.reason = match sagas.show(&id).await {
+                    Ok(found) => found.and_then(|(record, _)| record.reason),
+                    Err(SagaError::Store(e)) => return Err(store_error(&e)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, order = %id, "reading the order's saga");
+                        None
+                    }
+                };
+            }
+            Ok((StatusCode::OK, Json(order)).into_response())
+        }
         Ok(None) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             format!("no order {id}"),

@@ -90,7 +90,7 @@ impl Component for Reparto {
             ),
             None => Arc::new(LocalMaps),
         };
-        spawn_assignment(store.clone(), start.stop.clone());
+        spawn_assignment(store.clone(), system.delivery_time(), start.stop.clone());
         let db = store.db().clone();
         let consumer = Arc::new(DeliveryConsumer::new(store.clone(), maps.clone()));
         let member = format!("{instance}-reparto");
@@ -129,12 +129,29 @@ impl Component for Reparto {
     }
 }
 
-/// Gives pending deliveries the couriers that became free, every [`ASSIGN_EVERY`], until
-/// `stop`. A failed round is logged and tried again next time.
-fn spawn_assignment(store: DeliveryStore, stop: CancellationToken) {
+/// Every [`ASSIGN_EVERY`] until `stop`: the couriers assigned `delivery_time` ago or more
+/// make their deliveries (when they make them by themselves), then pending deliveries get
+/// the couriers that are free. A failed round is logged and tried again next time.
+fn spawn_assignment(
+    store: DeliveryStore,
+    delivery_time: Option<Duration>,
+    stop: CancellationToken,
+) {
+    let delivery_ms = delivery_time.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
     tokio::spawn(async move {
         loop {
-            match store.assign_pending(entrega_core::now_ms()).await {
+            let now = entrega_core::now_ms();
+            if let Some(ms) = delivery_ms {
+                match store
+                    .complete_assigned_before(now.saturating_sub(ms), now)
+                    .await
+                {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(delivered = n, "couriers made their deliveries"),
+                    Err(e) => tracing::warn!(error = %e, "making due deliveries failed"),
+                }
+            }
+            match store.assign_pending(now).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(assigned = n, "pending deliveries assigned"),
                 Err(e) => tracing::warn!(error = %e, "assigning pending deliveries failed"),

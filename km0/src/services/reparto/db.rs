@@ -147,12 +147,13 @@ impl TryFrom<DeliveryRow> for Delivery {
     }
 }
 
-/// Takes a free courier of `city` in the open transaction; `None` when all are busy.
+/// Takes a free courier of `city` (its name matched without regard to case) in the open
+/// transaction; `None` when all are busy.
 pub(super) async fn take_courier(tx: &mut Tx, city: &str) -> Result<Option<String>, StoreError> {
     tx.scalar(
         query(
             "UPDATE repartidores SET libre = 0
-             WHERE id = (SELECT id FROM repartidores WHERE ciudad = $1 AND libre = 1
+             WHERE id = (SELECT id FROM repartidores WHERE lower(ciudad) = lower($1) AND libre = 1
                          ORDER BY id LIMIT 1)
                AND libre = 1
              RETURNING id",
@@ -204,7 +205,10 @@ impl DeliveryStore {
     pub async fn serves(&self, city: &str) -> Result<bool, StoreError> {
         let found: Option<i32> = self
             .db
-            .scalar(query("SELECT 1 FROM repartidores WHERE ciudad = $1 LIMIT 1").bind(city))
+            .scalar(
+                query("SELECT 1 FROM repartidores WHERE lower(ciudad) = lower($1) LIMIT 1")
+                    .bind(city),
+            )
             .await?;
         Ok(found.is_some())
     }
@@ -420,6 +424,32 @@ impl DeliveryStore {
         };
         tx.commit().await?;
         Ok(done)
+    }
+
+    /// Makes every delivery assigned at or before `assigned_by_ms`, oldest first, freeing
+    /// its courier (km0's simulated couriers take a fixed time); returns how many.
+    pub async fn complete_assigned_before(
+        &self,
+        assigned_by_ms: i64,
+        now_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let due: Vec<(String,)> = self
+            .db
+            .fetch_all(
+                query(
+                    "SELECT pedido_id FROM entregas WHERE estado = $1 AND actualizado_ms <= $2
+                     ORDER BY actualizado_ms, pedido_id LIMIT $3",
+                )
+                .bind(DeliveryState::Assigned.as_str())
+                .bind(assigned_by_ms)
+                .bind(ASSIGN_BATCH),
+            )
+            .await?;
+        let mut made = 0;
+        for (order_id,) in due {
+            made += u64::from(self.complete(&order_id, now_ms).await?);
+        }
+        Ok(made)
     }
 
     /// The delivery of `order_id`, if any.
