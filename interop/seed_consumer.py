@@ -83,19 +83,27 @@ def argumentos() -> argparse.Namespace:
     p.add_argument("--expect", type=int, required=True,
                    help="distinct pedido.creado events to apply before exiting")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds")
+    p.add_argument("--as-written", action="store_true",
+                   help="the seed's consumer settings and its asynchronous commit, unchanged "
+                        "(benchmarks); without it, a short session and synchronous commits "
+                        "that tests can rely on")
     return p.parse_args()
 
 
 def consumir(args: argparse.Namespace, conn: psycopg.Connection,
              cuentas: dict[str, int]) -> int:
-    consumidor = Consumer({
+    ajustes = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group,
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
-        # A dead member of a test's group is noticed after this; keep it short.
-        "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
-        # The topic may be created after we subscribe: look for it again soon.
-        "topic.metadata.refresh.interval.ms": 1000,
-    })
+    }
+    if not args.as_written:
+        ajustes.update({
+            # A dead member of a test's group is noticed after this; keep it short.
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+            # The topic may be created after we subscribe: look for it again soon.
+            "topic.metadata.refresh.interval.ms": 1000,
+        })
+    consumidor = Consumer(ajustes)
     consumidor.subscribe([args.topic])
     vistos: set[str] = set()
     fin = time.monotonic() + args.timeout
@@ -132,8 +140,12 @@ def consumir(args: argparse.Namespace, conn: psycopg.Connection,
                       f"{evento['datos']['id']}: {resultado}", file=sys.stderr)
             else:
                 cuentas["ignorados"] += 1
-            # Always after the database transaction; synchronous, since we may exit next.
-            consumidor.commit(message=msg, asynchronous=False)
+            # Always after the database transaction. As the seed writes it, asynchronous;
+            # synchronous for tests, since we may exit next.
+            if args.as_written:
+                consumidor.commit(message=msg)
+            else:
+                consumidor.commit(message=msg, asynchronous=False)
         return 0
     finally:
         cuentas["distintos"] = len(vistos)

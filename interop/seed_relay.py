@@ -90,10 +90,15 @@ def main() -> int:
     p.add_argument("--partitions", type=int, default=6, help="if the topic must be created")
     p.add_argument("--crash-before-mark", action="store_true")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per broker wait")
+    p.add_argument("--as-written", action="store_true",
+                   help="the seed's producer settings, unchanged (benchmarks); without it, "
+                        "deliveries time out after --timeout, as tests need")
     args = p.parse_args()
 
-    productor = Producer({"bootstrap.servers": args.bootstrap, "acks": "all",
-                          "message.timeout.ms": int(args.timeout * 1000)})
+    ajustes = {"bootstrap.servers": args.bootstrap, "acks": "all"}
+    if not args.as_written:
+        ajustes["message.timeout.ms"] = int(args.timeout * 1000)
+    productor = Producer(ajustes)
     asegurar_topico(args.bootstrap, args.topic, args.partitions, args.timeout)
     publicados = 0
     with psycopg.connect(args.dsn) as conn:

@@ -270,7 +270,7 @@ pub enum Command {
         #[arg(long)]
         roles: bool,
     },
-    /// The outbox of pedidos.
+    /// Every service's outbox: its backlog, refused rows, releasing a held one.
     Outbox {
         /// What to show.
         #[command(subcommand)]
@@ -307,9 +307,10 @@ pub struct RunArgs {
     /// The component.
     #[arg(value_parser = component_names())]
     pub component: String,
-    /// Address of the HTTP API (pedidos, pasarela).
-    #[arg(long, default_value = "127.0.0.1:8080")]
-    pub http: SocketAddr,
+    /// Address of the HTTP API: default 127.0.0.1:8080 for pedidos, 127.0.0.1:8095 for
+    /// pasarela (the addresses `km0 up` uses).
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
     /// Name of this instance among its peers (relay lane owner, consumer group member);
     /// default `<component>-<pid>`.
     #[arg(long)]
@@ -458,6 +459,26 @@ pub struct DemoArgs {
 }
 
 impl Cli {
+    /// The command line as `km0` parses it: the global options (`--database`, `--broker`,
+    /// ...) are listed once, by `km0 --help`; a subcommand's help shows its own options and
+    /// says where the others are. They are accepted everywhere all the same.
+    pub fn command_line() -> clap::Command {
+        let mut command = <Self as clap::CommandFactory>::command();
+        command.build();
+        hide_globals(&mut command, true);
+        command
+    }
+
+    /// Parses the process's arguments ([`Cli::command_line`]); prints help, the version or a
+    /// usage error and exits when that is what they ask for.
+    pub fn parse_args() -> Self {
+        let matches = Self::command_line().get_matches();
+        match <Self as clap::FromArgMatches>::from_arg_matches(&matches) {
+            Ok(cli) => cli,
+            Err(e) => e.exit(),
+        }
+    }
+
     /// The per-service databases named by `--database` and `--db-prefix`.
     pub fn databases(&self) -> anyhow::Result<Databases> {
         let place = DataPlace::parse(&self.database)?;
@@ -465,6 +486,32 @@ impl Cli {
             place,
             prefix: self.db_prefix.clone(),
         })
+    }
+}
+
+/// Where `km0 run <component>` serves HTTP unless told: where `km0 up` serves it.
+fn default_http(component: &str) -> SocketAddr {
+    let port = if component == "pasarela" { 8095 } else { 8080 };
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// Hides the global options in the help of `command`'s subcommands (not at the top), and
+/// points there instead.
+fn hide_globals(command: &mut clap::Command, top: bool) {
+    if !top {
+        let owned = std::mem::replace(command, clap::Command::new("km0"));
+        *command = owned
+            .mut_args(|arg| {
+                if arg.is_global_set() {
+                    arg.hide(true)
+                } else {
+                    arg
+                }
+            })
+            .after_help("Global options (--database, --broker, --no-saga, ...): km0 --help");
+    }
+    for sub in command.get_subcommands_mut() {
+        hide_globals(sub, false);
     }
 }
 
@@ -611,7 +658,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if args.console {
                 components.console = Some(operators.clone());
             }
-            wiring::run_until_signal(&system, components, args.http).await?;
+            let http = args.http.unwrap_or_else(|| default_http(component.name()));
+            wiring::run_until_signal(&system, components, http).await?;
         }
         Command::Migrate { roles } => {
             let migrated = system.migrate(roles).await.context("migrating")?;
@@ -691,6 +739,7 @@ pub fn error_report(error: &anyhow::Error) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use clap::CommandFactory as _;
 
@@ -699,6 +748,40 @@ mod tests {
         // Duplicate argument ids, bad defaults and conflicting flags fail here, not at the
         // first run of the subcommand that has them.
         super::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn global_options_are_listed_once_and_accepted_everywhere() {
+        let mut command = super::Cli::command_line();
+        let top = command.render_help().to_string();
+        assert!(
+            top.contains("--database") && top.contains("--no-saga"),
+            "{top}"
+        );
+        let show = command
+            .find_subcommand_mut("saga")
+            .and_then(|saga| saga.find_subcommand_mut("show"))
+            .expect("km0 saga show")
+            .render_help()
+            .to_string();
+        assert!(
+            !show.contains("--tls-cert") && !show.contains("--database <"),
+            "{show}"
+        );
+        assert!(show.contains("km0 --help"), "{show}");
+        let matches = super::Cli::command_line()
+            .try_get_matches_from([
+                "km0",
+                "outbox",
+                "status",
+                "--database",
+                "sqlite://elsewhere",
+            ])
+            .expect("a global option after the subcommand");
+        let cli = <super::Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap();
+        assert_eq!(cli.database, "sqlite://elsewhere");
+        assert_eq!(super::default_http("pasarela").port(), 8095);
+        assert_eq!(super::default_http("pedidos").port(), 8080);
     }
 
     #[test]

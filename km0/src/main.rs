@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::Layer as _;
@@ -15,7 +14,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = km0::cli::Cli::parse();
+    let cli = km0::cli::Cli::parse_args();
     // The demo prints its own progress and report; services log what they do.
     let default_filter = match cli.command {
         km0::cli::Command::Demo(_) | km0::cli::Command::Bench(_) => "warn",
@@ -44,8 +43,15 @@ async fn main() -> ExitCode {
         },
         None => (None, None),
     };
+    // rust-rdkafka closes a consumer's queue again when it drops one, and logs the refusal as
+    // an error though entrega closed the queue (and left the group) already: the only error
+    // that module logs, and never news on a clean shutdown.
+    let double_close = tracing_subscriber::filter::filter_fn(|meta| {
+        !(meta.target() == "rdkafka::consumer::base_consumer"
+            && *meta.level() == tracing::Level::ERROR)
+    });
     tracing_subscriber::registry()
-        .with(logs.with_filter(filter))
+        .with(logs.with_filter(filter).with_filter(double_close))
         .with(otlp.with_filter(tracing_subscriber::EnvFilter::new("km0=info,entrega=info")))
         .init();
     let code = match km0::cli::run(cli).await {

@@ -22,9 +22,11 @@
 TEST_DURATIONS="$KM0_CACHE/test-durations.tsv"
 
 # Tests that take down a service other binaries share (the local RabbitMQ node, stopped and
-# started by the restart test): `binary<TAB>test filter`, one a line. Their binary skips
-# them, and they run alone at the end.
-ALONE_TESTS=$'km0-brokers\tamqp_broker_restart::'
+# started by the restart test) or need most of one (the demos on a shared broker open every
+# service's pools, more connections than PostgreSQL serves beside the other tests):
+# `binary<TAB>test filter`, one a line. Their binary skips them, and they run alone at the
+# end, one test at a time.
+ALONE_TESTS=$'km0-brokers\tamqp_broker_restart::\nkm0-brokers\tdemo_hermetic::'
 
 test_tasks() {
   local threads=$1 json

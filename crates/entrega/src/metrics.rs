@@ -60,3 +60,43 @@ pub(crate) fn dead_letter(group: &str, reason: &entrega_core::DeadReason) {
 pub(crate) fn outcome(name: &'static str, outcome: &'static str) {
     metrics::counter!(name, "outcome" => outcome).increment(1);
 }
+
+/// Gives every metric above its `# HELP` text and unit on the installed recorder: call it
+/// once after installing one (a recorder installed later has no descriptions).
+pub fn describe() {
+    use metrics::{describe_counter, describe_histogram, Unit};
+    describe_histogram!(
+        RELAY_PUBLISH_SECONDS,
+        Unit::Seconds,
+        "How long each relay publish took, to the broker's confirmation of every message in it."
+    );
+    describe_histogram!(
+        HANDLER_SECONDS,
+        Unit::Seconds,
+        "How long each handler call of a consumer group's worker took (one call, one batch)."
+    );
+    describe_counter!(
+        RPC_CALLS,
+        "Calls an RPC client made, by how they ended (answered, timed_out)."
+    );
+    describe_counter!(
+        RPC_LATE_REPLIES,
+        "Replies an RPC client received for no call in flight (late or twice), discarded."
+    );
+    describe_counter!(
+        RPC_SERVED,
+        "Requests an RPC server settled, by how (answered, failed, undeliverable, retried)."
+    );
+    describe_counter!(
+        DEAD_LETTERS,
+        "Records a consumer group dead-lettered, by class and reason."
+    );
+    describe_counter!(
+        HELD_LETTERS,
+        "Dead letters the broker refused, held in the consumer's database for an operator."
+    );
+    describe_counter!(
+        UNSIGNED_ONLY_GROUP,
+        "Records whose entrega-only-group did not verify, handled as ordinary records."
+    );
+}

@@ -39,8 +39,10 @@ pub struct SeedArgs {
     /// Events in the outbox, drained by each relay.
     #[arg(long, default_value_t = 50_000)]
     pub events: usize,
-    /// Messages on the topic, drained by each consumer.
-    #[arg(long, default_value_t = 10_000)]
+    /// Messages on the topic, drained by each consumer: enough for the seed's consumer to
+    /// show its steady behaviour (its per-message commits hold back its group's heartbeats
+    /// until the session times out and the group rejoins, which a short run never sees).
+    #[arg(long, default_value_t = 40_000)]
     pub messages: usize,
     /// Orders the events and messages belong to.
     #[arg(long, default_value_t = 10_000)]
@@ -159,7 +161,15 @@ async fn compare_relays(
         common,
         args,
         "seed_relay.py",
-        &["--dsn", &dsn, "--topic", &seed_topic, "--orders", "0"],
+        &[
+            "--dsn",
+            &dsn,
+            "--topic",
+            &seed_topic,
+            "--orders",
+            "0",
+            "--as-written",
+        ],
     )
     .await?;
     let seed = span_rate(pool, "outbox", "publicado_en", None).await?;
@@ -257,6 +267,8 @@ async fn seed_consumer(
             &expect,
             "--timeout",
             &timeout,
+            // The seed's settings and asynchronous commit, as its authors wrote them.
+            "--as-written",
         ],
     )
     .await?;

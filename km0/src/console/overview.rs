@@ -122,7 +122,7 @@ async fn lag_section(console: &Console) -> String {
     if let Some(amqp) = console.broker.as_amqp() {
         for owned in groups() {
             let (group, topic) = (owned.group, owned.topic);
-            match queue_lag_report(amqp, &[group.to_owned()], &[topic.to_owned()]).await {
+            match queue_lag_report(amqp, &[(group.to_owned(), topic.to_owned())]).await {
                 Ok(report) => {
                     for g in report.groups {
                         rows.push(vec![
@@ -155,7 +155,7 @@ async fn lag_section(console: &Console) -> String {
     let inspector = console.broker.inspector();
     for owned in groups() {
         let (group, topic) = (owned.group, owned.topic);
-        match lag_report(inspector.as_ref(), &[group.to_owned()], &[topic.to_owned()]).await {
+        match lag_report(inspector.as_ref(), &[(group.to_owned(), topic.to_owned())]).await {
             Ok(report) => {
                 for g in report.groups {
                     let behind: Vec<String> = g

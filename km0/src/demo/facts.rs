@@ -133,6 +133,8 @@ pub struct SagaSummary {
     pub unchanged_by_redelivery: bool,
     /// The dead-letter topics (or queues) this run added to, with how many each.
     pub dead_letters_in: Vec<(String, u64)>,
+    /// The services whose outbox still held unpublished rows at the end, with how many.
+    pub outbox_pending_in: Vec<(String, u64)>,
     /// The saga's own invariants, with their verdicts.
     pub invariants: Vec<Invariant>,
 }

@@ -138,10 +138,19 @@ impl DemoReport {
     }
 
     fn drained_outbox(&self, name: &'static str) -> Invariant {
+        let services: Vec<String> = self
+            .saga
+            .iter()
+            .flat_map(|s| &s.outbox_pending_in)
+            .map(|(service, n)| format!("{n} in {service}"))
+            .collect();
         Invariant {
             name,
             holds: self.outbox_pending == 0,
-            detail: format!("{} pending", self.outbox_pending),
+            detail: match services.is_empty() {
+                true => format!("{} pending", self.outbox_pending),
+                false => format!("{} pending: {}", self.outbox_pending, services.join(", ")),
+            },
         }
     }
 
@@ -434,7 +443,17 @@ mod tests {
             saga.dead_letters_in = vec![("pagos.cobros.dlq".into(), 1)];
         }
         assert!(dead.render().contains("1 in pagos.cobros.dlq"));
-        for report in [charged_twice, changed, dead] {
+        let mut stuck = saga_run();
+        stuck.outbox_pending = 91;
+        if let Some(saga) = stuck.saga.as_mut() {
+            saga.outbox_pending_in = vec![("pagos".into(), 91)];
+        }
+        assert!(
+            stuck.render().contains("91 pending: 91 in pagos"),
+            "{}",
+            stuck.render()
+        );
+        for report in [charged_twice, changed, dead, stuck] {
             assert!(!report.passed(), "{}", report.render());
             assert_eq!(report.to_json()["passed"], false);
         }

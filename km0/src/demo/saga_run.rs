@@ -104,15 +104,23 @@ impl SagaWatch {
 
     /// Unpublished outbox rows of pedidos, inventario, pagos and reparto.
     async fn outbox_pending(&self) -> anyhow::Result<u64> {
+        Ok(self.outbox_pending_in().await?.iter().map(|(_, n)| n).sum())
+    }
+
+    /// The services whose outbox holds unpublished rows, with how many each.
+    async fn outbox_pending_in(&self) -> anyhow::Result<Vec<(String, u64)>> {
         let now = now_ms();
-        let mut pending = 0;
-        for outbox in [
-            self.orders.db().outbox(),
-            self.stock.db().outbox(),
-            self.payments_outbox.clone(),
-            self.deliveries.db().outbox(),
+        let mut pending = Vec::new();
+        for (service, outbox) in [
+            ("pedidos", self.orders.db().outbox()),
+            ("inventario", self.stock.db().outbox()),
+            ("pagos", self.payments_outbox.clone()),
+            ("reparto", self.deliveries.db().outbox()),
         ] {
-            pending += outbox.maintenance.status(now).await?.pending;
+            let n = outbox.maintenance.status(now).await?.pending;
+            if n > 0 {
+                pending.push((service.to_owned(), n));
+            }
         }
         Ok(pending)
     }
@@ -236,7 +244,8 @@ pub async fn run(
     summary.cancels_taken = placed.cancels_taken;
     summary.cancels_too_late = placed.cancels_too_late;
     summary.dead_letters_in = after.new_dead_letters(&before);
-    let outbox_pending = watch.outbox_pending().await?;
+    summary.outbox_pending_in = watch.outbox_pending_in().await?;
+    let outbox_pending = summary.outbox_pending_in.iter().map(|(_, n)| n).sum();
     watch.close().await;
     Ok(SagaRun {
         placed,

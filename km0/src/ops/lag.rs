@@ -71,19 +71,68 @@ pub struct LagReport {
     pub dead_letters: Vec<TopicEnds>,
 }
 
-/// Reads the lag of each of `groups` on each of `topics`, and the ends of each topic's
-/// dead-letter topic.
+/// Each group on each topic: what `--group` and `--topic` ask for together.
+pub fn every_pair(groups: &[String], topics: &[String]) -> Vec<(String, String)> {
+    groups
+        .iter()
+        .flat_map(|g| topics.iter().map(move |t| (g.clone(), t.clone())))
+        .collect()
+}
+
+/// Every consumer group km0's components own, each on the topic it consumes.
+pub fn km0_groups() -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for owned in crate::wiring::groups() {
+        let pair = (owned.group.to_owned(), owned.topic.to_owned());
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
+        }
+    }
+    pairs
+}
+
+/// Each of `groups` on the topic km0's components consume it from (`pedidos.eventos` for a
+/// group of no component).
+pub fn on_their_topics(groups: &[String]) -> Vec<(String, String)> {
+    let known = km0_groups();
+    groups
+        .iter()
+        .flat_map(|group| {
+            let mine: Vec<(String, String)> =
+                known.iter().filter(|(g, _)| g == group).cloned().collect();
+            if mine.is_empty() {
+                vec![(group.clone(), crate::services::pedidos::TOPIC.to_owned())]
+            } else {
+                mine
+            }
+        })
+        .collect()
+}
+
+/// The topics of `pairs`, each once, in order.
+fn topics_of(pairs: &[(String, String)]) -> Vec<String> {
+    let mut topics: Vec<String> = Vec::new();
+    for (_, topic) in pairs {
+        if !topics.contains(topic) {
+            topics.push(topic.clone());
+        }
+    }
+    topics
+}
+
+/// Reads the lag of each (group, topic) of `pairs`, and the ends of each topic's dead-letter
+/// topic.
 pub async fn lag_report(
     inspector: &dyn LogInspector,
-    groups: &[String],
-    topics: &[String],
+    pairs: &[(String, String)],
 ) -> Result<LagReport, TransportError> {
+    let topics = topics_of(pairs);
     let mut report = LagReport {
-        groups: Vec::with_capacity(groups.len() * topics.len()),
+        groups: Vec::with_capacity(pairs.len()),
         dead_letters: Vec::with_capacity(topics.len()),
     };
-    for group in groups {
-        for topic in topics {
+    for (group, topic) in pairs {
+        {
             let partitions: Vec<PartitionRow> = group_lag(inspector, group, topic)
                 .await?
                 .into_iter()
@@ -104,7 +153,7 @@ pub async fn lag_report(
             });
         }
     }
-    for topic in topics {
+    for topic in &topics {
         let dlq = format!("{topic}.dlq");
         let partitions: Vec<PartitionEnd> = inspector
             .end_offsets(&dlq)
@@ -177,12 +226,13 @@ impl LagReport {
 /// `km0 lag`.
 #[derive(Debug, Args)]
 pub struct LagArgs {
-    /// Consumer group to report (repeat for several); default km0's stock consumer
-    /// (`inventario`).
+    /// Consumer group to report (repeat for several); with neither `--group` nor
+    /// `--topic`, every group of km0's components on the topic it consumes.
     #[arg(long = "group")]
     pub groups: Vec<String>,
-    /// Topic to report (repeat for several); default `pedidos.eventos`. Each topic's
-    /// dead-letter topic `<topic>.dlq` is reported too.
+    /// Topic to report (repeat for several); each group asked for is reported on each
+    /// topic asked for (default: `pedidos.eventos`, or every group's own topic when no group
+    /// is named). Each topic's dead-letter topic `<topic>.dlq` is reported too.
     #[arg(long = "topic")]
     pub topics: Vec<String>,
     /// Print JSON instead of tables.
@@ -192,19 +242,18 @@ pub struct LagArgs {
 
 /// `km0 lag`: the report for the requested groups and topics, printed.
 pub async fn run(system: &System, args: LagArgs) -> anyhow::Result<()> {
-    let groups = if args.groups.is_empty() {
-        vec![crate::services::inventario::GROUP.to_owned()]
-    } else {
-        args.groups
-    };
-    let topics = if args.topics.is_empty() {
-        vec![crate::services::pedidos::TOPIC.to_owned()]
-    } else {
-        args.topics
+    let pairs = match (args.groups.is_empty(), args.topics.is_empty()) {
+        (true, true) => km0_groups(),
+        (true, false) => km0_groups()
+            .into_iter()
+            .filter(|(_, topic)| args.topics.contains(topic))
+            .collect(),
+        (false, true) => every_pair(&args.groups, &[crate::services::pedidos::TOPIC.to_owned()]),
+        (false, false) => every_pair(&args.groups, &args.topics),
     };
     let broker = system.broker().await.context("opening the broker")?;
     if let Some(amqp) = broker.as_amqp() {
-        let report = super::queue_lag::queue_lag_report(amqp, &groups, &topics).await;
+        let report = super::queue_lag::queue_lag_report(amqp, &pairs).await;
         broker.close().await;
         let report = report.context("reading queue depths")?;
         if args.json {
@@ -214,7 +263,7 @@ pub async fn run(system: &System, args: LagArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let report = lag_report(broker.inspector().as_ref(), &groups, &topics).await;
+    let report = lag_report(broker.inspector().as_ref(), &pairs).await;
     broker.close().await;
     let report = report.context("reading offsets")?;
     if args.json {

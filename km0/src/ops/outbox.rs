@@ -1,5 +1,5 @@
-//! `km0 outbox ...`: the outbox's backlog with the rows the transport refused, and releasing
-//! a held row.
+//! `km0 outbox ...`: every service's outbox backlog with the rows the transport refused, and
+//! releasing a held row.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -10,15 +10,69 @@ use uuid::Uuid;
 
 use crate::wiring::System;
 
-/// `km0 outbox status`: prints the backlog as text or, with `json`, as one JSON object.
+/// `km0 outbox status`: prints every service's backlog as text or, with `json`, as one JSON
+/// object (the totals, every refused row, and each service's own figures).
 pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
-    let status = backlog(system).await.context("reading the outbox")?;
+    let all = backlogs(system).await?;
     if json {
-        crate::ops::terminal::println(&status_json(&status).to_string());
+        crate::ops::terminal::println(&all_json(&all).to_string());
     } else {
-        crate::ops::terminal::print(&render(&status, now_ms()));
+        let now = now_ms();
+        let text: Vec<String> = all
+            .iter()
+            .map(|(service, status)| format!("{service}\n{}", indent(&render(status, now))))
+            .collect();
+        crate::ops::terminal::print(&text.join("\n"));
     }
     Ok(())
+}
+
+/// The backlog of every service's outbox, in the order of km0's databases.
+pub async fn backlogs(system: &System) -> anyhow::Result<Vec<(&'static str, OutboxStatus)>> {
+    let mut all = Vec::new();
+    for database in crate::wiring::databases().into_iter().filter(|d| d.outbox) {
+        let db = system
+            .open(database)
+            .await
+            .with_context(|| format!("opening the {} database", database.name))?;
+        let status = db.outbox().maintenance.status(now_ms()).await;
+        db.close().await;
+        let status = status.with_context(|| format!("reading the {} outbox", database.name))?;
+        all.push((database.name, status));
+    }
+    Ok(all)
+}
+
+/// Every backlog as one JSON object: the totals (the oldest pending age is the largest), every
+/// refused row with its service, and each service's figures under `services`.
+pub fn all_json(all: &[(&'static str, OutboxStatus)]) -> serde_json::Value {
+    let sum = |f: fn(&OutboxStatus) -> u64| all.iter().map(|(_, s)| f(s)).sum::<u64>();
+    let blocked: Vec<serde_json::Value> = all
+        .iter()
+        .flat_map(|(service, status)| {
+            blocked_json(status).into_iter().map(move |mut row| {
+                row["service"] = serde_json::json!(service);
+                row
+            })
+        })
+        .collect();
+    let services: serde_json::Map<String, serde_json::Value> = all
+        .iter()
+        .map(|(service, status)| ((*service).to_owned(), status_json(status)))
+        .collect();
+    serde_json::json!({
+        "pending": sum(|s| s.pending),
+        "oldest_pending_age_ms": all.iter().map(|(_, s)| s.oldest_pending_age_ms).max().unwrap_or(0),
+        "published": sum(|s| s.published),
+        "retrying": sum(|s| s.retrying),
+        "held": sum(|s| s.held),
+        "blocked": blocked,
+        "services": services,
+    })
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
 }
 
 /// `km0 outbox release <id>`: releases one row, audited under the operating-system user; an
@@ -32,7 +86,7 @@ pub async fn release(system: &System, id: Uuid) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Backlog of the pedidos outbox.
+/// Backlog of the pedidos outbox (the console's overview).
 pub async fn backlog(system: &System) -> Result<OutboxStatus, StoreError> {
     let store = system.pedidos().await?;
     let status = store.db().outbox().maintenance.status(now_ms()).await;
@@ -40,13 +94,23 @@ pub async fn backlog(system: &System) -> Result<OutboxStatus, StoreError> {
     status
 }
 
-/// Releases the parked pedidos outbox row `id`, recorded under `operator` in the same
-/// transaction ([`entrega::dlq::release_outbox_row`]).
+/// Releases the held outbox row `id`, in whichever service's outbox it is, recorded under
+/// `operator` in the same transaction ([`entrega::dlq::release_outbox_row`]).
 pub async fn release_row(system: &System, id: Uuid, operator: &str) -> Result<(), ReleaseError> {
-    let store = system.pedidos().await?;
-    let released = entrega::dlq::release_outbox_row(store.db(), id, operator).await;
-    store.db().close().await;
-    released
+    let mut outcome = Err(ReleaseError::UnknownRow { id });
+    for database in crate::wiring::databases().into_iter().filter(|d| d.outbox) {
+        let db = system.open(database).await?;
+        let released = entrega::dlq::release_outbox_row(&db, id, operator).await;
+        db.close().await;
+        match released {
+            Err(ReleaseError::UnknownRow { .. }) => {}
+            other => {
+                outcome = other;
+                break;
+            }
+        }
+    }
+    outcome
 }
 
 /// `km0 outbox audit`: the latest operator actions on pedidos' outbox, newest first.
@@ -73,6 +137,15 @@ pub fn status_json(status: &OutboxStatus) -> serde_json::Value {
         "held": status.held,
         "blocked": status.blocked,
     })
+}
+
+/// The refused rows of `status`, each as JSON.
+fn blocked_json(status: &OutboxStatus) -> Vec<serde_json::Value> {
+    status
+        .blocked
+        .iter()
+        .filter_map(|row| serde_json::to_value(row).ok())
+        .collect()
 }
 
 fn seconds(ms: i64) -> f64 {

@@ -58,15 +58,14 @@ fn row(depth: QueueDepth) -> QueueRow {
     }
 }
 
-/// Reads the depths of each of `groups`' queues on each of `topics`.
+/// Reads the depths of the queues of each (group, topic) of `pairs`.
 pub async fn queue_lag_report(
     amqp: &Amqp,
-    groups: &[String],
-    topics: &[String],
+    pairs: &[(String, String)],
 ) -> Result<QueueLagReport, TransportError> {
     let mut report = QueueLagReport { groups: Vec::new() };
-    for group in groups {
-        for topic in topics {
+    for (group, topic) in pairs {
+        {
             let names = amqp.group_queues(group, topic);
             let mut all = names.queues();
             all.push(names.dead_letter_queue());

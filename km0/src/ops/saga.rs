@@ -169,8 +169,8 @@ pub fn render_list(sagas: &Sagas, found: &[SagaRecord], counts: &[(SagaStatus, i
     }
     let _ = writeln!(
         out,
-        "{:<24} {:<18} {:<8} {:<13} {:>7}  {:<24} motivo",
-        "pedido", "estado", "paso", "fase", "envios", "actualizada"
+        "{:<24} {:<18} {:<8} {:<13} {:>7}  {:<24} reason",
+        "order", "state", "step", "phase", "sends", "updated"
     );
     for s in found {
         let _ = writeln!(

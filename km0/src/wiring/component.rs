@@ -83,8 +83,6 @@ pub struct Started {
     pub sagas: Option<Sagas>,
     /// The workers' counters, by consumer group.
     pub workers: Vec<(&'static str, Arc<WorkerStats>)>,
-    /// Consumer groups whose lag on the orders' topic is reported.
-    pub lag_groups: Vec<String>,
 }
 
 /// What a component starts with.

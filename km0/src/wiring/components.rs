@@ -214,16 +214,30 @@ impl System {
                 running.consumer_stats = started.inventario.clone();
             }
             for (name, db) in started.databases {
+                let has_outbox = super::databases()
+                    .iter()
+                    .any(|d| d.name == name && d.outbox);
+                if has_outbox && !sources.outboxes.iter().any(|(n, _)| *n == name) {
+                    sources.outboxes.push((name, db.clone()));
+                }
                 if !sources.databases.iter().any(|(n, _)| *n == name) {
                     sources.databases.push((name, db));
                 }
             }
-            sources.outbox = sources.outbox.take().or(started.outbox);
+            if let Some(db) = started.outbox {
+                if !sources.outboxes.iter().any(|(n, _)| *n == "pedidos") {
+                    sources.outboxes.push(("pedidos", db));
+                }
+            }
             sources.relay = sources.relay.take().or(started.relay);
             sources.inventario = sources.inventario.take().or(started.inventario);
             sources.sagas = sources.sagas.take().or(started.sagas);
             sources.workers.extend(started.workers);
-            sources.groups.extend(started.lag_groups);
+            for owned in component.groups() {
+                if !sources.groups.iter().any(|g| g == owned.group) {
+                    sources.groups.push(owned.group.to_owned());
+                }
+            }
         }
         if let Some(addr) = components.ops {
             if brokered {

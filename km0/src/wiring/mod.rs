@@ -8,6 +8,7 @@ pub mod config;
 mod broker;
 mod component;
 mod components;
+mod http_metrics;
 pub mod http_server;
 mod lifecycle;
 mod ops_server;

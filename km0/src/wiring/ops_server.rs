@@ -17,7 +17,7 @@ use axum::routing::get;
 use axum::Router;
 use entrega::saga::{SagaStatus, Sagas};
 use entrega::{CancellationToken, Db, RelayStats, WorkerStats};
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, Unit};
+use metrics::{counter, describe_counter, describe_gauge, gauge, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use utoipa::OpenApi as _;
 use utoipa_axum::router::OpenApiRouter;
@@ -43,8 +43,9 @@ pub(crate) struct OpsSources {
     pub(crate) databases: Vec<(&'static str, Db)>,
     /// The broker, when a component of the process uses one (readiness).
     pub(crate) broker: Option<Broker>,
-    /// The pedidos database, whose outbox backlog is reported, when pedidos or the relay runs.
-    pub(crate) outbox: Option<Db>,
+    /// The databases with an outbox whose backlog is reported, by service name: each
+    /// service's of this process (pedidos' when pedidos or its relay runs).
+    pub(crate) outboxes: Vec<(&'static str, Db)>,
     /// The relay's counters, when the relay runs.
     pub(crate) relay: Option<Arc<RelayStats>>,
     /// inventario's counters, when the consumer runs.
@@ -53,8 +54,8 @@ pub(crate) struct OpsSources {
     pub(crate) sagas: Option<Sagas>,
     /// The workers' counters, by consumer group.
     pub(crate) workers: Vec<(&'static str, Arc<WorkerStats>)>,
-    /// Consumer groups whose lag on the orders' topic is reported (queue depths on
-    /// RabbitMQ), with the records on its dead-letter topic.
+    /// Consumer groups of this process's components whose lag on the topic each consumes is
+    /// reported (queue depths on RabbitMQ), with the records on its dead-letter topic.
     pub(crate) groups: Vec<String>,
 }
 
@@ -78,16 +79,20 @@ pub(crate) fn recorder() -> &'static PrometheusHandle {
     })
 }
 
+/// The process metrics (`process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds`, `process_start_time_seconds`, ...), read on every scrape.
+fn process() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
+}
+
 fn describe() {
-    describe_histogram!(
-        entrega::metrics::RELAY_PUBLISH_SECONDS,
-        Unit::Seconds,
-        "How long each relay publish took, until the broker confirmed every message in it."
-    );
-    describe_histogram!(
-        entrega::metrics::HANDLER_SECONDS,
-        Unit::Seconds,
-        "How long each handler call of a consumer group's worker took (one call per batch)."
+    entrega::metrics::describe();
+    super::http_metrics::describe();
+    process().describe();
+    describe_gauge!(
+        "km0_build_info",
+        "Always 1; labels say which km0 this is (version, git commit when built from one)."
     );
     describe_gauge!("km0_outbox_pending", "Outbox rows not yet published.");
     describe_gauge!(
@@ -136,8 +141,8 @@ fn describe() {
         "km0_consumer_lag",
         "Records of the partition not yet committed by the group (end offset - committed)."
     );
-    describe_gauge!(
-        "km0_dead_letter_topic_records",
+    describe_counter!(
+        "km0_dead_letter_topic_records_total",
         "Records ever written to the dead-letter topic (pending or not: see `km0 dlq stats`)."
     );
     describe_gauge!(
@@ -200,6 +205,7 @@ pub(crate) async fn serve(
             async move { axum::Json(api.as_ref().clone()) }
         }),
     );
+    let app = super::http_metrics::tracked(app, "ops");
     super::http_server::spawn(addr, app, limits, tls, stop).await
 }
 
@@ -252,19 +258,23 @@ async fn healthz() -> &'static str {
     )
 )]
 async fn metrics_text(State(sources): State<Arc<OpsSources>>) -> Response {
-    if let Some(db) = &sources.outbox {
+    process().collect();
+    gauge!("km0_build_info", "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    for (service, db) in &sources.outboxes {
         match db.outbox().maintenance.status(entrega_core::now_ms()).await {
             Ok(status) => {
-                gauge!("km0_outbox_pending").set(status.pending as f64);
-                gauge!("km0_outbox_oldest_pending_age_seconds")
+                let service = *service;
+                gauge!("km0_outbox_pending", "service" => service).set(status.pending as f64);
+                gauge!("km0_outbox_oldest_pending_age_seconds", "service" => service)
                     .set(status.oldest_pending_age_ms.max(0) as f64 / 1000.0);
-                gauge!("km0_outbox_refused_retrying").set(status.retrying as f64);
-                gauge!("km0_outbox_refused_held").set(status.held as f64);
+                gauge!("km0_outbox_refused_retrying", "service" => service)
+                    .set(status.retrying as f64);
+                gauge!("km0_outbox_refused_held", "service" => service).set(status.held as f64);
             }
             Err(e) => {
                 // A scrape that cannot read the backlog fails whole, rather than report the
                 // last values as if they were current.
-                return unavailable(format!("reading the outbox failed: {e}\n"));
+                return unavailable(format!("reading the {service} outbox failed: {e}\n"));
             }
         }
     }
@@ -345,11 +355,11 @@ fn unavailable(why: String) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, why).into_response()
 }
 
-/// Sets the lag gauges of `groups` on the orders' topic from the broker.
+/// Sets the lag gauges of `groups`, each on the topic it consumes, from the broker.
 async fn record_lag(broker: &Broker, groups: &[String]) -> anyhow::Result<()> {
-    let topics = [TOPIC.to_owned()];
+    let pairs = crate::ops::lag::on_their_topics(groups);
     if let Some(amqp) = broker.as_amqp() {
-        let report = crate::ops::queue_lag::queue_lag_report(amqp, groups, &topics).await?;
+        let report = crate::ops::queue_lag::queue_lag_report(amqp, &pairs).await?;
         for group in &report.groups {
             for queue in &group.queues {
                 let labels = [
@@ -368,7 +378,7 @@ async fn record_lag(broker: &Broker, groups: &[String]) -> anyhow::Result<()> {
         return Ok(());
     }
     let inspector = broker.inspector();
-    let report = crate::ops::lag::lag_report(inspector.as_ref(), groups, &topics).await?;
+    let report = crate::ops::lag::lag_report(inspector.as_ref(), &pairs).await?;
     for group in &report.groups {
         for p in &group.partitions {
             gauge!(
@@ -381,7 +391,8 @@ async fn record_lag(broker: &Broker, groups: &[String]) -> anyhow::Result<()> {
         }
     }
     for dlq in &report.dead_letters {
-        gauge!("km0_dead_letter_topic_records", "topic" => dlq.topic.clone()).set(dlq.end as f64);
+        counter!("km0_dead_letter_topic_records_total", "topic" => dlq.topic.clone())
+            .absolute(u64::try_from(dlq.end).unwrap_or(0));
     }
     Ok(())
 }

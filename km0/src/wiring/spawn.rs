@@ -121,9 +121,11 @@ pub async fn serve_http(
     let addr = listener.local_addr()?;
     tracing::info!(%addr, "{name} listening");
     let system = start.system;
+    // Counted on the process's recorder, which the operations endpoint renders.
+    super::ops_server::recorder();
     let task = tokio::spawn(super::http_server::serve(
         listener,
-        router,
+        super::http_metrics::tracked(router, name),
         system.http_limits(),
         system.http_tls()?,
         start.stop.clone(),

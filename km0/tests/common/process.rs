@@ -344,6 +344,11 @@ pub struct Km0 {
 }
 
 impl Km0 {
+    /// The file its stderr (its log) goes to.
+    pub fn log_path(&self) -> PathBuf {
+        self.log.clone()
+    }
+
     /// Waits (bounded) for the ready line; fails the test if the process exits first.
     pub async fn wait_ready(&mut self) -> String {
         if let Some(line) = &self.ready {

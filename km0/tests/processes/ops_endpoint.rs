@@ -82,6 +82,9 @@ fn sample(text: &str, name: &str) -> Option<f64> {
     })
 }
 
+/// The label of pedidos' outbox on the `km0_outbox_*` gauges.
+const PEDIDOS_OUTBOX: &str = "service=\"pedidos\"";
+
 /// The value of the sample `name` whose labels include every one of `labels`.
 fn labelled(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
     text.lines()
@@ -124,8 +127,16 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
     let pending = state.pending().await;
     assert_eq!(pending, ORDERS as i64, "no relay runs yet");
     let text = metrics(pedidos_ops).await;
-    assert_eq!(sample(&text, "km0_outbox_pending"), Some(pending as f64));
-    let age = sample(&text, "km0_outbox_oldest_pending_age_seconds").expect("the age");
+    assert_eq!(
+        labelled(&text, "km0_outbox_pending", &[PEDIDOS_OUTBOX]),
+        Some(pending as f64)
+    );
+    let age = labelled(
+        &text,
+        "km0_outbox_oldest_pending_age_seconds",
+        &[PEDIDOS_OUTBOX],
+    )
+    .expect("the age");
     assert!(age >= 0.0, "oldest pending age {age}");
     assert!(
         text.contains("# HELP km0_outbox_pending"),
@@ -144,9 +155,16 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
     until_sample(relay_ops, "km0_relay_published_events_total", ORDERS as f64).await;
     assert_eq!(state.pending().await, 0, "every row marked published");
     let text = metrics(pedidos_ops).await;
-    assert_eq!(sample(&text, "km0_outbox_pending"), Some(0.0));
     assert_eq!(
-        sample(&text, "km0_outbox_oldest_pending_age_seconds"),
+        labelled(&text, "km0_outbox_pending", &[PEDIDOS_OUTBOX]),
+        Some(0.0)
+    );
+    assert_eq!(
+        labelled(
+            &text,
+            "km0_outbox_oldest_pending_age_seconds",
+            &[PEDIDOS_OUTBOX]
+        ),
         Some(0.0)
     );
 

@@ -41,6 +41,37 @@ pub(super) fn dead_letter(
     letter
 }
 
+/// Where a dead letter came from, for its log line.
+pub(super) struct LetterOrigin<'a> {
+    pub(super) topic: &'a str,
+    pub(super) partition: u32,
+    pub(super) offset: i64,
+    pub(super) key: Option<&'a str>,
+}
+
+/// Counts one dead letter of `group` and says so once at WARN, with where it came from and
+/// why: an operator sees dead letters in the logs as they happen, not only in `km0 dlq`.
+/// `held`: kept in the database because the dead-letter place refused it.
+pub(super) fn dead_lettered(
+    group: &str,
+    origin: &LetterOrigin<'_>,
+    reason: &DeadReason,
+    held: bool,
+) {
+    crate::metrics::dead_letter(group, reason);
+    tracing::warn!(
+        group,
+        topic = origin.topic,
+        partition = origin.partition,
+        offset = origin.offset,
+        key = origin.key.unwrap_or(""),
+        class = reason.class.as_str(),
+        reason = %reason.text,
+        held,
+        "dead letter"
+    );
+}
+
 /// Publishes dead letters and retry records, creating the dead-letter and retry topics first
 /// when one is missing and the worker may create topics.
 pub(super) async fn publish_set_aside(

@@ -156,7 +156,14 @@ async fn drain_key(worker: &Worker, partition: u32, key: Option<&str>) -> Draine
             return Drained::Waiting;
         }
         if let Decision::Dead(reason) | Decision::Held(reason) = &final_outcome {
-            crate::metrics::dead_letter(&worker.config.group, reason);
+            let origin = super::dead_letter::LetterOrigin {
+                topic: &cfg.topic,
+                partition,
+                offset,
+                key,
+            };
+            let held = matches!(final_outcome, Decision::Held(_));
+            super::dead_letter::dead_lettered(&worker.config.group, &origin, reason, held);
         }
         if matches!(final_outcome, Decision::Held(_)) {
             crate::metrics::held_letter(&worker.config.group);

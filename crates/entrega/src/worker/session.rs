@@ -173,15 +173,21 @@ impl<'w> Session<'w> {
         match decision {
             Decision::Ack => WorkerStats::bump(&stats.acked),
             Decision::Ignore => WorkerStats::bump(&stats.ignored),
-            Decision::Dead(reason) => {
+            Decision::Dead(reason) | Decision::Held(reason) => {
+                let held = matches!(decision, Decision::Held(_));
                 WorkerStats::bump(&stats.dead_lettered);
-                crate::metrics::dead_letter(&self.worker.config.group, reason);
-            }
-            Decision::Held(reason) => {
-                WorkerStats::bump(&stats.dead_lettered);
-                WorkerStats::bump(&stats.held);
-                crate::metrics::dead_letter(&self.worker.config.group, reason);
-                crate::metrics::held_letter(&self.worker.config.group);
+                let r = &item.record;
+                let origin = super::dead_letter::LetterOrigin {
+                    topic: &r.topic,
+                    partition: r.partition,
+                    offset: r.offset,
+                    key: r.key.as_deref(),
+                };
+                super::dead_letter::dead_lettered(&self.worker.config.group, &origin, reason, held);
+                if held {
+                    WorkerStats::bump(&stats.held);
+                    crate::metrics::held_letter(&self.worker.config.group);
+                }
             }
             Decision::Skip => WorkerStats::bump(&stats.skipped),
             Decision::Deferred => {

@@ -115,10 +115,10 @@ pub struct FilterArgs {
     #[arg(long)]
     pub topic: Option<String>,
     /// Only this event type (`tipo`), exactly.
-    #[arg(long = "tipo", id = "tipo")]
+    #[arg(long = "type", alias = "tipo", id = "tipo")]
     pub kind: Option<String>,
     /// Only reasons (`motivo`) containing this text (any case).
-    #[arg(long = "motivo", id = "motivo")]
+    #[arg(long = "reason-contains", alias = "motivo", id = "motivo")]
     pub reason: Option<String>,
     /// Only this kind of failure: ilegible, tipo_desconocido, rechazado, agotado,
     /// cabeceras_invalidas.

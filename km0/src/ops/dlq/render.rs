@@ -20,7 +20,7 @@ pub fn letter_json(l: &DeadLetter) -> Value {
         "tipo": l.kind,
         "motivo": l.reason,
         "class": l.class(),
-        "clase": l.failure.map(|c| c.as_str()),
+        "failure": l.failure.map(|c| c.as_str()),
         "codigo": l.code,
         "attempts": l.attempts,
         "replays": l.replays,

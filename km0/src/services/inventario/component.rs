@@ -144,7 +144,6 @@ impl Component for Inventario {
             databases: vec![("inventario", db)],
             inventario: Some(stats),
             workers,
-            lag_groups: vec![GROUP.to_owned()],
             ..Started::default()
         })
     }
