@@ -138,6 +138,49 @@ async fn the_backlog_and_the_relay_counters_follow_the_rows(backend: &str) {
     )
     .expect("the age");
     assert!(age >= 0.0, "oldest pending age {age}");
+    // The HTTP API's requests, by route template and status; the process; the build.
+    let created = labelled(
+        &text,
+        "km0_http_requests_total",
+        &[
+            "service=\"pedidos\"",
+            "route=\"/pedidos\"",
+            "status=\"201\"",
+            "method=\"POST\"",
+        ],
+    );
+    assert_eq!(created, Some(ORDERS as f64), "{text}");
+    assert!(
+        labelled(
+            &text,
+            "km0_http_request_duration_seconds_count",
+            &["route=\"/pedidos\""]
+        )
+        .is_some_and(|n| n >= ORDERS as f64),
+        "{text}"
+    );
+    assert!(sample(&text, "process_resident_memory_bytes").is_some_and(|b| b > 0.0));
+    assert!(
+        labelled(&text, "km0_build_info", &["version=\""]) == Some(1.0),
+        "{text}"
+    );
+    // Every metric says what it is.
+    let helped: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let name = line.split(['{', ' ']).next().unwrap_or_default();
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s).filter(|f| helped.contains(f)))
+            .unwrap_or(name);
+        assert!(helped.contains(family), "no # HELP for {name}");
+    }
     assert!(
         text.contains("# HELP km0_outbox_pending"),
         "described metrics: {text}"
