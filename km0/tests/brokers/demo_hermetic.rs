@@ -25,7 +25,7 @@ const BATCH: usize = 500;
 
 fn options(seed: u64) -> DemoOptions {
     DemoOptions {
-        orders: 60,
+        orders: 30,
         concurrency: 8,
         fresh: true,
         keep: false,
@@ -108,7 +108,7 @@ async fn demos_leave_the_shared_broker_as_they_found_it(system: &System) -> Brok
     for seed in [3, 4] {
         let report = km0::demo::run(system, &options(seed)).await.unwrap();
         assert!(report.passed(), "{}", report.render());
-        assert_eq!(report.orders_accepted, 60, "{}", report.render());
+        assert_eq!(report.orders_accepted, 30, "{}", report.render());
         assert_eq!(
             shared_state(&broker).await,
             before,
