@@ -109,6 +109,26 @@ pub async fn databases_like(pattern: &str) -> Vec<String> {
     names
 }
 
+/// The `km0 ready` line `child` prints on its piped stdout, within `within`; `None` if it
+/// printed none by then. Its stdout is read to the end on a thread of its own, so the child
+/// never blocks on a full pipe.
+pub fn ready_line(child: &mut std::process::Child, within: std::time::Duration) -> Option<String> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.starts_with("km0 ready") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    rx.recv_timeout(within).ok()
+}
+
 /// A whole deployment on fresh databases of `backend`: a temporary directory on SQLite,
 /// `entrega_t_<uuid>_*` databases on PostgreSQL. Remove it with `System::destroy`.
 pub fn test_system(backend: &str) -> km0::wiring::System {

@@ -165,7 +165,7 @@ impl Deployment {
         command
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
-            // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+            // The seed's first flow unless a test asks for the saga (`--saga` wins).
             .env("KM0_NO_SAGA", "true")
             // Deliveries stay assigned unless a test makes them.
             .env("KM0_DELIVERY_TIME_S", "0")
@@ -217,7 +217,7 @@ impl Deployment {
         let run = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
-            // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+            // The seed's first flow unless a test asks for the saga (`--saga` wins).
             .env("KM0_NO_SAGA", "true")
             // Deliveries stay assigned unless a test makes them.
             .env("KM0_DELIVERY_TIME_S", "0")

@@ -3,10 +3,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -30,7 +28,7 @@ impl Km0 {
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
-            // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+            // The seed's first flow unless a test asks for the saga (`--saga` wins).
             .env("KM0_NO_SAGA", "true")
             .arg("--database")
             .arg(format!("sqlite://{}", dir.display()))
@@ -41,17 +39,7 @@ impl Km0 {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn km0");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.starts_with("km0 ready") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let ready = rx
-            .recv_timeout(Duration::from_secs(30))
+        let ready = crate::common::ready_line(&mut child, Duration::from_secs(30))
             .expect("km0 printed no ready line within 30s");
         Self { child, ready }
     }
@@ -120,7 +108,7 @@ async fn run_pedidos_serves_on_the_announced_port_and_stops_cleanly_on_sigterm()
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         // Test deployments migrate as they open (production runs `km0 migrate` first).
         .env("KM0_MIGRATE", "true")
-        // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+        // The seed's first flow unless a test asks for the saga (`--saga` wins).
         .env("KM0_NO_SAGA", "true")
         .arg("--database")
         .arg(format!("sqlite://{}", dir.display()))

@@ -9,10 +9,8 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use std::io::{BufRead as _, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -57,7 +55,7 @@ impl Drop for Up {
 
 /// `km0 up` in `dir` as the README starts it, every address picked free; its ready line.
 fn start_up(dir: &Path) -> (Up, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
+    let child = Command::new(env!("CARGO_BIN_EXE_km0"))
         .current_dir(dir)
         .env_remove("KM0_DATABASE")
         .env_remove("KM0_BROKER")
@@ -70,18 +68,8 @@ fn start_up(dir: &Path) -> (Up, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn km0 up");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if line.starts_with("km0 ready") {
-                let _ = tx.send(line);
-            }
-        }
-    });
-    let up = Up(child);
-    let ready = rx
-        .recv_timeout(Duration::from_secs(60))
+    let mut up = Up(child);
+    let ready = crate::common::ready_line(&mut up.0, Duration::from_secs(60))
         .expect("km0 up printed no ready line within 60 s");
     (up, ready)
 }

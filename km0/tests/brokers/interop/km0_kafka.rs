@@ -88,7 +88,7 @@ impl Km0Kafka {
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
-            // The seed\'s first flow unless a test asks for the saga (`--saga` wins).
+            // The seed's first flow unless a test asks for the saga (`--saga` wins).
             .env("KM0_NO_SAGA", "true")
             .args([
                 "--database",
