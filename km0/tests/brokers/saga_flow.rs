@@ -225,13 +225,16 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
     let (ok, shown) = km0(&["show", "P-ciudad", "--json"]);
     assert!(ok, "{shown}");
     let shown: Value = serde_json::from_str(&shown).unwrap();
-    let keys: Vec<&str> = shown["historial"]
+    let mut keys: Vec<&str> = shown["historial"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|e| e["que"] == "sent")
         .filter_map(|e| e["clave"].as_str())
         .collect();
+    // A step's command is sent again, under the same key, when its answer is slow (a loaded
+    // machine): the steps and their order are what the timeline must show.
+    keys.dedup();
     assert_eq!(
         keys,
         [
