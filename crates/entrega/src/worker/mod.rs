@@ -43,7 +43,7 @@ use std::time::Duration;
 
 use entrega_core::{
     Clock, HeldLetterStore, Limits, ParkingStore, Publisher, ReplayKey, SideQueues, Subscriber,
-    SystemClock, TopicAdmin, TransportError,
+    Subscription, SystemClock, TopicAdmin, TransportError,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -293,6 +293,38 @@ impl Worker {
         }
     }
 
+    /// Joins the group on `topic`, retrying transient errors (a database session ended, a
+    /// broker restarting) with the worker's backoff; `None` when `shutdown` came first.
+    async fn subscribe(
+        &self,
+        topic: &str,
+        member: &str,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Box<dyn Subscription>>, WorkerError> {
+        let cfg = &self.config;
+        let mut failures = 0u32;
+        loop {
+            let joined = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return Ok(None),
+                joined = self.subscriber.subscribe(&cfg.group, topic, member) => joined,
+            };
+            match joined {
+                Ok(sub) => return Ok(Some(sub)),
+                Err(e) if e.is_transient() => {
+                    failures = failures.saturating_add(1);
+                    let delay = cfg.backoff.delay(failures);
+                    tracing::warn!(error = %e, ?delay, topic, "joining the group failed; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Ok(None),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
     /// One subscription's loop: the source topic, or its retry topic.
     async fn consume(&self, role: Role, shutdown: &CancellationToken) -> Result<(), WorkerError> {
         let cfg = &self.config;
@@ -300,10 +332,9 @@ impl Worker {
             Role::Source => (cfg.topic.clone(), cfg.member.clone()),
             Role::Retry => (cfg.retry_topic(), format!("{}.retry", cfg.member)),
         };
-        let sub = self
-            .subscriber
-            .subscribe(&cfg.group, &topic, &member)
-            .await?;
+        let Some(sub) = self.subscribe(&topic, &member, shutdown).await? else {
+            return Ok(());
+        };
         let mut session = Session::new(self, sub, role);
         let mut failures = 0u32;
         let outcome = loop {

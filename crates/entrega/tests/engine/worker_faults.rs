@@ -207,3 +207,98 @@ async fn a_handler_past_its_timeout_counts_as_a_transient_failure() {
         assert!(dead_letters(&env).await.is_empty());
     }
 }
+
+/// Refuses the first `refusals` joins as a database whose session was just ended does, then
+/// joins through `inner`.
+struct RefusesJoins {
+    inner: Arc<dyn entrega_core::Subscriber>,
+    refusals: std::sync::atomic::AtomicU32,
+    transient: bool,
+}
+
+#[async_trait::async_trait]
+impl entrega_core::Subscriber for RefusesJoins {
+    async fn subscribe(
+        &self,
+        group: &str,
+        topic: &str,
+        member: &str,
+    ) -> Result<Box<dyn entrega_core::Subscription>, entrega_core::TransportError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let left = self.refusals.load(SeqCst);
+        if left > 0 {
+            self.refusals.store(left - 1, SeqCst);
+            let refused =
+                std::io::Error::other("terminating connection due to administrator command");
+            return Err(if self.transient {
+                entrega_core::TransportError::unavailable(refused)
+            } else {
+                entrega_core::TransportError::Rejected {
+                    reason: refused.to_string(),
+                }
+            });
+        }
+        self.inner.subscribe(group, topic, member).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_refused_for_a_while_is_retried_and_a_permanent_refusal_stops_the_worker() {
+    for env in setup(1).await {
+        publish(&env, "P-1", "pedido.creado", 0..3).await;
+        let handler = Arc::new(Scripted::ok());
+        let router = || Router::new().route("pedido.creado", handler.clone());
+        // Transient: the worker keeps trying and then consumes everything.
+        let refusing = Arc::new(RefusesJoins {
+            inner: env.log.subscriber(),
+            refusals: 3.into(),
+            transient: true,
+        });
+        let worker = entrega::Worker::new(
+            refusing.clone(),
+            env.log.publisher(),
+            router(),
+            support::worker_steps::config(),
+        );
+        let token = entrega::CancellationToken::new();
+        let run = tokio::spawn({
+            let token = token.clone();
+            async move { worker.run(token).await }
+        });
+        wait_caught_up(&env).await;
+        assert_eq!(
+            refusing.refusals.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "{:?}",
+            env.backend
+        );
+        assert_eq!(
+            handler.applied_ns("P-1"),
+            vec![0, 1, 2],
+            "{:?}",
+            env.backend
+        );
+        token.cancel();
+        run.await.expect("worker task").expect("worker run");
+
+        // Permanent: the worker stops with the error rather than spinning.
+        let refusing = Arc::new(RefusesJoins {
+            inner: env.log.subscriber(),
+            refusals: 1.into(),
+            transient: false,
+        });
+        let worker = entrega::Worker::new(
+            refusing,
+            env.log.publisher(),
+            router(),
+            support::worker_steps::config(),
+        );
+        let outcome = tokio::time::timeout(PATIENCE, worker.run(entrega::CancellationToken::new()))
+            .await
+            .expect("a permanent refusal ends the run");
+        assert!(
+            matches!(outcome, Err(entrega::WorkerError::Transport(ref e)) if !e.is_transient()),
+            "{outcome:?}"
+        );
+    }
+}
