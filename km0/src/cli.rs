@@ -293,6 +293,12 @@ pub enum Command {
     },
     /// km0's event contracts against the committed ones (`contracts/`): check, update, list.
     Contracts(crate::ops::contracts::ContractsArgs),
+    /// Inventario's stock: list it, add units of a product.
+    Stock {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::ops::stock::StockCommand,
+    },
     /// The order sagas: list, show one's timeline, retry one waiting for an operator.
     Saga {
         /// What to do.
@@ -713,6 +719,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::bench::run(&cli.database, &cli.broker, &args).await?;
         }
         Command::Lag(args) => crate::ops::lag::run(&system, args).await?,
+        Command::Stock { command } => crate::ops::stock::run(&system, command).await?,
         Command::Dlq { command } => return crate::ops::dlq::run(&system, command).await,
         Command::Saga { command } => crate::ops::saga::run(&system, command).await?,
         Command::Contracts(args) => return crate::ops::contracts::run(&args).await,

@@ -30,6 +30,7 @@ async fn main() -> ExitCode {
             .boxed()
     } else {
         logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(km0::telemetry::log_fields::escaped_fields())
             .boxed()
     };
     // Spans are exported whatever the log level: the exporter has a filter of its own.

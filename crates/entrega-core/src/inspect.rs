@@ -24,6 +24,14 @@ pub trait LogInspector: Send + Sync {
         from: i64,
         max: usize,
     ) -> Result<Vec<Record>, TransportError>;
+
+    /// How many members of `group` are alive on `topic` now (joined and heartbeating), or
+    /// `None` when this transport cannot tell. Zero means nobody consumes it at the moment:
+    /// its lag only grows.
+    async fn members(&self, group: &str, topic: &str) -> Result<Option<u32>, TransportError> {
+        let _ = (group, topic);
+        Ok(None)
+    }
 }
 
 /// How far one consumer group is behind in one partition.

@@ -9,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
+use crate::assignment::assigned_partitions;
 use crate::error::{invalid, transport};
 use crate::meta::{after, blocking, partition_id, ready_topic_info};
 use crate::record::to_record;
@@ -238,6 +239,33 @@ impl LogInspector for KafkaInspector {
                     _ => None,
                 })
                 .collect())
+        })
+        .await
+    }
+
+    /// The members the group coordinator lists for `group` with partitions of `topic` in
+    /// their assignment (a group that is rebalancing counts none until it settles).
+    async fn members(&self, group: &str, topic: &str) -> Result<Option<u32>, TransportError> {
+        let (config, slot) = (self.config.clone(), self.reader.clone());
+        let ns = &self.config.namespace;
+        let (group, topic) = (ns.wire(group), ns.wire(topic));
+        blocking(move || {
+            with_reader(&config, &slot, |consumer| {
+                let groups = consumer
+                    .fetch_group_list(Some(&group), config.request_timeout)
+                    .map_err(|e| transport(e, &topic))?;
+                let members = groups
+                    .groups()
+                    .iter()
+                    .filter(|g| g.name() == group)
+                    .flat_map(|g| g.members())
+                    .filter(|m| {
+                        m.assignment()
+                            .is_some_and(|a| !assigned_partitions(a, &topic).is_empty())
+                    })
+                    .count();
+                Ok(Some(u32::try_from(members).unwrap_or(u32::MAX)))
+            })
         })
         .await
     }

@@ -25,6 +25,7 @@
 //! ```
 
 mod admin;
+mod assignment;
 mod config;
 mod error;
 mod group;
@@ -40,6 +41,7 @@ mod transform;
 mod transform_error;
 
 pub use admin::{KafkaAdmin, RemovedNamespace};
+pub use assignment::assigned_partitions;
 pub use config::{KafkaConfig, KafkaUrlError};
 pub use handle::Kafka;
 pub use inspector::KafkaInspector;

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use entrega::dlq::{DiscardOptions, DlqError, DlqFilter, ReplayOptions};
 use entrega::saga::SagaError;
-use entrega_core::DeadLetterId;
+use entrega_core::{DeadClass, DeadLetterId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -22,23 +22,85 @@ use super::Console;
 /// Largest accepted action body.
 const MAX_BODY: usize = 64 * 1024;
 
-/// Replay dead letters to their origin topic.
+/// Which dead letters an action is on: `ids`, or every pending one `filter` selects, with the
+/// count a real bulk action confirms.
+struct Selection<'a> {
+    ids: &'a [String],
+    filter: Option<&'a FilterBody>,
+    expected: Option<usize>,
+}
+
+/// A dead-letter action's body: which letters, and whether it is a dry run.
+trait Selects {
+    fn selects(&self) -> (Selection<'_>, bool);
+}
+
+/// `Selects` for a body with the selection's members.
+macro_rules! selects {
+    ($body:ty) => {
+        impl Selects for $body {
+            fn selects(&self) -> (Selection<'_>, bool) {
+                let which = Selection {
+                    ids: &self.ids,
+                    filter: self.filter.as_ref(),
+                    expected: self.expected,
+                };
+                (which, self.dry_run)
+            }
+        }
+    };
+}
+selects!(ReplayBody);
+selects!(DiscardBody);
+
+/// The filters of the dead-letter list, as a bulk action names them.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FilterBody {
+    /// Only this event type.
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    /// Only reasons containing this text, ignoring case.
+    #[serde(default)]
+    reason: Option<String>,
+    /// Only this kind of failure.
+    #[serde(default)]
+    failure: Option<String>,
+}
+
+/// Replay dead letters to their origin topic: those of `ids`, or every pending one `filter`
+/// selects.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReplayBody {
-    /// The dead letters, `<dlq-topic>/<partition>/<offset>`; at least one.
+    /// The dead letters, `<dlq-topic>/<partition>/<offset>`.
+    #[serde(default)]
     ids: Vec<String>,
+    /// Instead of `ids`: every pending dead letter these select.
+    #[serde(default)]
+    filter: Option<FilterBody>,
+    /// With `filter`, outside a dry run: how many dead letters the dry run matched; the
+    /// action is refused (409) if that many do not match now.
+    #[serde(default)]
+    expected: Option<usize>,
     /// Say what would happen; publish and mark nothing (audited).
     #[serde(default)]
     dry_run: bool,
 }
 
-/// Set dead letters aside for good.
+/// Set dead letters aside for good: those of `ids`, or every pending one `filter` selects.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DiscardBody {
-    /// The dead letters; at least one.
+    /// The dead letters, `<dlq-topic>/<partition>/<offset>`.
+    #[serde(default)]
     ids: Vec<String>,
+    /// Instead of `ids`: every pending dead letter these select.
+    #[serde(default)]
+    filter: Option<FilterBody>,
+    /// With `filter`, outside a dry run: how many dead letters the dry run matched.
+    #[serde(default)]
+    expected: Option<usize>,
     /// Why, kept with each and in the audit.
     reason: String,
     /// Say what would happen; mark nothing (audited).
@@ -124,7 +186,7 @@ pub(super) async fn whoami(State(console): State<Arc<Console>>, headers: HeaderM
     }
 }
 
-/// `POST /console/api/dlq/replay` `{"ids": [...], "dry_run": bool}`.
+/// `POST /console/api/dlq/replay` `{"ids": [...] | "filter": {...}, "expected": n, "dry_run": bool}`.
 #[utoipa::path(
     post,
     path = "/console/api/dlq/replay",
@@ -133,9 +195,10 @@ pub(super) async fn whoami(State(console): State<Arc<Console>>, headers: HeaderM
     request_body(content = ReplayBody, content_type = "application/json"),
     responses(
         (status = 200, description = "What was replayed and what refused, audited.", body = ActionReport),
-        (status = 400, description = "A body that is not one, or no dead letter named.", body = RefusalBody),
+        (status = 400, description = "A body that is not one, no dead letter named, or a bulk action without `expected`.", body = RefusalBody),
         (status = 401, description = "No token, or not one.", body = RefusalBody),
         (status = 403, description = "No operator is configured.", body = RefusalBody),
+        (status = 409, description = "The filter's selection changed since the dry run; nothing was done.", body = RefusalBody),
         (status = 413, description = "Body too large.", body = RefusalBody),
         (status = 503, description = "The broker or a database is away.", body = RefusalBody),
     )
@@ -145,17 +208,17 @@ pub(super) async fn replay(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (operator, body, filter) = match action::<ReplayBody>(&console, &headers, &body, |b| &b.ids)
-    {
+    let (operator, body, filter, expected) = match action::<ReplayBody>(&console, &headers, &body) {
         Ok(ready) => ready,
         Err(refusal) => return refusal.into_response(),
     };
     let mut options = ReplayOptions::new(operator);
     options.dry_run = body.dry_run;
+    options.expect_matched = expected;
     report(console.letters.replay(&filter, &options).await)
 }
 
-/// `POST /console/api/dlq/discard` `{"ids": [...], "reason": "...", "dry_run": bool}`.
+/// `POST /console/api/dlq/discard` `{"ids": [...] | "filter": {...}, "expected": n, "reason": "...", "dry_run": bool}`.
 #[utoipa::path(
     post,
     path = "/console/api/dlq/discard",
@@ -164,9 +227,10 @@ pub(super) async fn replay(
     request_body(content = DiscardBody, content_type = "application/json"),
     responses(
         (status = 200, description = "What was discarded and what refused, audited.", body = ActionReport),
-        (status = 400, description = "A body that is not one, or no dead letter named.", body = RefusalBody),
+        (status = 400, description = "A body that is not one, no dead letter named, or a bulk action without `expected`.", body = RefusalBody),
         (status = 401, description = "No token, or not one.", body = RefusalBody),
         (status = 403, description = "No operator is configured.", body = RefusalBody),
+        (status = 409, description = "The filter's selection changed since the dry run; nothing was done.", body = RefusalBody),
         (status = 413, description = "Body too large.", body = RefusalBody),
         (status = 503, description = "The broker or a database is away.", body = RefusalBody),
     )
@@ -176,30 +240,31 @@ pub(super) async fn discard(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (operator, body, filter) =
-        match action::<DiscardBody>(&console, &headers, &body, |b| &b.ids) {
-            Ok(ready) => ready,
-            Err(refusal) => return refusal.into_response(),
-        };
+    let (operator, body, filter, expected) = match action::<DiscardBody>(&console, &headers, &body)
+    {
+        Ok(ready) => ready,
+        Err(refusal) => return refusal.into_response(),
+    };
     let mut options = DiscardOptions::new(operator, body.reason);
     options.dry_run = body.dry_run;
+    options.expect_matched = expected;
     report(console.letters.discard(&filter, &options).await)
 }
 
-/// What every dead-letter action starts with: the operator its token names, its body, and
-/// the dead letters the body names.
-fn action<T: serde::de::DeserializeOwned>(
+/// What every dead-letter action starts with: the operator its token names, its body, the
+/// dead letters the body selects, and the count a bulk action confirms.
+fn action<T: serde::de::DeserializeOwned + Selects>(
     console: &Console,
     headers: &HeaderMap,
     body: &[u8],
-    ids: impl Fn(&T) -> &[String],
-) -> Result<(String, T, DlqFilter), Refusal> {
+) -> Result<(String, T, DlqFilter, Option<usize>), Refusal> {
     let operator = console.operators.require(headers).inspect_err(|r| {
         tracing::warn!(reason = %r.reason, "console action refused");
     })?;
     let body: T = parse(body)?;
-    let filter = selection(ids(&body))?;
-    Ok((operator, body, filter))
+    let (which, dry_run) = body.selects();
+    let (filter, expected) = selection(&which, dry_run)?;
+    Ok((operator, body, filter, expected))
 }
 
 /// `POST /console/api/sagas/{id}/retry`: runs a saga waiting for an operator again.
@@ -254,27 +319,64 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
     })
 }
 
-/// The dead letters named exactly; an action never applies to an empty selection.
-fn selection(ids: &[String]) -> Result<DlqFilter, Refusal> {
-    if ids.is_empty() {
-        return Err(refused(
-            StatusCode::BAD_REQUEST,
-            "name at least one dead letter in `ids`",
-        ));
+/// The dead letters a body selects: named exactly, or every pending one a filter selects (a
+/// real bulk action must name the count its dry run showed). Never an empty selection.
+fn selection(which: &Selection<'_>, dry_run: bool) -> Result<(DlqFilter, Option<usize>), Refusal> {
+    let bad = |why: &str| refused(StatusCode::BAD_REQUEST, why);
+    match (which.filter, which.ids.is_empty()) {
+        (Some(_), false) => Err(bad(
+            "name dead letters in `ids` or select them with `filter`, not both",
+        )),
+        (None, true) => Err(bad(
+            "name at least one dead letter in `ids`, or select them with `filter`",
+        )),
+        (None, false) => {
+            if which.expected.is_some() {
+                return Err(bad("`expected` goes with `filter`"));
+            }
+            let mut filter = DlqFilter::all();
+            for id in which.ids {
+                let id: DeadLetterId = id.parse().map_err(|e| bad(&format!("{e}")))?;
+                filter.ids.push(id);
+            }
+            Ok((filter, None))
+        }
+        (Some(f), true) => {
+            if !dry_run && which.expected.is_none() {
+                return Err(bad(
+                    "an action on every dead letter a filter selects needs `expected`: the \
+                     count its dry run matched",
+                ));
+            }
+            let text = |v: &Option<String>| {
+                v.as_deref()
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+            };
+            let mut filter = DlqFilter::all();
+            if let Some(kind) = text(&f.kind) {
+                filter = filter.with_kind(kind);
+            }
+            if let Some(reason) = text(&f.reason) {
+                filter = filter.with_reason(reason);
+            }
+            if let Some(class) = text(&f.failure) {
+                let class = DeadClass::parse(&class)
+                    .ok_or_else(|| bad(&format!("unknown kind of failure: {class}")))?;
+                filter = filter.with_failure(class);
+            }
+            Ok((filter, if dry_run { None } else { which.expected }))
+        }
     }
-    let mut filter = DlqFilter::all();
-    for id in ids {
-        let id: DeadLetterId = id
-            .parse()
-            .map_err(|e| refused(StatusCode::BAD_REQUEST, &format!("{e}")))?;
-        filter.ids.push(id);
-    }
-    Ok(filter)
 }
 
 fn report(outcome: Result<entrega::dlq::ActionReport, DlqError>) -> Response {
     match outcome {
         Ok(report) => Json(report).into_response(),
+        Err(e @ DlqError::SelectionChanged { .. }) => {
+            refused(StatusCode::CONFLICT, &e.to_string()).into_response()
+        }
         Err(e) if e.is_usage() => refused(StatusCode::BAD_REQUEST, &e.to_string()).into_response(),
         Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()).into_response(),
     }

@@ -1,5 +1,6 @@
-//! The dead-letter pages: the list with its filters and the latest operator actions, and one
-//! dead letter with its headers, payload, history and the actions on it.
+//! The dead-letter pages: the list a page at a time with its filters, the actions on every
+//! letter a filter selects, the held letters and the latest operator actions; and one dead
+//! letter with its headers, payload, history and the actions on it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,42 +11,88 @@ use axum::response::{IntoResponse, Response};
 use entrega::dlq::{DeadLetter, DlqFilter};
 use entrega_core::{DeadClass, DeadLetterId};
 
-use super::html::{bad_request, error_page, esc, failure, page, query_value, table, time, Section};
+use super::html::{
+    bad_request, error_page, esc, failure, page, pager, query_value, table, thousands, time,
+    Paging, Section,
+};
 use super::Console;
 
-/// Most rows the list shows.
-const LIST_LIMIT: usize = 200;
 /// Operator actions shown under the list.
 const AUDIT_SHOWN: usize = 20;
+/// Held dead letters listed per service.
+const HELD_SHOWN: usize = 50;
 /// The columns of a dead letter's row ([`letter_row`]).
 const LETTER_COLUMNS: [&str; 10] = [
-    "id",
-    "clave",
-    "tipo",
-    "clase",
-    "código",
-    "motivo",
-    "intentos",
-    "reenvíos",
-    "muerto en",
-    "estado",
+    "id", "key", "tipo", "failure", "code", "reason", "attempts", "replays", "dead at", "state",
 ];
 
-/// `GET /console/dlq`: dead letters, filtered by `tipo`, `motivo` (text), `clase` and
-/// `estado` (`pendientes`, `todos`).
+/// The query's names before they were English, accepted for one release.
+const OLD_NAMES: [(&str, &str); 4] = [
+    ("tipo", "type"),
+    ("motivo", "reason"),
+    ("clase", "failure"),
+    ("estado", "state"),
+];
+
+/// `q` with the old names renamed (a new name given too wins) and the old state values
+/// (`pendientes`, `todos`) read as the new ones.
+fn current_names(mut q: HashMap<String, String>) -> HashMap<String, String> {
+    for (old, new) in OLD_NAMES {
+        if let Some(value) = q.remove(old) {
+            q.entry(new.to_owned()).or_insert(value);
+        }
+    }
+    if let Some(state) = q.get_mut("state") {
+        match state.as_str() {
+            "todos" => *state = "all".to_owned(),
+            "pendientes" => *state = "pending".to_owned(),
+            _ => {}
+        }
+    }
+    q
+}
+
+/// The filter `q` asks for, and whether handled letters are wanted too; or why not.
+fn filter_of(q: &HashMap<String, String>) -> Result<(DlqFilter, bool), String> {
+    let get = |k: &str| q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
+    let mut filter = DlqFilter::all();
+    if let Some(kind) = get("type") {
+        filter = filter.with_kind(kind);
+    }
+    if let Some(reason) = get("reason") {
+        filter = filter.with_reason(reason);
+    }
+    if let Some(class) = get("failure") {
+        match DeadClass::parse(class) {
+            Some(class) => filter = filter.with_failure(class),
+            None => return Err(format!("unknown kind of failure: {class}")),
+        }
+    }
+    let all = match get("state") {
+        None | Some("pending") => false,
+        Some("all") => true,
+        Some(other) => return Err(format!("state is `pending` or `all`, not {other:?}")),
+    };
+    Ok((filter, all))
+}
+
+/// `GET /console/dlq`: dead letters a page at a time, filtered by `type`, `reason` (text),
+/// `failure` and `state` (`pending`, `all`), with the bulk actions on every pending one the
+/// filter selects, the held letters and the latest operator actions.
 #[utoipa::path(
     get,
     path = "/console/dlq",
     tag = "console",
     params(
-        ("tipo" = Option<String>, Query, description = "Only this event type"),
-        ("motivo" = Option<String>, Query, description = "Only reasons containing this text"),
-        ("clase" = Option<String>, Query, description = "Only this class of failure"),
-        ("estado" = Option<String>, Query, description = "`pendientes` (default) or `todos`"),
+        ("type" = Option<String>, Query, description = "Only this event type (also `tipo`)"),
+        ("reason" = Option<String>, Query, description = "Only reasons containing this text (also `motivo`)"),
+        ("failure" = Option<String>, Query, description = "Only this kind of failure (also `clase`)"),
+        ("state" = Option<String>, Query, description = "`pending` (default) or `all` (also `estado`)"),
+        ("page" = Option<usize>, Query, description = "The page, from 1 (50 letters a page)"),
     ),
     responses(
         (status = 200, description = "The dead letters page.", content_type = "text/html", body = String),
-        (status = 400, description = "A filter that is not one.", content_type = "text/html", body = String),
+        (status = 400, description = "A filter or page that is not one.", content_type = "text/html", body = String),
         (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
         (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
     )
@@ -54,42 +101,51 @@ pub(super) async fn dead_letters(
     State(console): State<Arc<Console>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    let get = |k: &str| q.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
-    let mut filter = DlqFilter::all();
-    if let Some(kind) = get("tipo") {
-        filter = filter.with_kind(kind);
-    }
-    if let Some(reason) = get("motivo") {
-        filter = filter.with_reason(reason);
-    }
-    if let Some(class) = get("clase") {
-        match DeadClass::parse(class) {
-            Some(class) => filter = filter.with_failure(class),
-            None => {
-                return bad_request(&format!("clase desconocida: {class}"));
-            }
-        }
-    }
-    let all = get("estado") == Some("todos");
+    let q = current_names(q);
+    let (filter, all) = match filter_of(&q) {
+        Ok(found) => found,
+        Err(why) => return bad_request(&why),
+    };
+    let paging = match Paging::from_query(&q) {
+        Ok(paging) => paging,
+        Err(why) => return bad_request(&why),
+    };
     let mut body = filter_form(&q);
+    body.push_str("<div class=\"live\" data-refresh=\"5\">\n");
     match console.letters.list(&filter, all).await {
         Ok(letters) => {
-            let rows: Vec<Vec<String>> = letters.iter().take(LIST_LIMIT).map(letter_row).collect();
+            let shown = paging.slice(&letters);
+            let rows: Vec<Vec<String>> = shown.iter().map(letter_row).collect();
             body.push_str(&format!(
-                "<p data-testid=\"dlq-count\">{} mensajes en <code>{}</code></p>\n",
-                letters.len(),
+                "<p>In <code>{}</code></p>\n",
                 esc(&console.letters.place())
+            ));
+            body.push_str(&pager(
+                "dlq-pager",
+                "/console/dlq",
+                &q,
+                paging,
+                rows.len(),
+                Some(letters.len()),
             ));
             body.push_str(&table(
                 "dlq",
                 &LETTER_COLUMNS,
                 &rows,
-                "Ningún mensaje muerto con estos filtros.",
+                "No dead letter with these filters.",
             ));
+            let pending = if all {
+                letters.iter().filter(|l| l.is_pending()).count()
+            } else {
+                letters.len()
+            };
+            body.push_str(&bulk_panel(&q, pending));
         }
-        Err(e) => body.push_str(&failure("no se pudieron leer los mensajes muertos", &e)),
+        Err(e) => body.push_str(&failure("the dead letters could not be read", &e)),
     }
-    body.push_str("<h2>Últimas acciones de operador</h2>\n");
+    body.push_str("</div>\n");
+    body.push_str(&held_section(&console).await);
+    body.push_str("<h2>Latest operator actions</h2>\n");
     match console.letters.audit(AUDIT_SHOWN).await {
         Ok(entries) => {
             let rows: Vec<Vec<String>> = entries
@@ -104,7 +160,7 @@ pub(super) async fn dead_letters(
                         format!(
                             "<span data-testid=\"audit-action\">{}{}</span>",
                             e.action.as_str(),
-                            if e.dry_run { " (ensayo)" } else { "" }
+                            if e.dry_run { " (dry run)" } else { "" }
                         ),
                         esc(&e.filter),
                         format!("{} / {} / {}", e.matched, e.applied, e.refused),
@@ -115,20 +171,101 @@ pub(super) async fn dead_letters(
             body.push_str(&table(
                 "audit",
                 &[
-                    "cuándo",
-                    "operador",
-                    "acción",
-                    "selección",
-                    "elegidos / hechos / rechazados",
-                    "detalle",
+                    "when",
+                    "operator",
+                    "action",
+                    "selection",
+                    "matched / done / refused",
+                    "detail",
                 ],
                 &rows,
-                "Ninguna acción todavía.",
+                "No action yet.",
             ));
         }
-        Err(e) => body.push_str(&failure("no se pudo leer la auditoría", &e)),
+        Err(e) => body.push_str(&failure("the audit could not be read", &e)),
     }
-    page("Mensajes muertos", Section::DeadLetters, &body).into_response()
+    page("Dead letters", Section::DeadLetters, &body).into_response()
+}
+
+/// The actions on every pending letter the page's filter selects: a dry run first, which
+/// shows what would happen and how many match; the action itself then names that count, and
+/// the server refuses it if the selection changed meanwhile.
+fn bulk_panel(q: &HashMap<String, String>, pending: usize) -> String {
+    if pending == 0 {
+        return String::new();
+    }
+    let value = |k: &str| esc(q.get(k).map_or("", |v| v.trim()));
+    format!(
+        "<section class=\"bulk\" data-testid=\"bulk\" data-type=\"{}\" data-reason=\"{}\" data-failure=\"{}\">\
+         <h3>Every pending dead letter these filters select: <span data-testid=\"bulk-count\">{}</span></h3>\
+         <div class=\"actions\">\
+         <button type=\"button\" data-bulk=\"replay\">Replay all (dry run first)</button>\
+         <label>Reason <input id=\"bulk-reason\" name=\"bulk-reason\"></label>\
+         <button type=\"button\" data-bulk=\"discard\">Discard all (dry run first)</button>\
+         <button type=\"button\" data-bulk-confirm hidden data-testid=\"bulk-confirm\"></button>\
+         </div></section>\n",
+        value("type"),
+        value("reason"),
+        value("failure"),
+        thousands(pending),
+    )
+}
+
+/// Dead letters the broker refused, held in each consumer's database.
+async fn held_section(console: &Console) -> String {
+    let mut out = String::from("<h2 id=\"held\">Held dead letters</h2>\n");
+    let mut rows = Vec::new();
+    let mut total = 0u64;
+    for (service, db) in console.held_dbs() {
+        let store = db.held_letters();
+        match (store.count().await, store.list(HELD_SHOWN).await) {
+            (Ok(n), Ok(held)) => {
+                total += n;
+                rows.extend(held.iter().map(|h| {
+                    vec![
+                        service.to_owned(),
+                        esc(&h.id.group),
+                        esc(&format!(
+                            "{}/{}/{}",
+                            h.id.topic, h.id.partition, h.id.offset
+                        )),
+                        esc(&h.letter.topic),
+                        esc(h.letter.key.as_deref().unwrap_or("")),
+                        esc(h.letter.headers.get("tipo").unwrap_or("")),
+                        thousands(h.letter.payload.len()),
+                        esc(&h.refusal),
+                        time(Some(h.held_at_ms)),
+                    ]
+                }));
+            }
+            (Err(e), _) | (_, Err(e)) => out.push_str(&failure(
+                &format!("{service}'s held dead letters could not be read"),
+                &e,
+            )),
+        }
+    }
+    out.push_str(&format!(
+        "<p data-testid=\"held-total\">{} held. Once the cause is mended, \
+         <code>km0 dlq send-held</code> sends them on.</p>\n",
+        thousands(total as usize)
+    ));
+    out.push_str(&table(
+        "held",
+        &[
+            "service",
+            "group",
+            "record",
+            "destination",
+            "key",
+            "tipo",
+            "bytes",
+            "refused because",
+            "held at",
+        ],
+        &rows,
+        "No held dead letter.",
+    ));
+    out
 }
 
 fn filter_form(q: &HashMap<String, String>) -> String {
@@ -136,29 +273,29 @@ fn filter_form(q: &HashMap<String, String>) -> String {
     let classes: String = std::iter::once(String::new())
         .chain(DeadClass::ALL.iter().map(|c| c.as_str().to_owned()))
         .map(|c| {
-            let selected = if q.get("clase") == Some(&c) {
+            let selected = if q.get("failure") == Some(&c) {
                 " selected"
             } else {
                 ""
             };
-            let label = if c.is_empty() { "todas" } else { c.as_str() };
+            let label = if c.is_empty() { "any" } else { c.as_str() };
             format!("<option value=\"{c}\"{selected}>{label}</option>")
         })
         .collect();
-    let all = if q.get("estado").map(String::as_str) == Some("todos") {
+    let all = if q.get("state").map(String::as_str) == Some("all") {
         " checked"
     } else {
         ""
     };
     format!(
         "<form class=\"filters\" method=\"get\" action=\"/console/dlq\">\
-         <label>tipo <input name=\"tipo\" value=\"{}\"></label>\
-         <label>motivo contiene <input name=\"motivo\" value=\"{}\"></label>\
-         <label>clase <select name=\"clase\">{classes}</select></label>\
-         <label><input type=\"checkbox\" name=\"estado\" value=\"todos\"{all}> también los ya tratados</label>\
-         <button type=\"submit\">Filtrar</button></form>\n",
-        value("tipo"),
-        value("motivo"),
+         <label>Type <input name=\"type\" value=\"{}\"></label>\
+         <label>Reason contains <input name=\"reason\" value=\"{}\"></label>\
+         <label>Failure <select name=\"failure\">{classes}</select></label>\
+         <label><input type=\"checkbox\" name=\"state\" value=\"all\"{all}> handled ones too</label>\
+         <button type=\"submit\">Filter</button></form>\n",
+        value("type"),
+        value("reason"),
     )
 }
 
@@ -202,31 +339,34 @@ pub(super) async fn dead_letter(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     let Some(raw) = q.get("id") else {
-        return bad_request("falta el parámetro id");
+        return bad_request("the id parameter is missing");
     };
     let id: DeadLetterId = match raw.parse() {
         Ok(id) => id,
-        Err(e) => return bad_request(&format!("id no válido: {e}")),
+        Err(e) => return bad_request(&format!("not a dead letter id: {e}")),
     };
     let (letter, history) = match console.letters.show(&id).await {
         Ok(found) => found,
         Err(e) => {
             let (status, what) = if e.is_usage() {
-                (StatusCode::NOT_FOUND, "no existe")
+                (StatusCode::NOT_FOUND, "no such dead letter")
             } else {
-                (StatusCode::SERVICE_UNAVAILABLE, "no se pudo leer")
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the dead letter could not be read",
+                )
             };
             let message = failure(what, &e);
-            return error_page(status, "Mensaje muerto", Section::DeadLetters, &message);
+            return error_page(status, "Dead letter", Section::DeadLetters, &message);
         }
     };
     let mut body = format!(
         "<dl class=\"figures\" data-testid=\"letter\">\
-         <dt>id</dt><dd>{}</dd><dt>estado</dt><dd data-testid=\"letter-state\">{}</dd>\
-         <dt>clave</dt><dd>{}</dd><dt>tipo</dt><dd>{}</dd><dt>id_evento</dt><dd>{}</dd>\
-         <dt>clase</dt><dd>{}</dd><dt>código</dt><dd>{}</dd><dt>motivo</dt><dd>{}</dd>\
-         <dt>intentos</dt><dd>{}</dd><dt>reenvíos</dt><dd>{}</dd>\
-         <dt>origen</dt><dd>{} / {} / {} (grupo {})</dd><dt>muerto en</dt><dd>{}</dd></dl>\n",
+         <dt>id</dt><dd>{}</dd><dt>state</dt><dd data-testid=\"letter-state\">{}</dd>\
+         <dt>key</dt><dd>{}</dd><dt>tipo</dt><dd>{}</dd><dt>id_evento</dt><dd>{}</dd>\
+         <dt>failure</dt><dd>{}</dd><dt>code</dt><dd>{}</dd><dt>reason</dt><dd>{}</dd>\
+         <dt>attempts</dt><dd>{}</dd><dt>replays</dt><dd>{}</dd>\
+         <dt>origin</dt><dd>{} / {} / {} (group {})</dd><dt>dead at</dt><dd>{}</dd></dl>\n",
         esc(&letter.id.to_string()),
         letter.state(),
         esc(letter.key.as_deref().unwrap_or("")),
@@ -254,15 +394,15 @@ pub(super) async fn dead_letter(
     if letter.is_pending() {
         body.push_str(&format!(
             "<section class=\"actions\" data-id=\"{}\">\
-             <button type=\"button\" data-action=\"replay-dry\">Reenviar (ensayo)</button>\
-             <button type=\"button\" data-action=\"replay\">Reenviar</button>\
-             <label>motivo <input id=\"discard-reason\" name=\"reason\"></label>\
-             <button type=\"button\" data-action=\"discard\">Descartar</button></section>\n",
+             <button type=\"button\" data-action=\"replay-dry\">Replay (dry run)</button>\
+             <button type=\"button\" data-action=\"replay\">Replay</button>\
+             <label>Reason <input id=\"discard-reason\" name=\"reason\"></label>\
+             <button type=\"button\" data-action=\"discard\">Discard</button></section>\n",
             esc(&letter.id.to_string())
         ));
     } else if let Some(mark) = &letter.mark {
         body.push_str(&format!(
-            "<p data-testid=\"letter-mark\">{} por {} el {}{}</p>\n",
+            "<p data-testid=\"letter-mark\">{} by {} at {}{}</p>\n",
             mark.state.as_str(),
             esc(&mark.operator),
             time(Some(mark.at_ms)),
@@ -277,20 +417,20 @@ pub(super) async fn dead_letter(
         .iter()
         .map(|(n, v)| vec![format!("<code>{}</code>", esc(n)), esc(v)])
         .collect();
-    body.push_str("<h2>Cabeceras</h2>\n");
+    body.push_str("<h2>Headers</h2>\n");
     body.push_str(&table(
         "letter-headers",
-        &["nombre", "valor"],
+        &["name", "value"],
         &headers,
-        "Sin cabeceras.",
+        "No headers.",
     ));
     let payload = serde_json::to_string_pretty(&letter.payload_json()).unwrap_or_default();
     body.push_str(&format!(
-        "<h2>Contenido</h2>\n<pre data-testid=\"letter-payload\">{}</pre>\n",
+        "<h2>Payload</h2>\n<pre data-testid=\"letter-payload\">{}</pre>\n",
         esc(&payload)
     ));
     let rows: Vec<Vec<String>> = history.iter().map(letter_row).collect();
-    body.push_str("<h2>Historia del evento</h2>\n");
+    body.push_str("<h2>The event's history</h2>\n");
     body.push_str(&table("letter-history", &LETTER_COLUMNS, &rows, ""));
-    page("Mensaje muerto", Section::DeadLetters, &body).into_response()
+    page("Dead letter", Section::DeadLetters, &body).into_response()
 }

@@ -1,6 +1,7 @@
 //! The pages' HTML: escaping, the layout every page shares, and small building blocks.
 //! Everything dynamic goes through [`esc`]; nothing is written into a page unescaped.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use axum::http::StatusCode;
@@ -73,15 +74,15 @@ pub fn page(title: &str, active: Section, body: &str) -> Html<String> {
         format!("<a href=\"{href}\"{current}>{label}</a>")
     };
     let nav = [
-        link(Section::Overview, "/console/", "Resumen"),
-        link(Section::DeadLetters, "/console/dlq", "Mensajes muertos"),
+        link(Section::Overview, "/console/", "Overview"),
+        link(Section::DeadLetters, "/console/dlq", "Dead letters"),
         link(Section::Sagas, "/console/sagas", "Sagas"),
-        link(Section::Trace, "/console/trace", "Traza de un pedido"),
+        link(Section::Trace, "/console/trace", "Trace of an order"),
     ]
     .join("\n      ");
     Html(format!(
         "<!doctype html>
-<html lang=\"es\">
+<html lang=\"en\">
 <head>
   <meta charset=\"utf-8\">
   <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">
@@ -96,8 +97,8 @@ pub fn page(title: &str, active: Section, body: &str) -> Html<String> {
       {nav}
     </nav>
     <form id=\"token-form\" class=\"token\" autocomplete=\"off\">
-      <label>Token de operador <input type=\"password\" id=\"token\" name=\"token\"></label>
-      <button type=\"submit\">Usar</button>
+      <label>Operator token <input type=\"password\" id=\"token\" name=\"token\"></label>
+      <button type=\"submit\">Use</button>
       <span id=\"operator\" data-testid=\"operator\"></span>
     </form>
   </header>
@@ -111,6 +112,119 @@ pub fn page(title: &str, active: Section, body: &str) -> Html<String> {
 ",
         title = esc(title),
     ))
+}
+
+/// Rows shown on one page of a list.
+pub const PER_PAGE: usize = 50;
+
+/// Which page of a list is asked for: `?page=N`, counted from 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paging {
+    /// The page, from 1.
+    pub page: usize,
+}
+
+impl Paging {
+    /// The page `q` asks for (the first when it names none); a `page` that is not a positive
+    /// number is refused with why.
+    pub fn from_query(q: &HashMap<String, String>) -> Result<Self, String> {
+        match q.get("page").map(|p| p.trim()).filter(|p| !p.is_empty()) {
+            None => Ok(Self { page: 1 }),
+            Some(p) => match p.parse::<usize>() {
+                Ok(page) if (1..=1_000_000).contains(&page) => Ok(Self { page }),
+                _ => Err(format!("page must be a number from 1 on, not {p:?}")),
+            },
+        }
+    }
+
+    /// How many rows come before this page.
+    pub fn offset(self) -> usize {
+        (self.page - 1).saturating_mul(PER_PAGE)
+    }
+
+    /// This page's rows of `rows`.
+    pub fn slice<T>(self, rows: &[T]) -> &[T] {
+        let start = self.offset().min(rows.len());
+        let end = start.saturating_add(PER_PAGE).min(rows.len());
+        &rows[start..end]
+    }
+}
+
+/// "Showing 51–100 of 2,570" and links to the pages around, keeping `q`'s other parameters;
+/// `total` is `None` when unknown (then "Next" shows while a page is full).
+pub fn pager(
+    testid: &str,
+    path: &str,
+    q: &HashMap<String, String>,
+    paging: Paging,
+    shown: usize,
+    total: Option<usize>,
+) -> String {
+    let mut kept: Vec<(&String, &String)> = q
+        .iter()
+        .filter(|(k, v)| k.as_str() != "page" && !v.trim().is_empty())
+        .collect();
+    kept.sort();
+    let href = |page: usize| {
+        let mut parts: Vec<String> = kept
+            .iter()
+            .map(|(k, v)| format!("{}={}", query_value(k), query_value(v)))
+            .collect();
+        parts.push(format!("page={page}"));
+        format!("{path}?{}", parts.join("&amp;"))
+    };
+    let first = if shown == 0 { 0 } else { paging.offset() + 1 };
+    let last = paging.offset() + shown;
+    let mut out = format!("<nav class=\"pager\" data-testid=\"{testid}\">");
+    match total {
+        Some(total) => {
+            let _ = write!(
+                out,
+                "<span data-testid=\"{testid}-range\">Showing {} to {} of <strong data-testid=\"{testid}-total\">{}</strong></span>",
+                thousands(first),
+                thousands(last),
+                thousands(total)
+            );
+        }
+        None => {
+            let _ = write!(
+                out,
+                "<span data-testid=\"{testid}-range\">Showing {} to {}</span>",
+                thousands(first),
+                thousands(last)
+            );
+        }
+    }
+    if paging.page > 1 {
+        let _ = write!(
+            out,
+            " <a href=\"{}\" rel=\"prev\" data-testid=\"{testid}-prev\">Previous</a>",
+            href(paging.page - 1)
+        );
+    }
+    let more = total.map_or(shown == PER_PAGE, |total| last < total);
+    if more {
+        let _ = write!(
+            out,
+            " <a href=\"{}\" rel=\"next\" data-testid=\"{testid}-next\">Next</a>",
+            href(paging.page + 1)
+        );
+    }
+    out.push_str("</nav>\n");
+    out
+}
+
+/// `n` with thousands separated by commas.
+pub fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A table with `headers` and already-escaped cells, or `empty` when there are no rows.
@@ -155,13 +269,14 @@ pub fn error_page(status: StatusCode, title: &str, active: Section, message: &st
 pub fn bad_request(reason: &str) -> Response {
     error_page(
         StatusCode::BAD_REQUEST,
-        "Petición no válida",
+        "Bad request",
         Section::Overview,
         &format!("<p class=\"error\" role=\"alert\">{}</p>", esc(reason)),
     )
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -176,9 +291,43 @@ mod tests {
     }
 
     #[test]
+    fn pages_slice_and_link_with_the_other_parameters_kept() {
+        let q: HashMap<String, String> = [("type", "pedido.creado"), ("page", "2"), ("x", "")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let paging = Paging::from_query(&q).unwrap();
+        assert_eq!(paging.offset(), PER_PAGE);
+        let rows: Vec<usize> = (0..120).collect();
+        assert_eq!(paging.slice(&rows), &rows[50..100]);
+        assert!(Paging { page: 9 }.slice(&rows).is_empty());
+        let nav = pager("p", "/console/dlq", &q, paging, 50, Some(2570));
+        assert!(nav.contains("Showing 51 to 100 of"), "{nav}");
+        assert!(nav.contains(">2,570<"), "{nav}");
+        assert!(
+            nav.contains("/console/dlq?type=pedido.creado&amp;page=1"),
+            "{nav}"
+        );
+        assert!(
+            nav.contains("/console/dlq?type=pedido.creado&amp;page=3"),
+            "{nav}"
+        );
+        let last = pager("p", "/x", &q, Paging { page: 3 }, 20, Some(120));
+        assert!(!last.contains("rel=\"next\""), "{last}");
+        for bad in ["0", "-1", "x", "99999999999"] {
+            let q = HashMap::from([("page".to_owned(), bad.to_owned())]);
+            assert!(Paging::from_query(&q).is_err(), "{bad}");
+        }
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+    }
+
+    #[test]
     fn an_empty_table_says_so() {
-        assert!(table("t", &["a"], &[], "nada").contains("nada"));
-        let t = table("t", &["a"], &[vec!["<b>1</b>".into()]], "nada");
+        assert!(table("t", &["a"], &[], "nothing").contains("nothing"));
+        let t = table("t", &["a"], &[vec!["<b>1</b>".into()]], "nothing");
         assert!(
             t.contains("<td><b>1</b></td>"),
             "cells are written as given: {t}"

@@ -1,11 +1,14 @@
 //! The web console: what an operator looks at and acts on, served by any km0 process with
 //! `--console` on its operations endpoint (`/console/`), by `km0 up` by default.
 //!
-//! - pages (server-rendered HTML: [`overview`], [`dlq_pages`], [`saga_pages`], [`trace_view`]): the outbox and consumer lag at a glance, dead
-//!   letters (browse, filter, show), order sagas (list, timeline) and the trace of one order
-//!   across the services;
-//! - actions (JSON, [`api`]): replay a dead letter (with a dry run), discard one with a
-//!   reason, retry a saga waiting for an operator. Each needs an operator token
+//! - pages (server-rendered HTML: [`overview`], [`dlq_pages`], [`saga_pages`], [`trace_view`]):
+//!   every outbox and consumer group at a glance with a chart of the last minutes
+//!   ([`history`]), dead letters (browse by page, filter, show; held ones too), order sagas
+//!   (list, timeline) and the trace of one order across the services; the lists refresh
+//!   themselves;
+//! - actions (JSON, [`api`]): replay dead letters (with a dry run), discard them with a
+//!   reason, one by one or every one a filter selects (confirmed by the count its dry run
+//!   showed), retry a saga waiting for an operator. Each needs an operator token
 //!   ([`auth`]) and is written to the audit (`entrega_dlq_audit`, the saga's history) under
 //!   the token's operator;
 //! - reads are open to loopback clients only; from elsewhere they need a token too.
@@ -15,6 +18,7 @@
 mod api;
 pub mod auth;
 mod dlq_pages;
+mod history;
 mod html;
 mod letters;
 mod overview;
@@ -40,17 +44,36 @@ use utoipa_axum::routes;
 pub use auth::{BadToken, Operators};
 
 use crate::services::inventario;
-use crate::wiring::{databases, Broker, System};
+use crate::wiring::{databases, Broker, Database, System};
 
 /// What the console's handlers share.
 pub(crate) struct Console {
-    system: System,
     broker: Broker,
     letters: letters::Letters,
     sagas: Sagas,
     operators: Operators,
-    /// The databases of the services that write events, for an order's trace.
-    trace_dbs: Vec<(&'static str, Db)>,
+    /// Every service's database with an outbox or entrega's tables, opened once.
+    dbs: Vec<(&'static Database, Db)>,
+    /// The overview chart's samples.
+    history: history::History,
+}
+
+impl Console {
+    /// The databases of the services that write events (an outbox each).
+    fn outbox_dbs(&self) -> impl Iterator<Item = (&'static str, &Db)> {
+        self.dbs
+            .iter()
+            .filter(|(d, _)| d.outbox)
+            .map(|(d, db)| (d.name, db))
+    }
+
+    /// The databases whose consumers may hold dead letters the broker refused.
+    fn held_dbs(&self) -> impl Iterator<Item = (&'static str, &Db)> {
+        self.dbs
+            .iter()
+            .filter(|(d, _)| d.entrega_tables)
+            .map(|(d, db)| (d.name, db))
+    }
 }
 
 /// The console's routes under `/console`, over the deployment `system` (every service's
@@ -72,22 +95,26 @@ pub async fn router(system: System, operators: Operators) -> anyhow::Result<Rout
         .sagas(&store)
         .await
         .context("opening the order sagas")?;
-    let mut trace_dbs = Vec::new();
-    for database in databases().into_iter().filter(|d| d.outbox) {
+    let mut dbs = Vec::new();
+    for database in databases()
+        .into_iter()
+        .filter(|d| d.outbox || d.entrega_tables)
+    {
         let db = system
             .database(database)
             .await
             .with_context(|| format!("opening the {} database", database.name))?;
-        trace_dbs.push((database.name, db));
+        dbs.push((database, db));
     }
     let console = Arc::new(Console {
-        system,
         broker,
         letters,
         sagas,
         operators,
-        trace_dbs,
+        dbs,
+        history: history::History::default(),
     });
+    history::spawn_sampler(Arc::downgrade(&console));
     let (routes, _) = documented();
     let routes = routes
         .layer(axum::middleware::from_fn_with_state(
@@ -146,7 +173,7 @@ impl utoipa::Modify for OperatorToken {
 #[openapi(
     modifiers(&OperatorToken),
     components(schemas(
-        api::ReplayBody, api::DiscardBody, api::Operator, api::Retried, api::ActionReport,
+        api::ReplayBody, api::DiscardBody, api::FilterBody, api::Operator, api::Retried, api::ActionReport,
         api::AppliedLetter, api::RefusedLetter, auth::RefusalBody
     ))
 )]

@@ -9,39 +9,46 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use entrega::saga::SagaStatus;
 
-use super::html::{bad_request, error_page, esc, failure, page, query_value, table, time, Section};
+use super::html::{
+    bad_request, error_page, esc, failure, page, pager, query_value, table, time, Paging, Section,
+    PER_PAGE,
+};
 use super::Console;
 
-/// Most sagas the list shows.
-const LIST_LIMIT: usize = 200;
-
-/// `GET /console/sagas?estado=...`: order sagas, newest first.
+/// `GET /console/sagas?state=...&page=N`: order sagas, newest first, a page at a time, with
+/// the total of the state asked for.
 #[utoipa::path(
     get,
     path = "/console/sagas",
     tag = "console",
-    params(("estado" = Option<String>, Query, description = "Only sagas in this state")),
+    params(
+        ("state" = Option<String>, Query, description = "Only sagas in this state (also accepted as `estado`)"),
+        ("page" = Option<usize>, Query, description = "The page, from 1 (50 sagas a page)"),
+    ),
     responses(
         (status = 200, description = "Order sagas, newest first.", content_type = "text/html", body = String),
-        (status = 400, description = "An unknown state.", content_type = "text/html", body = String),
+        (status = 400, description = "An unknown state, or a page that is not one.", content_type = "text/html", body = String),
         (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
         (status = 403, description = "From another host, and no operator is configured.", body = super::auth::RefusalBody),
     )
 )]
 pub(super) async fn sagas(
     State(console): State<Arc<Console>>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(mut q): Query<HashMap<String, String>>,
 ) -> Response {
-    let status = match q
-        .get("estado")
-        .map(String::as_str)
-        .filter(|s| !s.is_empty())
-    {
+    if let Some(old) = q.remove("estado") {
+        q.entry("state".to_owned()).or_insert(old);
+    }
+    let status = match q.get("state").map(|s| s.trim()).filter(|s| !s.is_empty()) {
         Some(name) => match SagaStatus::parse(name) {
             Some(status) => Some(status),
-            None => return bad_request(&format!("estado desconocido: {name}")),
+            None => return bad_request(&format!("unknown saga state: {name}")),
         },
         None => None,
+    };
+    let paging = match Paging::from_query(&q) {
+        Ok(paging) => paging,
+        Err(why) => return bad_request(&why),
     };
     let options: String = std::iter::once("")
         .chain(SagaStatus::ALL.iter().map(|s| s.as_str()))
@@ -51,16 +58,30 @@ pub(super) async fn sagas(
             } else {
                 ""
             };
-            let label = if s.is_empty() { "todos" } else { s };
+            let label = if s.is_empty() { "any" } else { s };
             format!("<option value=\"{s}\"{selected}>{label}</option>")
         })
         .collect();
     let mut body = format!(
         "<form class=\"filters\" method=\"get\" action=\"/console/sagas\">\
-         <label>estado <select name=\"estado\">{options}</select></label>\
-         <button type=\"submit\">Filtrar</button></form>\n"
+         <label>State <select name=\"state\">{options}</select></label>\
+         <button type=\"submit\">Filter</button></form>\n<div class=\"live\" data-refresh=\"5\">\n"
     );
-    match console.sagas.list(status, LIST_LIMIT).await {
+    let total = match console.sagas.counts().await {
+        Ok(counts) => Some(
+            counts
+                .iter()
+                .filter(|(s, _)| status.is_none_or(|wanted| wanted == *s))
+                .map(|(_, n)| usize::try_from(*n).unwrap_or(0))
+                .sum::<usize>(),
+        ),
+        Err(_) => None,
+    };
+    match console
+        .sagas
+        .list_page(status, paging.offset(), PER_PAGE)
+        .await
+    {
         Ok(list) => {
             let rows: Vec<Vec<String>> = list
                 .iter()
@@ -81,18 +102,27 @@ pub(super) async fn sagas(
                     ]
                 })
                 .collect();
+            body.push_str(&pager(
+                "sagas-pager",
+                "/console/sagas",
+                &q,
+                paging,
+                rows.len(),
+                total,
+            ));
             body.push_str(&table(
                 "sagas",
                 &[
-                    "pedido", "estado", "paso", "fase", "envíos", "motivo", "creada", "cambiada",
+                    "order", "state", "step", "phase", "sends", "reason", "created", "changed",
                 ],
                 &rows,
-                "Ninguna saga.",
+                "No saga.",
             ));
         }
-        Err(e) => body.push_str(&failure("no se pudieron leer las sagas", &e)),
+        Err(e) => body.push_str(&failure("the sagas could not be read", &e)),
     }
-    page("Sagas de pedido", Section::Sagas, &body).into_response()
+    body.push_str("</div>\n");
+    page("Order sagas", Section::Sagas, &body).into_response()
 }
 
 /// `GET /console/sagas/{id}`: one saga and its timeline.
@@ -112,14 +142,11 @@ pub(super) async fn saga(State(console): State<Arc<Console>>, Path(id): Path<Str
     let (record, history) = match console.sagas.show(&id).await {
         Ok(Some(found)) => found,
         Ok(None) => {
-            let message = format!(
-                "<p class=\"error\" role=\"alert\">No hay saga {}</p>",
-                esc(&id)
-            );
+            let message = format!("<p class=\"error\" role=\"alert\">No saga {}</p>", esc(&id));
             return error_page(StatusCode::NOT_FOUND, "Saga", Section::Sagas, &message);
         }
         Err(e) => {
-            let message = failure("no se pudo leer la saga", &e);
+            let message = failure("the saga could not be read", &e);
             return error_page(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Saga",
@@ -130,10 +157,10 @@ pub(super) async fn saga(State(console): State<Arc<Console>>, Path(id): Path<Str
     };
     let mut body = format!(
         "<dl class=\"figures\" data-testid=\"saga\">\
-         <dt>pedido</dt><dd>{}</dd><dt>estado</dt><dd data-testid=\"saga-state\">{}</dd>\
-         <dt>paso</dt><dd>{}</dd><dt>fase</dt><dd>{}</dd><dt>motivo</dt><dd>{}</dd>\
-         <dt>creada</dt><dd>{}</dd><dt>cambiada</dt><dd>{}</dd></dl>\n\
-         <p><a href=\"/console/trace?pedido={}\">Traza del pedido</a></p>\n",
+         <dt>order</dt><dd>{}</dd><dt>state</dt><dd data-testid=\"saga-state\">{}</dd>\
+         <dt>step</dt><dd>{}</dd><dt>phase</dt><dd>{}</dd><dt>reason</dt><dd>{}</dd>\
+         <dt>created</dt><dd>{}</dd><dt>changed</dt><dd>{}</dd></dl>\n\
+         <p><a href=\"/console/trace?order={}\">Trace of the order</a></p>\n",
         esc(&record.id),
         record.status.as_str(),
         esc(console.sagas.step_name(record.step).unwrap_or("-")),
@@ -146,7 +173,7 @@ pub(super) async fn saga(State(console): State<Arc<Console>>, Path(id): Path<Str
     if record.status == SagaStatus::NeedsOperator {
         body.push_str(&format!(
             "<section class=\"actions\" data-saga=\"{}\">\
-             <button type=\"button\" data-action=\"saga-retry\">Reintentar la compensación</button>\
+             <button type=\"button\" data-action=\"saga-retry\">Retry the compensation</button>\
              </section>\n",
             esc(&record.id)
         ));
@@ -165,18 +192,57 @@ pub(super) async fn saga(State(console): State<Arc<Console>>, Path(id): Path<Str
                 e.phase.as_str().to_owned(),
                 esc(e.key.as_deref().unwrap_or("")),
                 e.attempt.map_or_else(String::new, |a| a.to_string()),
-                esc(e.detail.as_deref().unwrap_or("")),
+                detail(e.detail.as_deref().unwrap_or("")),
             ]
         })
         .collect();
-    body.push_str("<h2>Línea de tiempo</h2>\n");
+    body.push_str("<h2>Timeline</h2>\n");
     body.push_str(&table(
         "timeline",
         &[
-            "n", "cuándo", "qué", "paso", "fase", "clave", "envío", "detalle",
+            "n", "when", "what", "step", "phase", "key", "send", "detail",
         ],
         &rows,
-        "Sin historia.",
+        "No history.",
     ));
     page(&format!("Saga {}", record.id), Section::Sagas, &body).into_response()
+}
+
+/// A timeline entry's detail: a JSON object as its fields, one per line (`name: value`), any
+/// other text as it is; escaped either way.
+fn detail(text: &str) -> String {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(text)
+    else {
+        return esc(text);
+    };
+    fields
+        .iter()
+        .map(|(name, value)| {
+            let value = match value {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            format!(
+                "<span class=\"field\"><span class=\"muted\">{}:</span> {}</span>",
+                esc(name),
+                esc(&value)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::detail;
+
+    #[test]
+    fn a_json_detail_reads_as_fields_and_anything_else_as_text() {
+        let shown = detail(r#"{"motivo":"sin_stock","unidades":3,"x":"<b>"}"#);
+        assert!(shown.contains("motivo:</span> sin_stock"), "{shown}");
+        assert!(shown.contains("unidades:</span> 3"), "{shown}");
+        assert!(shown.contains("&lt;b&gt;"), "{shown}");
+        assert!(!shown.contains('{'), "{shown}");
+        assert_eq!(detail("plain <text>"), "plain &lt;text&gt;");
+    }
 }

@@ -1,4 +1,4 @@
-//! `GET /console/trace?pedido=<id>`: one order across the services. Every outbox row any
+//! `GET /console/trace?order=<id>`: one order across the services. Every outbox row any
 //! service wrote about it (in each service's own database), with the trace and span it
 //! carries (`headers`), in the order they were written; the trace ids found; its saga; and
 //! its dead letters.
@@ -42,7 +42,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
             .replace('%', "\\%")
             .replace('_', "\\_")
     );
-    for (service, db) in &console.trace_dbs {
+    for (service, db) in console.outbox_dbs() {
         let found: Result<Vec<StoredRow>, _> = db
             .fetch_all(
                 query(
@@ -72,7 +72,10 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
                     }),
                 },
             )),
-            Err(e) => notes.push_str(&failure(&format!("outbox de {service}"), &e)),
+            Err(e) => notes.push_str(&failure(
+                &format!("{service}'s outbox could not be read"),
+                &e,
+            )),
         }
     }
     rows.sort_by(|a, b| a.created.cmp(&b.created));
@@ -80,7 +83,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
     for r in &rows {
         let key = r
             .trace
-            .map_or_else(|| "(sin traza)".to_owned(), |t| t.trace_id());
+            .map_or_else(|| "(no trace)".to_owned(), |t| t.trace_id());
         *traces.entry(key).or_default() += 1;
     }
     let mut body = notes;
@@ -93,12 +96,12 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
             ]
         })
         .collect();
-    body.push_str("<h2>Trazas</h2>\n");
+    body.push_str("<h2>Traces</h2>\n");
     body.push_str(&table(
         "traces",
-        &["traza", "eventos"],
+        &["trace", "events"],
         &summary,
-        "Ningún evento de este pedido.",
+        "No event of this order.",
     ));
     let table_rows: Vec<Vec<String>> = rows
         .iter()
@@ -108,7 +111,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
                 format!("<span data-testid=\"trace-service\">{}</span>", r.service),
                 esc(&r.kind),
                 esc(&r.aggregate_id),
-                esc(r.published.as_deref().unwrap_or("pendiente")),
+                esc(r.published.as_deref().unwrap_or("pending")),
                 r.trace
                     .map_or_else(String::new, |t| format!("<code>{}</code>", t.trace_id())),
                 r.trace
@@ -116,30 +119,30 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
             ]
         })
         .collect();
-    body.push_str("<h2>Eventos, en el orden en que se escribieron</h2>\n");
+    body.push_str("<h2>Events, in the order they were written</h2>\n");
     body.push_str(&table(
         "trace-events",
         &[
-            "escrito",
-            "servicio",
+            "written",
+            "service",
             "tipo",
             "agregado_id",
-            "publicado",
-            "traza",
+            "published",
+            "trace",
             "span",
         ],
         &table_rows,
-        "Ningún servicio escribió eventos de este pedido.",
+        "No service wrote an event about this order.",
     ));
     match console.sagas.show(order).await {
         Ok(Some((saga, history))) => body.push_str(&format!(
-            "<p>Saga: <a href=\"/console/sagas/{}\">{}</a>, {} entradas en su historia</p>\n",
+            "<p>Saga: <a href=\"/console/sagas/{}\">{}</a>, {} entries in its history</p>\n",
             query_value(&saga.id),
             saga.status.as_str(),
             history.len()
         )),
-        Ok(None) => body.push_str("<p>Sin saga.</p>\n"),
-        Err(e) => body.push_str(&failure("no se pudo leer la saga", &e)),
+        Ok(None) => body.push_str("<p>No saga.</p>\n"),
+        Err(e) => body.push_str(&failure("the saga could not be read", &e)),
     }
     match console.letters.list(&DlqFilter::all(), true).await {
         Ok(letters) => {
@@ -160,15 +163,15 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
                     ]
                 })
                 .collect();
-            body.push_str("<h2>Mensajes muertos</h2>\n");
+            body.push_str("<h2>Dead letters</h2>\n");
             body.push_str(&table(
                 "trace-dlq",
-                &["id", "tipo", "motivo", "estado"],
+                &["id", "tipo", "reason", "state"],
                 &mine,
-                "Ninguno.",
+                "None.",
             ));
         }
-        Err(e) => body.push_str(&failure("no se pudieron leer los mensajes muertos", &e)),
+        Err(e) => body.push_str(&failure("the dead letters could not be read", &e)),
     }
     body
 }
@@ -178,7 +181,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
     get,
     path = "/console/trace",
     tag = "console",
-    params(("pedido" = Option<String>, Query, description = "The order whose trace to show")),
+    params(("order" = Option<String>, Query, description = "The order whose trace to show (also accepted as `pedido`)")),
     responses(
         (status = 200, description = "An order's trace across the services.", content_type = "text/html", body = String),
         (status = 401, description = "From another host, without an operator's token.", body = super::auth::RefusalBody),
@@ -189,15 +192,19 @@ pub(super) async fn page(
     State(console): State<Arc<Console>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Html<String> {
-    let order = q.get("pedido").map(|p| p.trim()).filter(|p| !p.is_empty());
+    let order = q
+        .get("order")
+        .or_else(|| q.get("pedido"))
+        .map(|p| p.trim())
+        .filter(|p| !p.is_empty());
     let mut body = format!(
         "<form class=\"filters\" method=\"get\" action=\"/console/trace\">\
-         <label>pedido <input name=\"pedido\" value=\"{}\"></label>\
-         <button type=\"submit\">Buscar</button></form>\n",
+         <label>Order <input name=\"order\" value=\"{}\"></label>\
+         <button type=\"submit\">Find</button></form>\n",
         esc(order.unwrap_or(""))
     );
     if let Some(order) = order {
         body.push_str(&page_for(&console, order).await);
     }
-    super::html::page("Traza de un pedido", Section::Trace, &body)
+    super::html::page("Trace of an order", Section::Trace, &body)
 }

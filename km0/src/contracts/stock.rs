@@ -129,6 +129,9 @@ pub enum StockMotive {
     /// Given back by a release (`liberacion`).
     #[serde(rename = "liberacion")]
     Release,
+    /// Added by an operator (`reposicion`): no order moved it.
+    #[serde(rename = "reposicion")]
+    Restock,
 }
 
 /// `stock.actualizado`: a product's units changed (keyed by product, `agregado` `producto`).
@@ -146,9 +149,9 @@ pub struct StockUpdated {
     /// Why (`motivo`).
     #[serde(rename = "motivo")]
     pub motive: StockMotive,
-    /// The order that moved it (`pedido_id`).
-    #[serde(rename = "pedido_id")]
-    pub order_id: String,
+    /// The order that moved it (`pedido_id`); absent when no order did (a restock).
+    #[serde(rename = "pedido_id", default, skip_serializing_if = "Option::is_none")]
+    pub order_id: Option<String>,
 }
 
 impl Event for StockUpdated {

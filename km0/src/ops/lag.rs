@@ -40,6 +40,9 @@ pub struct GroupLag {
     pub end: i64,
     /// Sum of the lags.
     pub lag: i64,
+    /// Members of the group alive on the topic now (`None`: the transport cannot tell); 0
+    /// means nobody consumes it, in this deployment or elsewhere.
+    pub members: Option<u32>,
 }
 
 /// One partition's end offset.
@@ -143,9 +146,11 @@ pub async fn lag_report(
                     lag: p.lag(),
                 })
                 .collect();
+            let members = inspector.members(group, topic).await?;
             report.groups.push(GroupLag {
                 group: group.clone(),
                 topic: topic.clone(),
+                members,
                 committed: partitions.iter().filter_map(|p| p.committed).sum(),
                 end: partitions.iter().map(|p| p.end).sum(),
                 lag: partitions.iter().map(|p| p.lag).sum(),
@@ -175,7 +180,13 @@ impl LagReport {
     pub fn render(&self) -> String {
         let mut out = String::new();
         for g in &self.groups {
-            let _ = writeln!(out, "group {} on {}", g.group, g.topic);
+            let members = match g.members {
+                Some(0) => " (no member running)".to_owned(),
+                Some(1) => " (1 member)".to_owned(),
+                Some(n) => format!(" ({n} members)"),
+                None => String::new(),
+            };
+            let _ = writeln!(out, "group {} on {}{members}", g.group, g.topic);
             if g.partitions.is_empty() {
                 out.push_str("  (no such topic)\n");
                 continue;
@@ -301,6 +312,7 @@ mod tests {
                 committed: 3,
                 end: 9,
                 lag: 6,
+                members: Some(0),
             }],
             dead_letters: vec![TopicEnds {
                 topic: "pedidos.eventos.dlq".into(),
@@ -324,5 +336,10 @@ mod tests {
         let json = serde_json::to_value(report()).unwrap();
         assert!(json["groups"][0]["partitions"][1]["committed"].is_null());
         assert_eq!(json["groups"][0]["lag"], 6);
+        assert_eq!(json["groups"][0]["members"], 0);
+        assert!(
+            text.contains("group inventario on pedidos.eventos (no member running)"),
+            "{text}"
+        );
     }
 }

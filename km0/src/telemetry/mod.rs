@@ -4,4 +4,5 @@
 //! consumers is entrega's ([`entrega::trace`]).
 
 pub mod http;
+pub mod log_fields;
 pub mod otlp;

@@ -243,7 +243,9 @@ async fn permanent_failures_are_dead_lettered_at_once(backend: &str) {
     let city = records(&broker, DLQ, "P-lugo").await;
     assert_eq!(
         city[0].headers.get(MOTIVO),
-        Some("permanent: ciudad_no_cubierta: Lugo")
+        Some(
+            "permanent: ciudad_no_cubierta: Lugo (covered: Barcelona, Madrid, Tarragona, Valencia)"
+        )
     );
     assert_eq!(
         city[0].headers.get(INTENTOS),

@@ -129,7 +129,10 @@ async fn killed_after_every_step(deployment: Deployment) {
     assert_eq!(ok.status, SagaStatus::Completed);
     let (lleida, lleida_history) = sagas.show("S-LLEIDA").await.unwrap().unwrap();
     assert_eq!(lleida.status, SagaStatus::Compensated);
-    assert_eq!(lleida.reason.as_deref(), Some("ciudad_no_cubierta: Lleida"));
+    assert_eq!(
+        lleida.reason.as_deref(),
+        Some("ciudad_no_cubierta: Lleida (covered: Barcelona, Madrid, Tarragona, Valencia)")
+    );
     // Every answer applied once, whatever was delivered again.
     for (history, expected) in [
         (

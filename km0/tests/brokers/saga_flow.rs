@@ -121,7 +121,10 @@ async fn every_order_reaches_one_final_state(system: System) {
     );
     let uncovered = shown("P-ciudad").await;
     assert_eq!(uncovered["estado"], "cancelado");
-    assert_eq!(uncovered["motivo"], "ciudad_no_cubierta: Lleida");
+    assert_eq!(
+        uncovered["motivo"],
+        "ciudad_no_cubierta: Lleida (covered: Barcelona, Madrid, Tarragona, Valencia)"
+    );
     running.stop().await.unwrap();
 
     let status = |id: &str| {
@@ -245,7 +248,10 @@ fn operator_sees_the_sagas(database: &str, broker: &str) {
             "liberacion-P-ciudad"
         ]
     );
-    assert_eq!(shown["motivo"], "ciudad_no_cubierta: Lleida");
+    assert_eq!(
+        shown["motivo"],
+        "ciudad_no_cubierta: Lleida (covered: Barcelona, Madrid, Tarragona, Valencia)"
+    );
     let (ok, text) = km0(&["show", "P-ok"]);
     assert!(ok && text.contains("completed"), "{text}");
     let (ok, _) = km0(&["retry", "P-ok"]);

@@ -133,7 +133,7 @@ impl KafkaView {
                 .flat_map(|g| g.members())
                 .filter(|m| m.client_id() == client)
                 .filter_map(|m| m.assignment())
-                .flat_map(|bytes| assignment_partitions(bytes, &topic))
+                .flat_map(|bytes| entrega_kafka::assigned_partitions(bytes, &topic))
                 .collect()
         })
         .await
@@ -327,35 +327,4 @@ pub async fn databases_without_kafka(
         inventario,
         broker,
     }
-}
-
-/// The partitions of `topic` in a member's assignment as the consumer protocol encodes it:
-/// version (i16), then topics (i32 count; each a string of i16 length and its partitions as
-/// an i32 count of i32), then user data. Empty if the bytes do not read as one.
-fn assignment_partitions(bytes: &[u8], topic: &str) -> Vec<u32> {
-    fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
-        let (head, rest) = bytes.split_first_chunk::<N>()?;
-        *bytes = rest;
-        Some(*head)
-    }
-    let read = || -> Option<Vec<u32>> {
-        let mut rest = bytes;
-        let _version = i16::from_be_bytes(take::<2>(&mut rest)?);
-        let topics = i32::from_be_bytes(take::<4>(&mut rest)?);
-        let mut found = Vec::new();
-        for _ in 0..topics.max(0) {
-            let len = usize::try_from(i16::from_be_bytes(take::<2>(&mut rest)?)).ok()?;
-            let (name, after) = rest.split_at_checked(len)?;
-            rest = after;
-            let count = i32::from_be_bytes(take::<4>(&mut rest)?);
-            for _ in 0..count.max(0) {
-                let partition = i32::from_be_bytes(take::<4>(&mut rest)?);
-                if name == topic.as_bytes() {
-                    found.push(u32::try_from(partition).ok()?);
-                }
-            }
-        }
-        Some(found)
-    };
-    read().unwrap_or_default()
 }

@@ -1,15 +1,16 @@
 // Drives the km0 console in headless Chromium (Debian's chromium, driven by playwright-core).
 // Called by km0/tests/processes/console_browser.rs, which set up the state and checks the databases
-// afterwards. Environment: CONSOLE (base URL of /console), TOKEN (an operator's secret),
-// ORDER_DLQ (the key of the dead letter to replay), ORDER_SAGA (an order whose saga
-// completed), SHOTS (directory for screenshots), KM0_CHROMIUM, KM0_NODE_MODULES.
+// afterwards. Environment: CONSOLE (base URL of /console), PEDIDOS (base URL of the orders
+// API), TOKEN (an operator's secret), ORDER_DLQ (the key of the dead letter to replay),
+// ORDER_DLQ_REASON (text only its reason holds), ORDER_SAGA (an order whose saga completed),
+// SHOTS (directory for screenshots), KM0_CHROMIUM, KM0_NODE_MODULES.
 // Prints one JSON line of what it saw; exits non-zero at the first expectation that fails.
 "use strict";
 
 const path = require("path");
 const { chromium } = require(path.join(process.env.KM0_NODE_MODULES, "playwright-core"));
 
-const { CONSOLE, TOKEN, ORDER_DLQ, ORDER_SAGA, SHOTS } = process.env;
+const { CONSOLE, PEDIDOS, TOKEN, ORDER_DLQ, ORDER_DLQ_REASON, ORDER_SAGA, SHOTS } = process.env;
 const seen = {};
 
 function expect(condition, what) {
@@ -31,49 +32,108 @@ async function resultText(page, contains) {
   return result.textContent();
 }
 
+async function noSideScroll(page, name) {
+  const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+  seen.widths = seen.widths || {};
+  seen.widths[name] = wide;
+  expect(wide <= 1280, name + " to fit 1280 px without scrolling sideways (is " + wide + ")");
+}
+
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.KM0_CHROMIUM,
     args: ["--no-sandbox", "--headless=new"],
   });
   try {
-    const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
     page.setDefaultTimeout(15000);
 
-    // The overview renders the outbox, the lag and the dead letters.
+    // The overview: every outbox, every group (those this deployment does not run marked),
+    // the chart once two samples exist, and it refreshes itself.
     await page.goto(CONSOLE + "/");
-    await page.getByTestId("outbox-pending").waitFor();
+    await page.getByTestId("outbox-pending").first().waitFor();
+    seen.outbox_services = await page.getByTestId("outbox-service").allInnerTexts();
     seen.lag_rows = await page.getByTestId("lag").locator("tbody tr").count();
-    expect(seen.lag_rows > 0, "lag rows on the overview");
+    seen.idle_groups = await page.getByTestId("group-idle").count();
+    seen.running_groups = await page.getByTestId("group-members").count();
+    seen.held = await page.getByTestId("held-count").innerText();
+    await page.waitForFunction(
+      () => document.querySelector("[data-testid=chart-backlog-line]"),
+      null,
+      { timeout: 40000 },
+    );
+    seen.chart_lines = await page.locator("[data-testid=chart] polyline").count();
+    seen.auto_refresh = await page.getByTestId("auto-refresh").isChecked();
+    const completed = () =>
+      page.evaluate(() => {
+        const link = [...document.querySelectorAll("[data-testid=saga-counts] a")]
+          .find((a) => a.textContent === "completed");
+        return link ? link.closest("tr").lastElementChild.textContent : null;
+      });
+    seen.completed_before = await completed();
+    await page.evaluate(() => { window.km0NotReloaded = true; });
+    const placed = await fetch(PEDIDOS + "/pedidos", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({
+        id: "C-LIVE", cliente: "ana", mercado: "girona", tarjeta: "tok_visa",
+        lineas: [{ producto: "queso-fresco", cantidad: 1, precio_centimos: 600 }],
+        direccion_entrega: { ciudad: "Madrid", codigo_postal: "28013", calle: "Carrer Major 3" },
+      }),
+    });
+    expect(placed.status === 201, "the live order accepted (" + placed.status + ")");
+    await page.waitForFunction(
+      (before) => {
+        const link = [...document.querySelectorAll("[data-testid=saga-counts] a")]
+          .find((a) => a.textContent === "completed");
+        return link && link.closest("tr").lastElementChild.textContent !== before;
+      },
+      seen.completed_before,
+      { timeout: 60000 },
+    );
+    seen.completed_after = await completed();
+    seen.not_reloaded = await page.evaluate(() => window.km0NotReloaded === true);
+    await noSideScroll(page, "overview");
     await shot(page, "overview");
 
-    // The dead letter appears in the list, with its class and code.
-    await page.goto(CONSOLE + "/dlq?clase=rechazado");
+    // The dead letters, a page at a time with the total.
+    await page.goto(CONSOLE + "/dlq?failure=rechazado");
+    seen.dlq_total = await page.getByTestId("dlq-pager-total").innerText();
+    seen.dlq_first_page = await page.getByTestId("dlq").locator("tbody tr").count();
+    await noSideScroll(page, "dead-letters");
+    await shot(page, "dead-letters");
+    await page.getByTestId("dlq-pager-next").click();
+    await page.getByTestId("dlq").waitFor();
+    seen.dlq_second_page = await page.getByTestId("dlq").locator("tbody tr").count();
+    seen.dlq_second_range = await page.getByTestId("dlq-pager-range").innerText();
+
+    // The one letter to replay, found by its key.
+    await page.goto(CONSOLE + "/dlq?failure=rechazado&reason=" + encodeURIComponent(ORDER_DLQ_REASON));
     const row = page.getByTestId("dlq").locator("tbody tr", { hasText: ORDER_DLQ });
     await row.first().waitFor();
     seen.dlq_row = (await row.first().innerText()).replace(/\s+/g, " ");
     expect(seen.dlq_row.includes("producto_desconocido"), "the handler's code in the row");
-    await shot(page, "dead-letters");
     await row.first().getByTestId("dlq-link").click();
     await page.getByTestId("letter").waitFor();
     expect((await page.getByTestId("letter-state").innerText()) === "pending", "a pending letter");
+    await noSideScroll(page, "dead-letter");
     await shot(page, "dead-letter");
 
     // Without a token, the replay is refused.
     await page.locator("button[data-action=replay]").click();
-    seen.without_token = await resultText(page, "Rechazado (401)");
+    seen.without_token = await resultText(page, "Refused (401)");
     await shot(page, "replay-refused");
 
     // With the operator's token: a dry run, then the replay.
     await page.locator("#token").fill(TOKEN);
     await page.locator("#token-form button").click();
     await page.waitForFunction(() =>
-      document.getElementById("operator").textContent.startsWith("operador:"));
+      document.getElementById("operator").textContent.startsWith("operator:"));
     seen.operator = await page.getByTestId("operator").innerText();
     await page.locator("button[data-action=replay-dry]").click();
-    seen.dry_run = await resultText(page, "Ensayo");
+    seen.dry_run = await resultText(page, "Dry run");
     await page.locator("button[data-action=replay]").click();
-    seen.replay = await resultText(page, "replay: 1 de 1");
+    seen.replay = await resultText(page, "replay: 1 of 1");
     await page.waitForFunction(() => {
       const state = document.querySelector("[data-testid=letter-state]");
       return state && state.textContent === "replayed";
@@ -81,17 +141,53 @@ async function resultText(page, contains) {
     seen.mark = await page.getByTestId("letter-mark").innerText();
     await shot(page, "dead-letter-replayed");
 
+    // Every other pending letter of the failure, discarded at once: dry run, then confirm.
+    await page.goto(CONSOLE + "/dlq?failure=rechazado");
+    seen.bulk_count = await page.getByTestId("bulk-count").innerText();
+    await page.locator("#bulk-reason").fill("the products were withdrawn");
+    await page.locator("button[data-bulk=discard]").click();
+    seen.bulk_dry_run = await resultText(page, "Dry run");
+    const confirm = page.getByTestId("bulk-confirm");
+    await confirm.waitFor({ state: "visible" });
+    seen.bulk_confirm = await confirm.innerText();
+    await shot(page, "bulk-dry-run");
+    await confirm.click();
+    await page.waitForFunction(
+      () => {
+        const text = document.getElementById("result").textContent;
+        return text.startsWith("discard:") || text.startsWith("Refused");
+      },
+      null,
+      { timeout: 15000 },
+    );
+    seen.bulk_done = await page.getByTestId("result").textContent();
+    expect(seen.bulk_done.startsWith("discard: 60 of 60"), "the bulk discard done");
+    await page.getByTestId("dlq-empty").waitFor({ timeout: 15000 });
+    await page.getByTestId("held-total").waitFor();
+    await shot(page, "dead-letters-after-bulk");
+
     // A saga's timeline renders.
     await page.goto(CONSOLE + "/sagas/" + encodeURIComponent(ORDER_SAGA));
     seen.saga_state = await page.getByTestId("saga-state").innerText();
     seen.timeline = await page.getByTestId("timeline-what").allInnerTexts();
     expect(seen.timeline.length >= 4, "a timeline of several entries");
+    seen.timeline_raw_json = await page.evaluate(() =>
+      [...document.querySelectorAll("[data-testid=timeline] td")].some((td) =>
+        td.textContent.trim().startsWith("{")));
+    await noSideScroll(page, "saga");
     await shot(page, "saga");
 
+    // The sagas, with the total of the state.
+    await page.goto(CONSOLE + "/sagas?state=completed");
+    seen.sagas_total = await page.getByTestId("sagas-pager-total").innerText();
+    await noSideScroll(page, "sagas");
+    await shot(page, "sagas");
+
     // The order's trace: one trace id across the services.
-    await page.goto(CONSOLE + "/trace?pedido=" + encodeURIComponent(ORDER_SAGA));
+    await page.goto(CONSOLE + "/trace?order=" + encodeURIComponent(ORDER_SAGA));
     seen.trace_ids = await page.getByTestId("trace-id").allInnerTexts();
     seen.trace_services = [...new Set(await page.getByTestId("trace-service").allInnerTexts())];
+    await noSideScroll(page, "trace");
     await shot(page, "trace");
     console.log(JSON.stringify(seen));
   } finally {

@@ -2,15 +2,20 @@
 //! headless Chromium (Debian's `chromium`, through `playwright-core` from npm, both installed
 //! by `scripts/test`; the script is `tests/console/browser.cjs`).
 //!
-//! A `pedido.creado` for a product inventario does not know is published as another producer
-//! would, and inventario dead-letters it. The product is then added to the stock, and in the
-//! browser: the dead letter is found in the list (class and code shown), a replay without a
-//! token is refused, a dry run changes nothing, and the replay by the operator goes through.
-//! Asserted afterwards on the rows: the stock was taken exactly once (and stays so), the
-//! dead letter is marked replayed by that operator, and the audit holds the dry run and the
-//! replay and nothing for the refused attempt. The browser also opens a completed saga's
-//! timeline and the order's trace. Screenshots of each page are kept under the target
-//! directory (`console-screenshots/`).
+//! `pedido.creado` records for products inventario does not know are published as another
+//! producer would (one for `queso-azul`, 60 for `queso-viejo`), and inventario dead-letters
+//! them. `queso-azul` is then added to the stock, and in the browser, 1280 px wide (no page
+//! scrolls sideways): the overview lists every service's outbox, marks the groups this
+//! deployment does not run, draws its chart and refreshes itself in place as a new order
+//! completes; the dead letters are listed 50 a page with their total; the `queso-azul` one is
+//! found, a replay without a token is refused, a dry run changes nothing, and the replay by
+//! the operator goes through; then the 60 others are discarded at once by their filter, dry
+//! run first, then confirmed. Asserted afterwards on the rows: the stock was taken exactly
+//! once (and stays so), the marks and the audit hold exactly the operator's actions (the
+//! refused attempt left nothing), and a bulk action without the dry run's count, or with a
+//! count the selection no longer has, is refused. The browser also opens a completed saga's
+//! timeline, the sagas list and the order's trace. Screenshots of each page are kept under
+//! the target directory (`console-screenshots/`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -33,6 +38,10 @@ use common::state::{eventually, place};
 
 const TOKEN: &str = "secreto-de-la-prueba";
 const UNKNOWN: &str = "queso-azul";
+/// Another product inventario does not know, in [`BULK`] more orders.
+const WITHDRAWN: &str = "queso-viejo";
+/// Dead letters discarded at once from the console: more than one page of its list (50).
+const BULK: usize = 60;
 
 fn tool(var: &str, default: PathBuf) -> PathBuf {
     let path = std::env::var_os(var).map_or(default, PathBuf::from);
@@ -84,41 +93,44 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     })
     .await;
 
-    // A dead letter: an order for a product inventario does not know.
+    // Dead letters: an order for a product inventario does not know, and BULK more for
+    // another one (more than a page of the console's list).
     let broker = deployment.system().broker_log().await.unwrap();
-    let event_id = uuid::Uuid::new_v4().to_string();
-    let envelope = json!({"id_evento": event_id, "tipo": "pedido.creado", "version": 1,
-        "fecha_ms": 1_764_000_000_000i64, "origen": "tienda-externa",
-        "datos": {"id": "C-DLQ", "cliente": "ana", "mercado": "girona",
-                  "lineas": [{"producto": UNKNOWN, "cantidad": 2, "precio_centimos": 900}]}});
-    broker
-        .publisher()
-        .publish(&[OutgoingMessage {
+    let bad_order = |key: &str, product: &str| {
+        let event_id = uuid::Uuid::new_v4().to_string();
+        let envelope = json!({"id_evento": event_id, "tipo": "pedido.creado", "version": 1,
+            "fecha_ms": 1_764_000_000_000i64, "origen": "tienda-externa",
+            "datos": {"id": key, "cliente": "ana", "mercado": "girona",
+                      "lineas": [{"producto": product, "cantidad": 2, "precio_centimos": 900}]}});
+        let message = OutgoingMessage {
             topic: TOPIC.to_owned(),
-            key: Some("C-DLQ".to_owned()),
+            key: Some(key.to_owned()),
             headers: Headers::new()
                 .with(TIPO, "pedido.creado")
                 .with(ID_EVENTO, event_id.clone()),
             payload: serde_json::to_vec(&envelope).unwrap(),
-        }])
-        .await
-        .unwrap();
+        };
+        (event_id, message)
+    };
+    let (event_id, message) = bad_order("C-DLQ", UNKNOWN);
+    let mut messages = vec![message];
+    messages.extend((0..BULK).map(|n| bad_order(&format!("C-BULK-{n}"), WITHDRAWN).1));
+    broker.publisher().publish(&messages).await.unwrap();
     let dlq = format!("{TOPIC}.dlq");
     eventually(
-        Duration::from_secs(30),
-        "inventario dead-letters it",
+        Duration::from_secs(60),
+        "inventario dead-letters them all",
         || async {
             let ends = broker.end_offsets(&dlq).await.unwrap();
+            let mut keys = std::collections::BTreeSet::new();
             for (partition, end) in ends {
                 for r in broker.read(&dlq, partition, 0, end as usize).await.unwrap() {
-                    if r.key.as_deref() == Some("C-DLQ")
-                        && r.headers.get(ORIGIN_GROUP) == Some(inventario::GROUP)
-                    {
-                        return Some(());
+                    if r.headers.get(ORIGIN_GROUP) == Some(inventario::GROUP) {
+                        keys.extend(r.key);
                     }
                 }
             }
-            None
+            (keys.contains("C-DLQ") && keys.len() == BULK + 1).then_some(())
         },
     )
     .await;
@@ -135,10 +147,11 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
             && l.contains("group=\"inventario\"")
             && l.contains("reason=\"producto_desconocido\"")
     });
+    let expected_count = (BULK + 1).to_string();
     assert_eq!(
         counted.and_then(|l| l.rsplit(' ').next()),
-        Some("1"),
-        "the dead letter counted: {counted:?}"
+        Some(expected_count.as_str()),
+        "the dead letters counted: {counted:?}"
     );
     // The cause is fixed: the product exists now.
     let stock = deployment
@@ -156,8 +169,10 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     let run = tokio::process::Command::new("node")
         .arg(&script)
         .env("CONSOLE", format!("http://{ops}/console"))
+        .env("PEDIDOS", format!("http://{}", up.http_addr()))
         .env("TOKEN", TOKEN)
         .env("ORDER_DLQ", "C-DLQ")
+        .env("ORDER_DLQ_REASON", UNKNOWN)
         .env("ORDER_SAGA", "C-OK")
         .env("SHOTS", &shots)
         .env("KM0_CHROMIUM", &chromium)
@@ -183,12 +198,48 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         seen["without_token"].as_str().unwrap().contains("401"),
         "{seen}"
     );
-    assert_eq!(seen["operator"], "operador: ana");
+    assert_eq!(seen["operator"], "operator: ana");
     assert!(
-        seen["dry_run"].as_str().unwrap().contains("Ensayo"),
+        seen["dry_run"].as_str().unwrap().contains("Dry run"),
         "{seen}"
     );
     assert_eq!(seen["saga_state"], "completed");
+    // The overview: every outbox, groups this deployment does not run marked, the chart,
+    // refreshed in place as the new order completed.
+    let services: Vec<&str> = seen["outbox_services"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for service in ["pedidos", "inventario", "pagos", "reparto"] {
+        assert!(services.contains(&service), "{service}'s outbox: {seen}");
+    }
+    // `km0 up` runs every group: each has a live member, none is marked as not running.
+    assert_eq!(seen["idle_groups"], 0, "{seen}");
+    assert_eq!(seen["running_groups"], seen["lag_rows"], "{seen}");
+    assert!(seen["chart_lines"].as_u64().unwrap() >= 1, "{seen}");
+    assert_eq!(seen["auto_refresh"], true, "{seen}");
+    assert_eq!(seen["not_reloaded"], true, "{seen}");
+    let completed = |k: &str| seen[k].as_str().unwrap().parse::<u64>().unwrap();
+    assert_eq!(
+        completed("completed_after"),
+        completed("completed_before") + 1,
+        "{seen}"
+    );
+    // Paged: 50 of the 61 letters, then the other 11.
+    assert_eq!(seen["dlq_total"], (BULK + 1).to_string(), "{seen}");
+    assert_eq!(seen["dlq_first_page"], 50, "{seen}");
+    assert_eq!(seen["dlq_second_page"], BULK + 1 - 50, "{seen}");
+    assert_eq!(seen["bulk_count"], BULK.to_string(), "{seen}");
+    assert!(
+        seen["bulk_confirm"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("discard {BULK} of {BULK}")),
+        "{seen}"
+    );
+    assert_eq!(seen["timeline_raw_json"], false, "{seen}");
     assert_eq!(
         seen["trace_ids"].as_array().unwrap().len(),
         1,
@@ -229,14 +280,65 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     stock.migrate(&[MigrationSet::Dlq]).await.unwrap();
     let store = stock.dead_letters();
     let marks = store.marks(&dlq).await.unwrap();
-    assert_eq!(marks.len(), 1, "{marks:?}");
-    assert_eq!(marks[0].state, DeadLetterState::Replayed);
-    assert_eq!(marks[0].operator, "ana");
+    assert_eq!(marks.len(), BULK + 1, "{marks:?}");
+    let replayed: Vec<_> = marks
+        .iter()
+        .filter(|m| m.state == DeadLetterState::Replayed)
+        .collect();
+    assert_eq!(replayed.len(), 1, "{marks:?}");
+    let discarded = marks
+        .iter()
+        .filter(|m| {
+            m.state == DeadLetterState::Discarded
+                && m.reason.as_deref() == Some("the products were withdrawn")
+        })
+        .count();
+    assert_eq!(discarded, BULK, "{marks:?}");
+    assert!(marks.iter().all(|m| m.operator == "ana"), "{marks:?}");
     let audit = store.audit(10).await.unwrap();
-    let dry: Vec<bool> = audit.iter().map(|e| e.dry_run).collect();
-    assert_eq!(audit.len(), 2, "{audit:?}");
-    assert!(dry.contains(&true) && dry.contains(&false), "{audit:?}");
+    let actions: Vec<(String, bool, u64)> = audit
+        .iter()
+        .map(|e| (e.action.as_str().to_owned(), e.dry_run, e.matched))
+        .collect();
+    assert_eq!(audit.len(), 4, "{actions:?}");
+    for wanted in [
+        ("replay".to_owned(), true, 1),
+        ("replay".to_owned(), false, 1),
+        ("discard".to_owned(), true, BULK as u64),
+        ("discard".to_owned(), false, BULK as u64),
+    ] {
+        assert!(actions.contains(&wanted), "{wanted:?} in {actions:?}");
+    }
     assert!(audit.iter().all(|e| e.operator == "ana"), "{audit:?}");
+
+    // A bulk action must name the count its dry run showed, and is refused when the
+    // selection no longer has that many: nothing more is marked or audited.
+    let client = reqwest::Client::new();
+    let bulk = |body: Value| {
+        client
+            .post(format!("http://{ops}/console/api/dlq/discard"))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+    };
+    let missing = bulk(json!({"filter": {"failure": "rechazado"}, "reason": "x"}))
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 400);
+    let changed = bulk(json!({"filter": {"failure": "rechazado"}, "expected": 5, "reason": "x"}))
+        .await
+        .unwrap();
+    assert_eq!(changed.status(), 409);
+    let why: Value = changed.json().await.unwrap();
+    assert!(
+        why["error"]
+            .as_str()
+            .unwrap()
+            .contains("0 dead letters match now, 5 were confirmed"),
+        "{why}"
+    );
+    assert_eq!(store.marks(&dlq).await.unwrap().len(), BULK + 1);
+    assert_eq!(store.audit(10).await.unwrap().len(), 4);
 
     for page in [
         "overview",
@@ -244,7 +346,10 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         "dead-letter",
         "replay-refused",
         "dead-letter-replayed",
+        "bulk-dry-run",
+        "dead-letters-after-bulk",
         "saga",
+        "sagas",
         "trace",
     ] {
         let file = shots.join(format!("{page}.png"));

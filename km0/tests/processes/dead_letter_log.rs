@@ -80,3 +80,58 @@ async fn each_dead_letter_is_logged_once_at_warn() {
     assert_eq!(seen, sources, "each record's dead letter logged once");
     state.close().await;
 }
+
+/// A record another producer wrote, whose key and product carry terminal escapes and a
+/// right-to-left override, is dead-lettered and logged: the log (text, as an operator tails
+/// it) holds none of those characters raw, only their escaped form.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_characters_in_a_record_reach_the_log_escaped() {
+    use entrega::headers::{ID_EVENTO, TIPO};
+    use entrega::{Headers, OutgoingMessage};
+
+    let deployment = Deployment::new("sqlite", 1_000);
+    let state = deployment.state().await;
+    // Started first: it makes the topics.
+    let inventario = deployment.start("inventario", "inventario-1").await;
+    let broker = deployment.system().broker_log().await.unwrap();
+    let key = "P-\u{1b}[2J-\u{202e}x";
+    let product = "queso\u{1b}]0;owned\u{7}-\u{1b}[31mrojo";
+    let event_id = uuid::Uuid::new_v4().to_string();
+    let envelope = serde_json::json!({"id_evento": event_id, "tipo": "pedido.creado",
+        "version": 1, "fecha_ms": 1_764_000_000_000i64, "origen": "tienda-externa",
+        "datos": {"id": key, "cliente": "ana", "mercado": "girona",
+                  "lineas": [{"producto": product, "cantidad": 1, "precio_centimos": 100}]}});
+    broker
+        .publisher()
+        .publish(&[OutgoingMessage {
+            topic: TOPIC.to_owned(),
+            key: Some(key.to_owned()),
+            headers: Headers::new()
+                .with(TIPO, "pedido.creado")
+                .with(ID_EVENTO, event_id),
+            payload: serde_json::to_vec(&envelope).unwrap(),
+        }])
+        .await
+        .unwrap();
+    eventually(SETTLE, "the record dead-lettered", || async {
+        (state.records(&dead_letter_topic()).await.len() == 1).then_some(())
+    })
+    .await;
+    let log = inventario.log_path();
+    inventario.terminate().await;
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("dead letter"))
+        .unwrap_or_else(|| panic!("a dead letter line in the log:\n{text}"));
+    for raw in ['\u{1b}', '\u{7}', '\u{202e}'] {
+        assert!(
+            !text.contains(raw),
+            "{:?} reached the log raw: {line:?}",
+            raw
+        );
+    }
+    assert!(line.contains("\\u001b"), "the escape shown escaped: {line}");
+    state.close().await;
+}

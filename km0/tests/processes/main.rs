@@ -9,6 +9,7 @@ mod common;
 mod chaos;
 mod cli_processes;
 mod console_browser;
+mod console_groups;
 mod crash_consumer;
 mod crash_producer;
 mod crash_relay;

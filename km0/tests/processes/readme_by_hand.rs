@@ -5,7 +5,8 @@
 //! test). Each must
 //! succeed; then every order's final state is read back: paid, cancelled for a city without
 //! couriers, for missing stock, for a declined card, and by its customer, each with its reason
-//! where the saga gave one, and the retried request created nothing twice.
+//! where the saga gave one; an order for a product an operator added is paid; and the retried
+//! request created nothing twice.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -136,6 +137,17 @@ async fn the_readme_by_hand_commands_work_as_written() {
     );
     let metrics = &outputs.last().unwrap().1;
     assert!(metrics.contains("km0_outbox_pending"), "{metrics}");
+    // The stock list shows the product the operator added, what was left of it once P-6 took
+    // its 2 (or all 20, listed before P-6's reservation).
+    let (_, stock) = outputs
+        .iter()
+        .find(|(c, _)| c.ends_with("stock list"))
+        .expect("the stock list command");
+    let honey = stock
+        .lines()
+        .find(|l| l.starts_with("miel-de-romero "))
+        .unwrap_or_else(|| panic!("miel-de-romero in the stock list: {stock}"));
+    assert!(honey.ends_with(" 18") || honey.ends_with(" 20"), "{honey}");
 
     // Every order ends where the README says.
     let http = reqwest::Client::new();
@@ -145,6 +157,7 @@ async fn the_readme_by_hand_commands_work_as_written() {
         ("P-3", "cancelado", Some("queso-curado")),
         ("P-4", "cancelado", Some("tarjeta_rechazada")),
         ("P-5", "cancelado", Some("cancelado por el cliente")),
+        ("P-6", "pagado", None),
     ];
     let deadline = Instant::now() + Duration::from_secs(60);
     for (id, state, reason) in expected {

@@ -105,9 +105,14 @@ fn what_the_services_write_meets_its_contract() {
         5,
         3,
         Motive::Reservation,
-        "P-1",
+        Some("P-1"),
     ));
     assert_eq!(moved.motive, stock::StockMotive::Reservation);
+    assert_eq!(moved.order_id.as_deref(), Some("P-1"));
+    let restocked: stock::StockUpdated =
+        meets(&stock_updated("queso-curado", 3, 13, Motive::Restock, None));
+    assert_eq!(restocked.motive, stock::StockMotive::Restock);
+    assert_eq!(restocked.order_id, None);
 
     let charge = OrderToCharge {
         order_id: "P-1".into(),

@@ -97,9 +97,9 @@ async fn a_city_without_couriers_is_refused_with_its_reason(backend: &str) {
     assert_eq!(f.state("P-3").await, Some(DeliveryState::Refused));
     let refused = f.answers("reparto.rechazado", "P-3").await;
     assert_eq!(refused.len(), 2);
-    assert!(refused
-        .iter()
-        .all(|r| r["motivo"] == "ciudad_no_cubierta: Lleida" && r["clave"] == "reparto-P-3"));
+    assert!(refused.iter().all(|r| r["motivo"]
+        == "ciudad_no_cubierta: Lleida (covered: Barcelona, Madrid, Tarragona, Valencia)"
+        && r["clave"] == "reparto-P-3"));
     f.db.remove().await;
 }
 

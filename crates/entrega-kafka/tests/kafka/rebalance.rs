@@ -8,7 +8,10 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use entrega_core::{partition_for, Headers, OutgoingMessage, Record, Subscription, TransportError};
+use entrega_core::{
+    partition_for, Headers, LogInspector as _, OutgoingMessage, Record, Subscription,
+    TransportError,
+};
 use entrega_kafka::Kafka;
 
 const PARTITIONS: u32 = 4;
@@ -123,6 +126,31 @@ async fn revoked_in_flight_records_go_to_the_new_owner() {
     assert!(split, "the partitions were never split");
     let moved = m2.assignment();
     let kept = m1.assignment();
+    // The coordinator lists both members with partitions of the topic; no other group's.
+    let inspector = kafka.inspector();
+    let mut members = None;
+    for _ in 0..20 {
+        members = inspector.members(&group, &topic).await.unwrap();
+        if members == Some(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(members, Some(2));
+    assert_eq!(
+        inspector
+            .members(&format!("{group}.none"), &topic)
+            .await
+            .unwrap(),
+        Some(0)
+    );
+    assert_eq!(
+        inspector
+            .members(&group, &format!("{topic}.other"))
+            .await
+            .unwrap(),
+        Some(0)
+    );
 
     // Member 1 finishes its batch late: the moved partitions are refused, the kept ones commit.
     for p in &moved {
@@ -171,4 +199,13 @@ async fn revoked_in_flight_records_go_to_the_new_owner() {
     assert_eq!(committed, everything);
     m1.close().await.unwrap();
     m2.close().await.unwrap();
+    let mut left = None;
+    for _ in 0..40 {
+        left = inspector.members(&group, &topic).await.unwrap();
+        if left == Some(0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(left, Some(0), "members that left are not listed");
 }

@@ -56,6 +56,18 @@ pub enum DlqError {
     /// every group's consumers would handle it.
     #[error("a replay to one group needs the replay key (KM0_REPLAY_KEY) to sign it")]
     NoReplayKey,
+    /// The selection no longer matches what the operator confirmed (after a dry run): other
+    /// dead letters arrived, or some were handled meanwhile. Nothing was done.
+    #[error(
+        "the selection changed: {matched} dead letters match now, {expected} were confirmed; \
+         look again (dry run) before acting"
+    )]
+    SelectionChanged {
+        /// How many the operator confirmed.
+        expected: usize,
+        /// How many match now.
+        matched: usize,
+    },
     /// Reading or publishing records failed.
     #[error("the transport failed")]
     Transport(#[from] TransportError),
@@ -77,6 +89,17 @@ impl DlqError {
             Self::Transport(e) => e.is_transient(),
             Self::Store(e) => e.is_transient(),
             _ => false,
+        }
+    }
+
+    /// Refuses an action whose selection, `matched` now, is not the `expected` count the
+    /// operator confirmed.
+    pub(super) fn check_expected(expected: Option<usize>, matched: usize) -> Result<(), Self> {
+        match expected {
+            Some(expected) if expected != matched => {
+                Err(Self::SelectionChanged { expected, matched })
+            }
+            _ => Ok(()),
         }
     }
 }

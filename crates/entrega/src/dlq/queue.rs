@@ -105,6 +105,10 @@ impl QueueDeadLetters {
         }
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
+        if let Err(e) = DlqError::check_expected(options.expect_matched, selected.len()) {
+            session.close().await;
+            return Err(e);
+        }
         let mut report = ActionReport {
             action: DlqAction::Replay,
             dry_run: options.dry_run,
@@ -157,6 +161,10 @@ impl QueueDeadLetters {
         let reason = options.checked_reason()?;
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
+        if let Err(e) = DlqError::check_expected(options.expect_matched, selected.len()) {
+            session.close().await;
+            return Err(e);
+        }
         let mut report = ActionReport {
             action: DlqAction::Discard,
             dry_run: options.dry_run,

@@ -38,6 +38,9 @@ pub struct ReplayOptions {
     pub max_replays: u32,
     /// Deliver to this consumer group only (header `entrega-only-group`).
     pub group: Option<String>,
+    /// Act only if exactly this many pending dead letters match (what a dry run showed the
+    /// operator); otherwise refuse with [`DlqError::SelectionChanged`] and do nothing.
+    pub expect_matched: Option<usize>,
 }
 
 impl ReplayOptions {
@@ -48,6 +51,7 @@ impl ReplayOptions {
             dry_run: false,
             max_replays: DEFAULT_MAX_REPLAYS,
             group: None,
+            expect_matched: None,
         }
     }
 }
@@ -62,6 +66,9 @@ pub struct DiscardOptions {
     pub reason: String,
     /// Report what would happen; mark nothing (the dry run is audited).
     pub dry_run: bool,
+    /// Act only if exactly this many pending dead letters match; see
+    /// [`ReplayOptions::expect_matched`].
+    pub expect_matched: Option<usize>,
 }
 
 impl DiscardOptions {
@@ -80,6 +87,7 @@ impl DiscardOptions {
             operator: operator.into(),
             reason: reason.into(),
             dry_run: false,
+            expect_matched: None,
         }
     }
 }
@@ -142,6 +150,7 @@ impl DeadLetters {
             (None, _) => None,
         };
         let selected = self.select_pending(filter).await?;
+        DlqError::check_expected(options.expect_matched, selected.len())?;
         let mut held = HeldKeys::default();
         let mut report = ActionReport {
             action: DlqAction::Replay,
@@ -203,6 +212,7 @@ impl DeadLetters {
     ) -> Result<ActionReport, DlqError> {
         let reason = options.checked_reason()?;
         let selected = self.select_pending(filter).await?;
+        DlqError::check_expected(options.expect_matched, selected.len())?;
         let at_ms = self.clock.now_ms();
         let report = ActionReport {
             action: DlqAction::Discard,

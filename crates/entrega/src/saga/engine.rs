@@ -337,8 +337,19 @@ impl Sagas {
         status: Option<SagaStatus>,
         limit: usize,
     ) -> Result<Vec<SagaRecord>, SagaError> {
+        self.list_page(status, 0, limit).await
+    }
+
+    /// Like [`Sagas::list`], skipping the `offset` newest first: one page of a longer list.
+    pub async fn list_page(
+        &self,
+        status: Option<SagaStatus>,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<SagaRecord>, SagaError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        Ok(store::list(&self.db, self.flow.kind(), status, limit).await?)
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        Ok(store::list(&self.db, self.flow.kind(), status, offset, limit).await?)
     }
 
     /// Saga `id` and its history, oldest entry first.

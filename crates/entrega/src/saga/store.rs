@@ -223,22 +223,25 @@ pub(crate) async fn list(
     db: &Db,
     kind: &str,
     status: Option<SagaStatus>,
+    offset: i64,
     limit: i64,
 ) -> Result<Vec<SagaRecord>, StoreError> {
     let q: Query = match status {
         Some(status) => query(format!(
             "SELECT {COLUMNS} FROM entrega_sagas WHERE kind = $1 AND state = $2 \
-             ORDER BY created_at_ms DESC, saga_id LIMIT $3"
+             ORDER BY created_at_ms DESC, saga_id LIMIT $3 OFFSET $4"
         ))
         .bind(kind)
         .bind(status.as_str())
-        .bind(limit),
+        .bind(limit)
+        .bind(offset),
         None => query(format!(
             "SELECT {COLUMNS} FROM entrega_sagas WHERE kind = $1 \
-             ORDER BY created_at_ms DESC, saga_id LIMIT $2"
+             ORDER BY created_at_ms DESC, saga_id LIMIT $2 OFFSET $3"
         ))
         .bind(kind)
-        .bind(limit),
+        .bind(limit)
+        .bind(offset),
     };
     let rows: Vec<SagaRow> = db.fetch_all(q).await?;
     rows.into_iter().map(decode).collect()

@@ -285,3 +285,64 @@ async fn a_letter_an_earlier_release_wrote_is_read_and_replayed_under_the_englis
         assert_eq!(headers.get(gone), None, "{gone} left on the replay");
     }
 }
+
+#[tokio::test]
+async fn an_action_confirming_a_count_the_selection_no_longer_has_does_nothing() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        vec![
+            dead("K", "pedido.creado", "producto desconocido: a", 0),
+            dead("L", "pedido.creado", "producto desconocido: b", 0),
+        ],
+    )
+    .await;
+    let filter = DlqFilter::all().with_reason("desconocido");
+    let mut dry = ReplayOptions::new("ana");
+    dry.dry_run = true;
+    let shown = fx.tool.replay(&filter, &dry).await.unwrap();
+    assert_eq!(shown.matched, 2);
+    // A third arrives between the dry run and the confirmation.
+    put(
+        &fx,
+        vec![dead("M", "pedido.creado", "producto desconocido: c", 0)],
+    )
+    .await;
+    let audited = fx.store.audit(10).await.unwrap().len();
+    let mut replay = ReplayOptions::new("ana");
+    replay.expect_matched = Some(shown.matched);
+    let refused = fx.tool.replay(&filter, &replay).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            DlqError::SelectionChanged {
+                expected: 2,
+                matched: 3
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(refused.is_usage());
+    let mut discard = DiscardOptions::new("ana", "withdrawn");
+    discard.expect_matched = Some(2);
+    assert!(matches!(
+        fx.tool.discard(&filter, &discard).await.unwrap_err(),
+        DlqError::SelectionChanged { .. }
+    ));
+    assert!(origin_records(&fx).is_empty(), "nothing replayed");
+    assert!(
+        fx.store.marks(DLQ).await.unwrap().is_empty(),
+        "nothing marked"
+    );
+    assert_eq!(
+        fx.store.audit(10).await.unwrap().len(),
+        audited,
+        "nothing audited"
+    );
+
+    // Confirmed with what matches now, it goes through.
+    replay.expect_matched = Some(3);
+    let done = fx.tool.replay(&filter, &replay).await.unwrap();
+    assert_eq!((done.matched, done.applied.len()), (3, 3));
+    assert_eq!(origin_records(&fx).len(), 3);
+}

@@ -1,9 +1,11 @@
-// The km0 console's actions. Pages are rendered by the server; this only sends the actions
-// (replay, discard, saga retry) with the operator token as `Authorization: Bearer`, kept in
-// this tab's sessionStorage, and shows what the server answered.
+// The km0 console's script. Pages are rendered by the server; this sends the actions (replay,
+// discard, saga retry; one letter or every letter a filter selects) with the operator token as
+// `Authorization: Bearer`, kept in this tab's sessionStorage, shows what the server answered,
+// and refreshes the page's live part every few seconds while the operator is not acting.
 "use strict";
 
 const TOKEN_KEY = "km0.console.token";
+const REFRESH_KEY = "km0.console.refresh";
 
 function token() {
   return sessionStorage.getItem(TOKEN_KEY) || "";
@@ -24,12 +26,12 @@ async function send(path, body) {
   try {
     response = await fetch(path, { method: "POST", headers, body: JSON.stringify(body) });
   } catch (e) {
-    show("No se pudo contactar con el servidor: " + e, false);
+    show("Could not reach the server: " + e, false);
     return null;
   }
-  const answer = await response.json().catch(() => ({ error: "respuesta no válida" }));
+  const answer = await response.json().catch(() => ({ error: "not a JSON answer" }));
   if (!response.ok) {
-    show("Rechazado (" + response.status + "): " + (answer.error || "sin motivo"), false);
+    show("Refused (" + response.status + "): " + (answer.error || "no reason given"), false);
     return null;
   }
   return answer;
@@ -37,11 +39,15 @@ async function send(path, body) {
 
 function describe(report) {
   const lines = [
-    (report.dry_run ? "Ensayo: nada cambió. " : "") +
-      report.action + ": " + report.applied.length + " de " + report.matched,
+    (report.dry_run ? "Dry run, nothing changed. " : "") +
+      report.action + ": " + report.applied.length + " of " + report.matched,
   ];
-  for (const a of report.applied) lines.push("  " + a.id + " → " + a.topic);
-  for (const r of report.refused) lines.push("  rechazado " + r.id + ": " + r.reason);
+  const listed = report.applied.slice(0, 20);
+  for (const a of listed) lines.push("  " + a.id + " -> " + a.topic);
+  if (report.applied.length > listed.length) {
+    lines.push("  ... and " + (report.applied.length - listed.length) + " more");
+  }
+  for (const r of report.refused.slice(0, 20)) lines.push("  refused " + r.id + ": " + r.reason);
   return lines.join("\n");
 }
 
@@ -49,7 +55,7 @@ async function whoami() {
   const label = document.getElementById("operator");
   if (!label) return;
   if (!token()) {
-    label.textContent = "sin token";
+    label.textContent = "no token";
     return;
   }
   const response = await fetch("/console/api/whoami", {
@@ -57,10 +63,144 @@ async function whoami() {
   }).catch(() => null);
   if (response && response.ok) {
     const answer = await response.json();
-    label.textContent = "operador: " + answer.operator;
+    label.textContent = "operator: " + answer.operator;
   } else {
-    label.textContent = "token no válido";
+    label.textContent = "token not valid";
   }
+}
+
+// While an operator acts (a confirmation waits, a field has focus), the page holds still.
+let acting = false;
+
+function busy() {
+  const focused = document.activeElement;
+  return acting || (focused && ["INPUT", "SELECT", "TEXTAREA"].includes(focused.tagName));
+}
+
+function refreshOn() {
+  return localStorage.getItem(REFRESH_KEY) !== "off";
+}
+
+async function refreshLive() {
+  if (!refreshOn() || busy() || document.hidden) return;
+  const response = await fetch(location.href, { headers: { Accept: "text/html" } }).catch(() => null);
+  if (!response || !response.ok) return;
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+  const incoming = fresh.querySelectorAll(".live");
+  const current = document.querySelectorAll(".live");
+  if (incoming.length !== current.length || busy()) return;
+  current.forEach((part, i) => {
+    part.innerHTML = incoming[i].innerHTML;
+  });
+  wire(document);
+  const stamp = document.getElementById("refreshed");
+  if (stamp) stamp.textContent = "updated " + new Date().toLocaleTimeString();
+}
+
+function startRefresh() {
+  const live = document.querySelector("[data-refresh]");
+  if (!live) return;
+  const seconds = Number(live.dataset.refresh) || 5;
+  const header = document.querySelector("main h1");
+  const control = document.createElement("label");
+  control.className = "refresh";
+  control.innerHTML =
+    '<input type="checkbox" id="auto-refresh" data-testid="auto-refresh"> Refresh every ' +
+    seconds + ' s <span id="refreshed" class="muted"></span>';
+  header.after(control);
+  const box = control.querySelector("input");
+  box.checked = refreshOn();
+  box.addEventListener("change", () => {
+    localStorage.setItem(REFRESH_KEY, box.checked ? "on" : "off");
+    box.blur();
+  });
+  setInterval(refreshLive, seconds * 1000);
+}
+
+async function onLetterAction(button) {
+  const action = button.dataset.action;
+  const box = button.closest(".actions");
+  if (action === "saga-retry") {
+    const id = box.dataset.saga;
+    const answer = await send("/console/api/sagas/" + encodeURIComponent(id) + "/retry", {});
+    if (answer) {
+      show("Saga " + answer.saga + " retried by " + answer.retried_by, true);
+      setTimeout(() => location.reload(), 800);
+    }
+    return;
+  }
+  const ids = [box.dataset.id];
+  let answer;
+  if (action === "discard") {
+    const reason = document.getElementById("discard-reason").value.trim();
+    if (!reason) {
+      show("A discard needs a reason.", false);
+      return;
+    }
+    answer = await send("/console/api/dlq/discard", { ids, reason });
+  } else {
+    answer = await send("/console/api/dlq/replay", { ids, dry_run: action === "replay-dry" });
+  }
+  if (answer) {
+    show(describe(answer), true);
+    if (!answer.dry_run) setTimeout(() => location.reload(), 800);
+  }
+}
+
+// Bulk: the dry run first; its count is what the confirmation sends as `expected`, so the
+// server refuses if the selection changed in between.
+async function onBulk(button) {
+  const panel = button.closest(".bulk");
+  const action = button.dataset.bulk;
+  const filter = {};
+  for (const name of ["type", "reason", "failure"]) {
+    if (panel.dataset[name]) filter[name] = panel.dataset[name];
+  }
+  const body = { filter, dry_run: true };
+  if (action === "discard") {
+    body.reason = document.getElementById("bulk-reason").value.trim();
+    if (!body.reason) {
+      show("A discard needs a reason.", false);
+      return;
+    }
+  }
+  acting = true;
+  const dry = await send("/console/api/dlq/" + action, body);
+  const confirm = panel.querySelector("[data-bulk-confirm]");
+  if (!dry) {
+    acting = false;
+    return;
+  }
+  show(describe(dry), true);
+  if (dry.applied.length === 0) {
+    acting = false;
+    confirm.hidden = true;
+    return;
+  }
+  confirm.hidden = false;
+  confirm.textContent = "Confirm: " + action + " " + dry.applied.length + " of " + dry.matched;
+  confirm.onclick = async () => {
+    confirm.disabled = true;
+    const done = await send("/console/api/dlq/" + action,
+      Object.assign({}, body, { dry_run: false, expected: dry.matched }));
+    confirm.disabled = false;
+    confirm.hidden = true;
+    acting = false;
+    if (done) {
+      show(describe(done), true);
+      setTimeout(() => location.reload(), 800);
+    }
+  };
+}
+
+// Buttons inside a refreshed part are new elements: wire them again.
+function wire(root) {
+  root.querySelectorAll("[data-action]").forEach((button) => {
+    button.onclick = () => onLetterAction(button);
+  });
+  root.querySelectorAll("[data-bulk]").forEach((button) => {
+    button.onclick = () => onBulk(button);
+  });
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -72,40 +212,11 @@ document.addEventListener("DOMContentLoaded", () => {
       if (value) sessionStorage.setItem(TOKEN_KEY, value);
       else sessionStorage.removeItem(TOKEN_KEY);
       document.getElementById("token").value = "";
+      document.getElementById("token").blur();
       whoami();
     });
   }
   whoami();
-
-  document.querySelectorAll("[data-action]").forEach((button) => {
-    button.addEventListener("click", async () => {
-      const action = button.dataset.action;
-      const box = button.closest(".actions");
-      if (action === "saga-retry") {
-        const id = box.dataset.saga;
-        const answer = await send("/console/api/sagas/" + encodeURIComponent(id) + "/retry", {});
-        if (answer) {
-          show("Saga " + answer.saga + " reintentada por " + answer.retried_by, true);
-          setTimeout(() => location.reload(), 800);
-        }
-        return;
-      }
-      const ids = [box.dataset.id];
-      let answer;
-      if (action === "discard") {
-        const reason = document.getElementById("discard-reason").value.trim();
-        if (!reason) {
-          show("Descartar necesita un motivo.", false);
-          return;
-        }
-        answer = await send("/console/api/dlq/discard", { ids, reason });
-      } else {
-        answer = await send("/console/api/dlq/replay", { ids, dry_run: action === "replay-dry" });
-      }
-      if (answer) {
-        show(describe(answer), true);
-        if (!answer.dry_run) setTimeout(() => location.reload(), 800);
-      }
-    });
-  });
+  wire(document);
+  startRefresh();
 });

@@ -77,7 +77,7 @@ impl StockChange {
             self.before,
             self.after,
             Motive::Order,
-            &self.order_id,
+            Some(&self.order_id),
         )?;
         Ok(match self.trace {
             Some(ctx) => event.with_header(TRACEPARENT, ctx.header()),

@@ -10,7 +10,7 @@ use entrega::db::{query, Db, Migration, Tx};
 use entrega_core::{MigrationSet, Processed, StoreError};
 
 use super::domain::{PlacedOrder, StockError, INITIAL_STOCK};
-use super::reservations::Motive;
+use super::reservations::{stock_updated, Motive};
 use super::stock_moves;
 
 /// The seed's `stock` table and rows; `ON CONFLICT` adopts a database made from the seed's SQL.
@@ -231,6 +231,33 @@ impl StockStore {
             )
             .await
             .map(drop)
+    }
+
+    /// Adds `units` of `product` (the product too, when new) and its `stock.actualizado`
+    /// (`motivo` `reposicion`, no `pedido_id`) in one transaction; returns the units before
+    /// and after.
+    pub async fn restock(&self, product: &str, units: i32) -> Result<(i64, i64), StoreError> {
+        let mut tx = self.db.begin().await?;
+        let after: Option<i64> = tx
+            .scalar(
+                query(
+                    "INSERT INTO stock (producto, unidades) VALUES ($1, $2) \
+                     ON CONFLICT (producto) DO UPDATE SET unidades = stock.unidades + excluded.unidades \
+                     RETURNING CAST(unidades AS BIGINT)",
+                )
+                .bind(product)
+                .bind(units),
+            )
+            .await?;
+        let after = after.ok_or_else(|| StoreError::Corrupt {
+            table: "stock",
+            reason: format!("no row for {product} after adding to it"),
+        })?;
+        let before = after - i64::from(units);
+        let event = stock_updated(product, before, after, Motive::Restock, None)?;
+        tx.enqueue(&event).await?;
+        tx.commit().await?;
+        Ok((before, after))
     }
 
     /// Puts the seed's initial units back.

@@ -45,6 +45,8 @@ pub enum Motive {
     Reservation,
     /// A released reservation gave it back (`liberacion`).
     Release,
+    /// An operator added units (`reposicion`).
+    Restock,
 }
 
 impl Motive {
@@ -54,6 +56,7 @@ impl Motive {
             Self::Order => "pedido",
             Self::Reservation => "reserva",
             Self::Release => "liberacion",
+            Self::Restock => "reposicion",
         }
     }
 }
@@ -206,13 +209,14 @@ pub fn release_answer(command: &ReleaseCommand) -> Result<NewEvent, ContractErro
     .outgoing(RESERVATION_AGGREGATE, &command.order_id)
 }
 
-/// `stock.actualizado` `{producto, antes, despues, motivo, pedido_id}` (the seed's solution 2).
+/// `stock.actualizado` `{producto, antes, despues, motivo, pedido_id}` (the seed's solution 2);
+/// `pedido_id` absent when no order moved the stock (an operator's restock).
 pub fn stock_updated(
     product: &str,
     before: i64,
     after: i64,
     motive: Motive,
-    order_id: &str,
+    order_id: Option<&str>,
 ) -> Result<NewEvent, ContractError> {
     stock::StockUpdated {
         product: product.to_owned(),
@@ -222,8 +226,9 @@ pub fn stock_updated(
             Motive::Order => stock::StockMotive::Order,
             Motive::Reservation => stock::StockMotive::Reservation,
             Motive::Release => stock::StockMotive::Release,
+            Motive::Restock => stock::StockMotive::Restock,
         },
-        order_id: order_id.to_owned(),
+        order_id: order_id.map(str::to_owned),
     }
     .outgoing(STOCK_AGGREGATE, product)
 }

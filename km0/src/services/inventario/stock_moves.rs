@@ -68,7 +68,7 @@ pub async fn take(
             before,
             after,
             motive,
-            order_id,
+            Some(order_id),
         )?)
         .await?;
     }
@@ -96,7 +96,7 @@ pub async fn give_back(tx: &mut Tx, order_id: &str, lines: &[StockLine]) -> Resu
                 before,
                 after,
                 Motive::Release,
-                order_id,
+                Some(order_id),
             )?)
             .await?;
         }

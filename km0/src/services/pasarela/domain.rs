@@ -42,7 +42,7 @@ impl ChargeRequest {
             } else {
                 return Err(InvalidCharge {
                     field: "importe_centimos".to_owned(),
-                    message: "debe ser un entero de al menos 1".into(),
+                    message: "must be an integer of at least 1".into(),
                 });
             },
             reference: text(body.referencia, "referencia", 200)?,
@@ -79,7 +79,7 @@ fn text(value: String, field: &str, max: usize) -> Result<String, InvalidCharge>
     if value.trim().is_empty() || value.len() > max {
         Err(InvalidCharge {
             field: field.to_owned(),
-            message: format!("debe ser un texto de 1 a {max} bytes"),
+            message: format!("must be a text of 1 to {max} bytes"),
         })
     } else {
         Ok(value)

@@ -80,9 +80,9 @@ pub fn app(state: PasarelaState) -> Router {
                 async move { Json(api.as_ref().clone()) }
             }),
         )
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "no existe esa ruta") })
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
-            error(StatusCode::METHOD_NOT_ALLOWED, "método no permitido")
+            error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
         })
         .with_state(state)
         .layer(axum::middleware::from_fn(crate::telemetry::http::traced))
@@ -175,12 +175,12 @@ pub(super) async fn take_key(
     match ledger.take(key, fingerprint, now_ms(), KEY_LEASE_MS).await {
         Err(e) => Err(error(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("libro de cargos: {e}"),
+            format!("charge ledger: {e}"),
         )),
         Ok(Taken::Replay { status, body }) => Err(stored(status, &body, true)),
         Ok(Taken::InProgress) => Err(error(
             StatusCode::CONFLICT,
-            "otra petición con esta Idempotency-Key está en curso",
+            "another request with this Idempotency-Key is in progress",
         )),
         Ok(Taken::Mismatch) => Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -209,10 +209,13 @@ pub(super) async fn take_key(
 )]
 async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(key) = idempotency_key(&headers) else {
-        return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the Idempotency-Key header is missing",
+        );
     };
     if body.len() > MAX_BODY {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, "cuerpo demasiado grande");
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "the body is too large");
     }
     let request = match ChargeRequest::from_json(&body) {
         Ok(request) => request,
@@ -230,7 +233,10 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
     if fail {
         // Nothing charged: the key is given back, and a retry starts over.
         let _ = state.ledger.release(key).await;
-        return error(StatusCode::SERVICE_UNAVAILABLE, "pasarela no disponible");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway is unavailable",
+        );
     }
     let (decision, hang) = {
         let mut f = state.faults.lock().await;
@@ -285,7 +291,7 @@ async fn charge(State(state): State<PasarelaState>, headers: HeaderMap, body: By
         let _ = state.ledger.release(key).await;
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("libro de cargos: {e}"),
+            format!("charge ledger: {e}"),
         );
     }
     if let Some(ms) = hang {
@@ -330,7 +336,7 @@ async fn charges(State(state): State<PasarelaState>, Query(q): Query<ByReference
         }
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("libro de cargos: {e}"),
+            format!("charge ledger: {e}"),
         ),
     }
 }
@@ -364,7 +370,7 @@ async fn put_faults(State(state): State<PasarelaState>, body: Bytes) -> Response
             *state.faults.lock().await = faults.clone();
             (StatusCode::OK, Json(faults)).into_response()
         }
-        Err(e) => error(StatusCode::BAD_REQUEST, format!("fallos no válidos: {e}")),
+        Err(e) => error(StatusCode::BAD_REQUEST, format!("not valid failures: {e}")),
     }
 }
 
@@ -389,7 +395,7 @@ async fn health(State(state): State<PasarelaState>) -> Response {
             .into_response(),
         Err(_) => error(
             StatusCode::SERVICE_UNAVAILABLE,
-            "libro de cargos no disponible",
+            "the charge ledger is unavailable",
         ),
     }
 }

@@ -46,10 +46,13 @@ pub(super) async fn refund(
     body: Bytes,
 ) -> Response {
     let Some(key) = idempotency_key(&headers) else {
-        return error(StatusCode::BAD_REQUEST, "falta la cabecera Idempotency-Key");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the Idempotency-Key header is missing",
+        );
     };
     if body.len() > MAX_BODY {
-        return error(StatusCode::PAYLOAD_TOO_LARGE, "cuerpo demasiado grande");
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "the body is too large");
     }
     let request = match RefundRequest::from_json(&body) {
         Ok(request) => request,
@@ -63,7 +66,10 @@ pub(super) async fn refund(
     let charge = match ledger.charge_under(&request.charge_key).await {
         Ok(ChargeLookup::InProgress) => {
             let _ = ledger.release(key).await;
-            return error(StatusCode::CONFLICT, "el cargo de esa clave está en curso");
+            return error(
+                StatusCode::CONFLICT,
+                "the charge under that key is in progress",
+            );
         }
         Ok(ChargeLookup::Approved(charge)) => Some(charge),
         Ok(ChargeLookup::Nothing) => None,
@@ -78,7 +84,10 @@ pub(super) async fn refund(
     }
     if fail {
         let _ = ledger.release(key).await;
-        return error(StatusCode::SERVICE_UNAVAILABLE, "pasarela no disponible");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway is unavailable",
+        );
     }
     let (status, body, refund) = match charge {
         Some(charge) => {
@@ -126,6 +135,6 @@ pub(super) async fn refund(
 fn unavailable(e: &entrega_core::StoreError) -> Response {
     error(
         StatusCode::SERVICE_UNAVAILABLE,
-        format!("libro de cargos: {e}"),
+        format!("charge ledger: {e}"),
     )
 }

@@ -14,7 +14,7 @@ use entrega_core::{now_ms, Envelope, HandlerError, NewEvent, Processed, StoreErr
 use crate::contracts::orders::StreetAddress;
 use crate::contracts::{self, delivery};
 
-use super::db::{state_of, take_courier, DeliveryState, DeliveryStore};
+use super::db::{covered_cities, state_of, take_courier, DeliveryState, DeliveryStore};
 use super::domain::{blank, DeliveryError};
 use super::maps::Maps;
 
@@ -157,7 +157,11 @@ impl DeliveryStore {
                     None => {
                         let (state, courier, reason) = match km {
                             None => {
-                                let reason = DeliveryError::CityNotServed(command.city.clone()).to_string();
+                                let reason = DeliveryError::CityNotServed {
+                                    city: command.city.clone(),
+                                    covered: covered_cities(tx).await?,
+                                }
+                                .to_string();
                                 (DeliveryState::Refused, None, Some(reason))
                             }
                             Some(_) => match take_courier(tx, &command.city).await? {

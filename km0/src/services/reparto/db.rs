@@ -13,6 +13,16 @@ use entrega_core::{MigrationSet, Processed, StoreError};
 use super::domain::PaidOrder;
 
 /// Couriers and deliveries, with the couriers km0 starts with.
+/// The cities with couriers, in order, each once (a city's spellings folded to its first).
+const COVERED_CITIES: &str =
+    "SELECT MIN(ciudad) FROM repartidores GROUP BY lower(ciudad) ORDER BY lower(ciudad)";
+
+/// [`DeliveryStore::cities`] in the caller's transaction.
+pub(super) async fn covered_cities(tx: &mut Tx) -> Result<Vec<String>, StoreError> {
+    let rows: Vec<(String,)> = tx.fetch_all(query(COVERED_CITIES)).await?;
+    Ok(rows.into_iter().map(|(city,)| city).collect())
+}
+
 const MIGRATIONS: &[Migration] = &[
     Migration::each(
         1,
@@ -199,6 +209,12 @@ impl DeliveryStore {
             ])
             .await?;
         self.db.apply_migrations("reparto", MIGRATIONS).await
+    }
+
+    /// The cities km0 delivers in (it has couriers there), in order, each once.
+    pub async fn cities(&self) -> Result<Vec<String>, StoreError> {
+        let rows: Vec<(String,)> = self.db.fetch_all(query(COVERED_CITIES)).await?;
+        Ok(rows.into_iter().map(|(city,)| city).collect())
     }
 
     /// Whether km0 delivers in `city` (it has couriers there).

@@ -50,9 +50,14 @@ pub enum DeliveryError {
     /// The event does not meet the contract reparto reads.
     #[error("esquema: {0}")]
     Schema(ContractError),
-    /// Kilómetro Cero does not deliver in that city.
-    #[error("ciudad_no_cubierta: {0}")]
-    CityNotServed(String),
+    /// Kilómetro Cero does not deliver in that city; `covered` are the cities it does.
+    #[error("ciudad_no_cubierta: {city} (covered: {})", .covered.join(", "))]
+    CityNotServed {
+        /// The city asked for.
+        city: String,
+        /// The cities with couriers, in order.
+        covered: Vec<String>,
+    },
 }
 
 impl DeliveryError {

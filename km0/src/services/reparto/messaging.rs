@@ -91,7 +91,10 @@ impl DeliveryConsumer {
             return Ok(());
         }
         if !self.store.serves(&order.city).await? {
-            let refused = DeliveryError::CityNotServed(order.city.clone());
+            let refused = DeliveryError::CityNotServed {
+                city: order.city.clone(),
+                covered: self.store.cities().await?,
+            };
             return Err(HandlerError::permanent(refused));
         }
         let km = self

@@ -162,6 +162,26 @@ impl DbLog {
         pairs(rows, "entrega_group_offsets")
     }
 
+    /// Members of `group` on `topic` heard from within one lease (`LogConfig::lease_ttl`):
+    /// the ones that hold, or may take, its partitions.
+    pub async fn members(&self, group: &str, topic: &str) -> Result<u32, StoreError> {
+        let ttl = i64::try_from(self.config.lease_ttl.as_millis()).unwrap_or(i64::MAX);
+        let since = self.clock.now_ms().saturating_sub(ttl);
+        let n: Option<i64> = self
+            .db
+            .scalar(
+                query(
+                    "SELECT COUNT(*) FROM entrega_group_members
+                     WHERE group_id = $1 AND topic = $2 AND seen_at_ms > $3",
+                )
+                .bind(group)
+                .bind(topic)
+                .bind(since),
+            )
+            .await?;
+        Ok(u32::try_from(n.unwrap_or(0)).unwrap_or(u32::MAX))
+    }
+
     /// Up to `max` records of one partition from offset `from` on, in offset order, without
     /// any group.
     pub async fn read(
@@ -217,5 +237,9 @@ impl LogInspector for DbLog {
         max: usize,
     ) -> Result<Vec<Record>, TransportError> {
         Ok(DbLog::read(self, topic, partition, from, max).await?)
+    }
+
+    async fn members(&self, group: &str, topic: &str) -> Result<Option<u32>, TransportError> {
+        Ok(Some(DbLog::members(self, group, topic).await?))
     }
 }

@@ -260,3 +260,27 @@ async fn a_publish_wakes_an_idle_subscription_promptly() -> TestResult {
     assert!(waited < Duration::from_secs(5), "woke after {waited:?}");
     db.drop().await
 }
+
+#[tokio::test]
+async fn members_counts_those_heard_from_within_a_lease() -> TestResult {
+    use entrega_core::LogInspector;
+    let db = TestDb::with(&[MigrationSet::Log]).await?;
+    let clock = ManualClock::new(1_000_000);
+    let log = manual_log(&db, &clock);
+    log.ensure_topic("t", 2).await?;
+    assert_eq!(LogInspector::members(&log, "g", "t").await?, Some(0));
+    let mut a = log.subscribe("g", "t", "a").await?;
+    a.poll(10, Duration::ZERO).await?;
+    let mut b = log.subscribe("g", "t", "b").await?;
+    b.poll(10, Duration::ZERO).await?;
+    assert_eq!(LogInspector::members(&log, "g", "t").await?, Some(2));
+    assert_eq!(LogInspector::members(&log, "other", "t").await?, Some(0));
+    // One leaves; the other goes silent past its lease.
+    a.close().await?;
+    assert_eq!(LogInspector::members(&log, "g", "t").await?, Some(1));
+    clock.advance(LogConfig::default().lease_ttl.as_millis() as i64 + 1);
+    assert_eq!(LogInspector::members(&log, "g", "t").await?, Some(0));
+    b.poll(10, Duration::ZERO).await?;
+    assert_eq!(LogInspector::members(&log, "g", "t").await?, Some(1));
+    Ok(())
+}
