@@ -12,8 +12,8 @@ use entrega::dlq::{DeadLetter, DlqFilter};
 use entrega_core::{DeadClass, DeadLetterId};
 
 use super::html::{
-    bad_request, error_page, esc, failure, page, pager, query_value, table, thousands, time,
-    Paging, Section,
+    bad_request, error_page, esc, failure, page, pager, prose, query_value, short_time, table,
+    thousands, time, Paging, Section,
 };
 use super::Console;
 
@@ -23,7 +23,16 @@ const AUDIT_SHOWN: usize = 20;
 const HELD_SHOWN: usize = 50;
 /// The columns of a dead letter's row ([`letter_row`]).
 const LETTER_COLUMNS: [&str; 10] = [
-    "id", "key", "tipo", "failure", "code", "reason", "attempts", "replays", "dead at", "state",
+    "partition/offset",
+    "key",
+    "tipo",
+    "failure",
+    "code",
+    "reason",
+    "attempts",
+    "replays",
+    "dead at (UTC)",
+    "state",
 ];
 
 /// The query's names before they were English, accepted for one release.
@@ -162,9 +171,9 @@ pub(super) async fn dead_letters(
                             e.action.as_str(),
                             if e.dry_run { " (dry run)" } else { "" }
                         ),
-                        esc(&e.filter),
+                        prose(&e.filter),
                         format!("{} / {} / {}", e.matched, e.applied, e.refused),
-                        esc(e.detail.as_deref().unwrap_or("")),
+                        prose(e.detail.as_deref().unwrap_or("")),
                     ]
                 })
                 .collect();
@@ -233,7 +242,7 @@ async fn held_section(console: &Console) -> String {
                         esc(h.letter.key.as_deref().unwrap_or("")),
                         esc(h.letter.headers.get("tipo").unwrap_or("")),
                         thousands(h.letter.payload.len()),
-                        esc(&h.refusal),
+                        prose(&h.refusal),
                         time(Some(h.held_at_ms)),
                     ]
                 }));
@@ -303,18 +312,20 @@ fn letter_row(l: &DeadLetter) -> Vec<String> {
     let id = l.id.to_string();
     vec![
         format!(
-            "<a href=\"/console/dlq/letter?id={}\" data-testid=\"dlq-link\">{}</a>",
+            "<a href=\"/console/dlq/letter?id={}\" title=\"{}\" data-testid=\"dlq-link\">{}/{}</a>",
             query_value(&id),
-            esc(&id)
+            esc(&id),
+            l.id.partition,
+            l.id.offset
         ),
         esc(l.key.as_deref().unwrap_or("")),
         esc(l.kind.as_deref().unwrap_or("")),
         esc(l.failure.map_or("", |c| c.as_str())),
         esc(l.code.as_deref().unwrap_or("")),
-        esc(&l.reason),
+        prose(&l.reason),
         l.attempts.map_or_else(|| "-".to_owned(), |a| a.to_string()),
         l.replays.to_string(),
-        time(Some(l.timestamp_ms)),
+        short_time(l.timestamp_ms),
         format!("<span data-testid=\"dlq-state\">{}</span>", l.state()),
     ]
 }
@@ -415,7 +426,7 @@ pub(super) async fn dead_letter(
     let headers: Vec<Vec<String>> = letter
         .headers
         .iter()
-        .map(|(n, v)| vec![format!("<code>{}</code>", esc(n)), esc(v)])
+        .map(|(n, v)| vec![format!("<code>{}</code>", esc(n)), prose(v)])
         .collect();
     body.push_str("<h2>Headers</h2>\n");
     body.push_str(&table(

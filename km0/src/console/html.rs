@@ -29,6 +29,12 @@ pub fn esc(text: &str) -> String {
     out
 }
 
+/// Free text (a reason, an error, a detail) for a table cell: escaped, and free to wrap
+/// between words, where the cells around it keep to one line.
+pub fn prose(text: &str) -> String {
+    format!("<span class=\"prose\">{}</span>", esc(text))
+}
+
 /// `text` safe as one query-string value.
 pub fn query_value(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -48,6 +54,13 @@ pub fn query_value(text: &str) -> String {
 /// An epoch-ms time as UTC text, `-` for none.
 pub fn time(ms: Option<i64>) -> String {
     ms.map_or_else(|| "-".to_owned(), format_utc)
+}
+
+/// An epoch-ms time as `YYYY-MM-DD HH:MM:SS` UTC, for a list's narrow column.
+pub fn short_time(ms: i64) -> String {
+    let full = format_utc(ms);
+    full.get(..19)
+        .map_or(full.clone(), |s| s.replacen('T', " ", 1))
 }
 
 /// The sections of the navigation bar.
@@ -318,6 +331,7 @@ mod tests {
             let q = HashMap::from([("page".to_owned(), bad.to_owned())]);
             assert!(Paging::from_query(&q).is_err(), "{bad}");
         }
+        assert_eq!(short_time(1_764_000_000_123), "2025-11-24 16:00:00");
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1000), "1,000");

@@ -12,7 +12,7 @@ use entrega::saga::SagaStatus;
 use entrega_core::{now_ms, OutboxStatus, StoreError};
 
 use super::history::{chart, Sample};
-use super::html::{esc, failure, page, table, thousands, time, Section};
+use super::html::{esc, failure, page, prose, table, thousands, time, Section};
 use super::Console;
 use crate::ops::lag::lag_report;
 use crate::ops::queue_lag::queue_lag_report;
@@ -166,7 +166,7 @@ async fn outbox_section(console: &Console) -> String {
                         } else {
                             format!("retry at {}", time(r.next_attempt_ms))
                         },
-                        esc(r.last_error.as_deref().unwrap_or("")),
+                        prose(r.last_error.as_deref().unwrap_or("")),
                     ]
                 }));
             }
@@ -235,7 +235,7 @@ async fn groups_section(console: &Console) -> String {
                         "<span data-testid=\"lag-value\">{}</span>",
                         thousands(r.behind as usize)
                     ),
-                    esc(&r.detail),
+                    prose(&r.detail),
                 ]
             })
             .collect();

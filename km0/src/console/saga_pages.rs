@@ -10,8 +10,8 @@ use axum::response::{IntoResponse, Response};
 use entrega::saga::SagaStatus;
 
 use super::html::{
-    bad_request, error_page, esc, failure, page, pager, query_value, table, time, Paging, Section,
-    PER_PAGE,
+    bad_request, error_page, esc, failure, page, pager, prose, query_value, short_time, table,
+    time, Paging, Section, PER_PAGE,
 };
 use super::Console;
 
@@ -96,9 +96,9 @@ pub(super) async fn sagas(
                         esc(console.sagas.step_name(s.step).unwrap_or("-")),
                         s.phase.as_str().to_owned(),
                         s.attempts.to_string(),
-                        esc(s.reason.as_deref().unwrap_or("")),
-                        time(Some(s.created_ms)),
-                        time(Some(s.updated_ms)),
+                        prose(s.reason.as_deref().unwrap_or("")),
+                        short_time(s.created_ms),
+                        short_time(s.updated_ms),
                     ]
                 })
                 .collect();
@@ -113,7 +113,14 @@ pub(super) async fn sagas(
             body.push_str(&table(
                 "sagas",
                 &[
-                    "order", "state", "step", "phase", "sends", "reason", "created", "changed",
+                    "order",
+                    "state",
+                    "step",
+                    "phase",
+                    "sends",
+                    "reason",
+                    "created (UTC)",
+                    "changed (UTC)",
                 ],
                 &rows,
                 "No saga.",
@@ -213,7 +220,7 @@ pub(super) async fn saga(State(console): State<Arc<Console>>, Path(id): Path<Str
 fn detail(text: &str) -> String {
     let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(text)
     else {
-        return esc(text);
+        return prose(text);
     };
     fields
         .iter()
@@ -230,6 +237,7 @@ fn detail(text: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("<br>")
+        .replace("<span class=\"field\">", "<span class=\"field prose\">")
 }
 
 #[cfg(test)]
@@ -243,6 +251,9 @@ mod tests {
         assert!(shown.contains("unidades:</span> 3"), "{shown}");
         assert!(shown.contains("&lt;b&gt;"), "{shown}");
         assert!(!shown.contains('{'), "{shown}");
-        assert_eq!(detail("plain <text>"), "plain &lt;text&gt;");
+        assert_eq!(
+            detail("plain <text>"),
+            "<span class=\"prose\">plain &lt;text&gt;</span>"
+        );
     }
 }

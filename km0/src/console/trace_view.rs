@@ -12,7 +12,7 @@ use entrega::db::query;
 use entrega::dlq::DlqFilter;
 use entrega_core::{Headers, TraceContext, TRACEPARENT};
 
-use super::html::{esc, failure, query_value, table, Section};
+use super::html::{esc, failure, prose, query_value, table, Section};
 use super::Console;
 
 /// Most rows read from one service's outbox for one order.
@@ -158,7 +158,7 @@ pub(super) async fn page_for(console: &Console, order: &str) -> String {
                             esc(&id)
                         ),
                         esc(l.kind.as_deref().unwrap_or("")),
-                        esc(&l.reason),
+                        prose(&l.reason),
                         l.state().to_owned(),
                     ]
                 })

@@ -32,11 +32,36 @@ async function resultText(page, contains) {
   return result.textContent();
 }
 
+// No cell of the table `testid` breaks a word: every cell whose text is one word of up to 24
+// characters renders on one line.
+async function noWordBroken(page, testid) {
+  const broken = await page.evaluate((testid) => {
+    const found = [];
+    for (const td of document.querySelectorAll("[data-testid=" + testid + "] td")) {
+      const text = td.textContent.trim();
+      if (!text || /\s/.test(text) || text.length > 24) continue;
+      const range = document.createRange();
+      range.selectNodeContents(td);
+      const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (lines.size > 1) found.push(text);
+    }
+    return found;
+  }, testid);
+  seen.broken = seen.broken || {};
+  seen.broken[testid] = broken;
+  expect(broken.length === 0, "no word of " + testid + " broken: " + broken.join(", "));
+}
+
 async function noSideScroll(page, name) {
   const wide = await page.evaluate(() => document.documentElement.scrollWidth);
   seen.widths = seen.widths || {};
   seen.widths[name] = wide;
   expect(wide <= 1280, name + " to fit 1280 px without scrolling sideways (is " + wide + ")");
+  const overflowing = await page.evaluate(() =>
+    [...document.querySelectorAll("main section")]
+      .filter((s) => s.scrollWidth > s.clientWidth + 1)
+      .map((s) => (s.querySelector("h2, h3") || s).textContent.trim().slice(0, 40)));
+  expect(overflowing.length === 0, name + "'s sections to fit: " + overflowing.join(", "));
 }
 
 (async () => {
@@ -94,6 +119,8 @@ async function noSideScroll(page, name) {
     seen.completed_after = await completed();
     seen.not_reloaded = await page.evaluate(() => window.km0NotReloaded === true);
     await noSideScroll(page, "overview");
+    await noWordBroken(page, "lag");
+    await noWordBroken(page, "outboxes");
     await shot(page, "overview");
 
     // The dead letters, a page at a time with the total.
@@ -101,6 +128,7 @@ async function noSideScroll(page, name) {
     seen.dlq_total = await page.getByTestId("dlq-pager-total").innerText();
     seen.dlq_first_page = await page.getByTestId("dlq").locator("tbody tr").count();
     await noSideScroll(page, "dead-letters");
+    await noWordBroken(page, "dlq");
     await shot(page, "dead-letters");
     await page.getByTestId("dlq-pager-next").click();
     await page.getByTestId("dlq").waitFor();
@@ -175,12 +203,14 @@ async function noSideScroll(page, name) {
       [...document.querySelectorAll("[data-testid=timeline] td")].some((td) =>
         td.textContent.trim().startsWith("{")));
     await noSideScroll(page, "saga");
+    await noWordBroken(page, "timeline");
     await shot(page, "saga");
 
     // The sagas, with the total of the state.
     await page.goto(CONSOLE + "/sagas?state=completed");
     seen.sagas_total = await page.getByTestId("sagas-pager-total").innerText();
     await noSideScroll(page, "sagas");
+    await noWordBroken(page, "sagas");
     await shot(page, "sagas");
 
     // The order's trace: one trace id across the services.
