@@ -8,10 +8,7 @@ use crate::support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use entrega_core::{
-    partition_for, Headers, LogInspector as _, OutgoingMessage, Record, Subscription,
-    TransportError,
-};
+use entrega_core::{partition_for, Headers, OutgoingMessage, Record, Subscription, TransportError};
 use entrega_kafka::Kafka;
 
 const PARTITIONS: u32 = 4;
