@@ -1,11 +1,32 @@
-//! Reading a member's assignment as the group coordinator describes it: the classic
-//! consumer protocol's `ConsumerProtocolAssignment` (version, then each topic with its
-//! partitions, then user data that is not read here).
+//! Reading a member as the group coordinator describes it, in the classic consumer protocol:
+//! its `ConsumerProtocolSubscription` (version, then the topics it subscribes to) and its
+//! `ConsumerProtocolAssignment` (version, then each topic with its partitions); the user
+//! data after them is not read here.
 
 /// The partitions of `topic` in the assignment `bytes`; empty when there are none or the
 /// bytes are not an assignment.
 pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Vec<u32> {
     read(bytes, topic).unwrap_or_default()
+}
+
+/// Whether the subscription `bytes` (a member's `ConsumerProtocolSubscription`: version,
+/// then the topics it subscribes to) names `topic`; `false` when the bytes are not one.
+pub fn subscribes_to(bytes: &[u8], topic: &str) -> bool {
+    let read = || -> Option<bool> {
+        let mut rest = bytes;
+        let _version = i16::from_be_bytes(take::<2>(&mut rest)?);
+        let topics = i32::from_be_bytes(take::<4>(&mut rest)?);
+        for _ in 0..topics.max(0) {
+            let len = usize::try_from(i16::from_be_bytes(take::<2>(&mut rest)?)).ok()?;
+            let (name, after) = rest.split_at_checked(len)?;
+            rest = after;
+            if name == topic.as_bytes() {
+                return Some(true);
+            }
+        }
+        Some(false)
+    };
+    read().unwrap_or(false)
 }
 
 fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
@@ -63,6 +84,22 @@ mod tests {
         );
         assert_eq!(assigned_partitions(&bytes, "a"), vec![0, 2]);
         assert!(assigned_partitions(&bytes, "b").is_empty());
+    }
+
+    #[test]
+    fn a_subscription_names_its_topics() {
+        let mut bytes = 1i16.to_be_bytes().to_vec();
+        bytes.extend(2i32.to_be_bytes());
+        for name in ["a", "pedidos.eventos"] {
+            bytes.extend(i16::try_from(name.len()).unwrap().to_be_bytes());
+            bytes.extend(name.as_bytes());
+        }
+        bytes.extend((-1i32).to_be_bytes());
+        assert!(subscribes_to(&bytes, "pedidos.eventos"));
+        assert!(subscribes_to(&bytes, "a"));
+        assert!(!subscribes_to(&bytes, "b"));
+        assert!(!subscribes_to(&bytes[..9], "pedidos.eventos"));
+        assert!(!subscribes_to(&[0, 1, 0x7f, 0xff, 0xff, 0xff], "x"));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 
-use crate::assignment::assigned_partitions;
+use crate::assignment::{assigned_partitions, subscribes_to};
 use crate::error::{invalid, transport};
 use crate::meta::{after, blocking, partition_id, ready_topic_info};
 use crate::record::to_record;
@@ -243,8 +243,8 @@ impl LogInspector for KafkaInspector {
         .await
     }
 
-    /// The members the group coordinator lists for `group` with partitions of `topic` in
-    /// their assignment (a group that is rebalancing counts none until it settles).
+    /// The members the group coordinator lists for `group` subscribed to `topic`, those
+    /// holding no partition included, and counted while the group rebalances too.
     async fn members(&self, group: &str, topic: &str) -> Result<Option<u32>, TransportError> {
         let (config, slot) = (self.config.clone(), self.reader.clone());
         let ns = &self.config.namespace;
@@ -260,8 +260,9 @@ impl LogInspector for KafkaInspector {
                     .filter(|g| g.name() == group)
                     .flat_map(|g| g.members())
                     .filter(|m| {
-                        m.assignment()
-                            .is_some_and(|a| !assigned_partitions(a, &topic).is_empty())
+                        m.metadata().is_some_and(|s| subscribes_to(s, &topic))
+                            || m.assignment()
+                                .is_some_and(|a| !assigned_partitions(a, &topic).is_empty())
                     })
                     .count();
                 Ok(Some(u32::try_from(members).unwrap_or(u32::MAX)))

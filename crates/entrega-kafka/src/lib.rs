@@ -41,7 +41,7 @@ mod transform;
 mod transform_error;
 
 pub use admin::{KafkaAdmin, RemovedNamespace};
-pub use assignment::assigned_partitions;
+pub use assignment::{assigned_partitions, subscribes_to};
 pub use config::{KafkaConfig, KafkaUrlError};
 pub use handle::Kafka;
 pub use inspector::KafkaInspector;

@@ -120,7 +120,14 @@ pub(super) async fn dead_letters(
         Err(why) => return bad_request(&why),
     };
     let mut body = filter_form(&q);
-    body.push_str("<div class=\"live\" data-refresh=\"5\">\n");
+    // On RabbitMQ reading the queue holds its messages a moment: no reading every 5 s there.
+    let refresh = if console.broker.is_amqp() {
+        ""
+    } else {
+        " data-refresh=\"5\""
+    };
+    body.push_str(&format!("<div class=\"live\"{refresh}>\n"));
+    let mut bulk = String::new();
     match console.letters.list(&filter, all).await {
         Ok(letters) => {
             let shown = paging.slice(&letters);
@@ -148,11 +155,13 @@ pub(super) async fn dead_letters(
             } else {
                 letters.len()
             };
-            body.push_str(&bulk_panel(&q, pending));
+            bulk = bulk_panel(&q, pending);
         }
         Err(e) => body.push_str(&failure("the dead letters could not be read", &e)),
     }
     body.push_str("</div>\n");
+    // Outside the part that refreshes: a reason being typed stays.
+    body.push_str(&bulk);
     body.push_str(&held_section(&console).await);
     body.push_str("<h2>Latest operator actions</h2>\n");
     match console.letters.audit(AUDIT_SHOWN).await {
@@ -212,6 +221,7 @@ fn bulk_panel(q: &HashMap<String, String>, pending: usize) -> String {
          <label>Reason <input id=\"bulk-reason\" name=\"bulk-reason\"></label>\
          <button type=\"button\" data-bulk=\"discard\">Discard all (dry run first)</button>\
          <button type=\"button\" data-bulk-confirm hidden data-testid=\"bulk-confirm\"></button>\
+         <button type=\"button\" data-bulk-cancel hidden data-testid=\"bulk-cancel\">Cancel</button>\
          </div></section>\n",
         value("type"),
         value("reason"),

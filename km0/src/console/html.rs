@@ -187,9 +187,26 @@ pub fn pager(
         format!("{path}?{}", parts.join("&amp;"))
     };
     let first = if shown == 0 { 0 } else { paging.offset() + 1 };
-    let last = paging.offset() + shown;
+    let last = if shown == 0 {
+        0
+    } else {
+        paging.offset() + shown
+    };
     let mut out = format!("<nav class=\"pager\" data-testid=\"{testid}\">");
     match total {
+        // Past the end (the list shrank since the link was made): say so, and lead back.
+        Some(total) if shown == 0 && paging.page > 1 => {
+            let pages = total.div_ceil(PER_PAGE).max(1);
+            let _ = writeln!(
+                out,
+                "<span data-testid=\"{testid}-range\">Page {} is past the end: {} in all</span> \
+                 <a href=\"{}\" data-testid=\"{testid}-last\">Last page</a></nav>",
+                paging.page,
+                thousands(total),
+                href(pages)
+            );
+            return out;
+        }
         Some(total) => {
             let _ = write!(
                 out,
@@ -248,7 +265,7 @@ pub fn table(testid: &str, headers: &[&str], rows: &[Vec<String>], empty: &str) 
             esc(empty)
         );
     }
-    let mut out = format!("<table data-testid=\"{testid}\">\n<thead><tr>");
+    let mut out = format!("<div class=\"table\"><table data-testid=\"{testid}\">\n<thead><tr>");
     for h in headers {
         let _ = write!(out, "<th>{}</th>", esc(h));
     }
@@ -260,7 +277,7 @@ pub fn table(testid: &str, headers: &[&str], rows: &[Vec<String>], empty: &str) 
         }
         out.push_str("</tr>\n");
     }
-    out.push_str("</tbody>\n</table>");
+    out.push_str("</tbody>\n</table></div>");
     out
 }
 
@@ -327,6 +344,14 @@ mod tests {
         );
         let last = pager("p", "/x", &q, Paging { page: 3 }, 20, Some(120));
         assert!(!last.contains("rel=\"next\""), "{last}");
+        let past = pager("p", "/x", &q, Paging { page: 9 }, 0, Some(120));
+        assert!(
+            past.contains("Page 9 is past the end: 120 in all"),
+            "{past}"
+        );
+        assert!(past.contains("/x?type=pedido.creado&amp;page=3"), "{past}");
+        let none = pager("p", "/x", &q, Paging { page: 1 }, 0, Some(0));
+        assert!(none.contains("Showing 0 to 0 of"), "{none}");
         for bad in ["0", "-1", "x", "99999999999"] {
             let q = HashMap::from([("page".to_owned(), bad.to_owned())]);
             assert!(Paging::from_query(&q).is_err(), "{bad}");

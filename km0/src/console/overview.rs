@@ -263,11 +263,27 @@ async fn groups_section(console: &Console) -> String {
 
 async fn dead_letters_section(console: &Console) -> String {
     let mut out = String::new();
-    match console.letters.list(&DlqFilter::all(), false).await {
-        Ok(letters) => out.push_str(&format!(
+    let place = console.letters.place();
+    // On RabbitMQ the queue's depth, which reading no message gives; elsewhere the letters
+    // not yet replayed or discarded.
+    let pending = match console.broker.as_amqp() {
+        Some(amqp) => amqp
+            .queue_depths(std::slice::from_ref(&place))
+            .await
+            .map(|depths| depths.iter().map(|d| d.ready).sum::<u64>() as usize)
+            .map_err(|e| e.to_string()),
+        None => console
+            .letters
+            .list(&DlqFilter::all(), false)
+            .await
+            .map(|letters| letters.len())
+            .map_err(|e| e.to_string()),
+    };
+    match pending {
+        Ok(n) => out.push_str(&format!(
             "<p><a href=\"/console/dlq\" data-testid=\"dlq-pending\">{} pending</a> in <code>{}</code></p>\n",
-            thousands(letters.len()),
-            esc(&console.letters.place())
+            thousands(n),
+            esc(&place)
         )),
         Err(e) => out.push_str(&failure("the dead letters could not be read", &e)),
     }

@@ -79,6 +79,12 @@ async function noSideScroll(page, name) {
     await page.getByTestId("outbox-pending").first().waitFor();
     seen.outbox_services = await page.getByTestId("outbox-service").allInnerTexts();
     seen.lag_rows = await page.getByTestId("lag").locator("tbody tr").count();
+    // Every group has a live member once each has heartbeated (the page refreshes itself).
+    await page.waitForFunction(
+      (rows) => document.querySelectorAll("[data-testid=group-members]").length === rows,
+      seen.lag_rows,
+      { timeout: 30000 },
+    ).catch(() => {});
     seen.idle_groups = await page.getByTestId("group-idle").count();
     seen.running_groups = await page.getByTestId("group-members").count();
     seen.held = await page.getByTestId("held-count").innerText();
@@ -173,11 +179,25 @@ async function noSideScroll(page, name) {
     await page.goto(CONSOLE + "/dlq?failure=rechazado");
     seen.bulk_count = await page.getByTestId("bulk-count").innerText();
     await page.locator("#bulk-reason").fill("the products were withdrawn");
+    // A dry run, cancelled: nothing asked of the server, the confirmation gone.
+    await page.locator("button[data-bulk=discard]").click();
+    await resultText(page, "Dry run");
+    await page.getByTestId("bulk-cancel").click();
+    seen.cancelled = await resultText(page, "Cancelled");
+    seen.confirm_after_cancel = await page.getByTestId("bulk-confirm").isVisible();
+    // Then for real: while the confirmation waits, the page holds still past a refresh.
     await page.locator("button[data-bulk=discard]").click();
     seen.bulk_dry_run = await resultText(page, "Dry run");
     const confirm = page.getByTestId("bulk-confirm");
     await confirm.waitFor({ state: "visible" });
     seen.bulk_confirm = await confirm.innerText();
+    await page.locator("body").click({ position: { x: 5, y: 5 } });
+    await page.waitForTimeout(7000);
+    seen.held_still = {
+      confirm: await confirm.isVisible(),
+      reason: await page.locator("#bulk-reason").inputValue(),
+      stamp: await page.locator("#refreshed").innerText(),
+    };
     await shot(page, "bulk-dry-run");
     await confirm.click();
     await page.waitForFunction(

@@ -231,6 +231,33 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     assert_eq!(seen["dlq_total"], (BULK + 1).to_string(), "{seen}");
     assert_eq!(seen["dlq_first_page"], 50, "{seen}");
     assert_eq!(seen["dlq_second_page"], BULK + 1 - 50, "{seen}");
+    assert_eq!(
+        seen["dlq_second_range"],
+        format!("Showing 51 to {} of {}", BULK + 1, BULK + 1),
+        "{seen}"
+    );
+    assert_eq!(seen["held"], "0 held", "{seen}");
+    assert_eq!(
+        seen["sagas_total"], "2",
+        "C-OK and C-LIVE completed: {seen}"
+    );
+    assert!(
+        seen["bulk_dry_run"].as_str().unwrap().starts_with(&format!(
+            "Dry run, nothing changed. discard: {BULK} of {BULK}"
+        )),
+        "{seen}"
+    );
+    // Cancelled, then held still while the confirmation waited.
+    assert_eq!(seen["confirm_after_cancel"], false, "{seen}");
+    assert_eq!(seen["held_still"]["confirm"], true, "{seen}");
+    assert_eq!(
+        seen["held_still"]["reason"], "the products were withdrawn",
+        "{seen}"
+    );
+    assert_eq!(
+        seen["held_still"]["stamp"], "paused while an action waits",
+        "{seen}"
+    );
     assert_eq!(seen["bulk_count"], BULK.to_string(), "{seen}");
     assert!(
         seen["bulk_confirm"]
@@ -300,7 +327,8 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         .iter()
         .map(|e| (e.action.as_str().to_owned(), e.dry_run, e.matched))
         .collect();
-    assert_eq!(audit.len(), 4, "{actions:?}");
+    // The discard's dry run twice: once cancelled, once confirmed.
+    assert_eq!(audit.len(), 5, "{actions:?}");
     for wanted in [
         ("replay".to_owned(), true, 1),
         ("replay".to_owned(), false, 1),
@@ -338,7 +366,7 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         "{why}"
     );
     assert_eq!(store.marks(&dlq).await.unwrap().len(), BULK + 1);
-    assert_eq!(store.audit(10).await.unwrap().len(), 4);
+    assert_eq!(store.audit(10).await.unwrap().len(), 5);
 
     for page in [
         "overview",

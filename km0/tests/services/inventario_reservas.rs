@@ -1,8 +1,8 @@
 //! inventario's reservations for the order saga, on SQLite and PostgreSQL: idempotent by
 //! `id_reserva`, answers and `stock.actualizado` in the same transaction as the stock, a
 //! release that gives stock back once, a release before its reservation that blocks it, and
-//! the seed's direct `pedido.creado` path converging on the same reservation. Assertions
-//! read the stock, `reservas` and the outbox.
+//! the seed's direct `pedido.creado` path converging on the same reservation, and an
+//! operator's restock. Assertions read the stock, `reservas` and the outbox.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use crate::common;
@@ -258,6 +258,41 @@ async fn the_direct_path_and_the_saga_take_an_orders_stock_once(backend: &str) {
     t.remove().await;
 }
 
+/// An operator's restock: the units and its `stock.actualizado` in one transaction (a new
+/// product too), and a sum past what the column holds refused with nothing written.
+async fn a_restock_adds_units_and_says_so_once(backend: &str) {
+    let (s, t) = store(backend).await;
+    let before = units(&s, "queso-curado").await;
+    assert_eq!(
+        s.restock("queso-curado", 40).await.unwrap(),
+        (before, before + 40)
+    );
+    assert_eq!(units(&s, "queso-curado").await, before + 40);
+    assert_eq!(s.restock("miel-de-romero", 20).await.unwrap(), (0, 20));
+    assert_eq!(units(&s, "miel-de-romero").await, 20);
+    let events = outbox(&t, "stock.actualizado").await;
+    assert_eq!(
+        events,
+        vec![
+            json!({"producto": "queso-curado", "antes": before, "despues": before + 40,
+                   "motivo": "reposicion"}),
+            json!({"producto": "miel-de-romero", "antes": 0, "despues": 20,
+                   "motivo": "reposicion"}),
+        ]
+    );
+    // Past 2,147,483,647: refused, the stock and the outbox as they were.
+    s.set_units("miel-de-romero", i32::MAX - 5).await.unwrap();
+    let refused = s.restock("miel-de-romero", 6).await.unwrap_err();
+    assert!(refused.to_string().contains("2,147,483,647"), "{refused}");
+    assert_eq!(units(&s, "miel-de-romero").await, i64::from(i32::MAX - 5));
+    assert_eq!(outbox(&t, "stock.actualizado").await.len(), 2);
+    assert_eq!(
+        s.restock("miel-de-romero", 5).await.unwrap().1,
+        i64::from(i32::MAX)
+    );
+    t.remove().await;
+}
+
 macro_rules! on_both_backends {
     ($($scenario:ident),* $(,)?) => {
         mod sqlite {
@@ -281,4 +316,5 @@ on_both_backends!(
     a_release_gives_stock_back_once,
     a_release_before_its_reservation_blocks_it,
     the_direct_path_and_the_saga_take_an_orders_stock_once,
+    a_restock_adds_units_and_says_so_once,
 );

@@ -158,7 +158,7 @@ async fn a_delivery_cancelled_first_is_refused(backend: &str) {
     f.assign("P-6", "Madrid").await;
     assert_eq!(f.state("P-6").await, Some(DeliveryState::Cancelled));
     let refused = f.answers("reparto.rechazado", "P-6").await;
-    assert_eq!(refused[0]["motivo"], "entrega cancelada");
+    assert_eq!(refused[0]["motivo"], "entrega_cancelada");
     f.db.remove().await;
 }
 

@@ -81,10 +81,23 @@ function refreshOn() {
   return localStorage.getItem(REFRESH_KEY) !== "off";
 }
 
+function stamp(text) {
+  const out = document.getElementById("refreshed");
+  if (out) out.textContent = text;
+}
+
+// One refresh at a time; the next is planned once this one is done, however slow.
 async function refreshLive() {
-  if (!refreshOn() || busy() || document.hidden) return;
+  if (!refreshOn() || document.hidden) return;
+  if (busy()) {
+    stamp(acting ? "paused while an action waits" : "");
+    return;
+  }
   const response = await fetch(location.href, { headers: { Accept: "text/html" } }).catch(() => null);
-  if (!response || !response.ok) return;
+  if (!response || !response.ok) {
+    stamp("could not refresh");
+    return;
+  }
   const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
   const incoming = fresh.querySelectorAll(".live");
   const current = document.querySelectorAll(".live");
@@ -93,8 +106,7 @@ async function refreshLive() {
     part.innerHTML = incoming[i].innerHTML;
   });
   wire(document);
-  const stamp = document.getElementById("refreshed");
-  if (stamp) stamp.textContent = "updated " + new Date().toLocaleTimeString();
+  stamp("updated " + new Date().toLocaleTimeString());
 }
 
 function startRefresh() {
@@ -114,7 +126,11 @@ function startRefresh() {
     localStorage.setItem(REFRESH_KEY, box.checked ? "on" : "off");
     box.blur();
   });
-  setInterval(refreshLive, seconds * 1000);
+  const next = () => setTimeout(async () => {
+    await refreshLive().catch(() => stamp("could not refresh"));
+    next();
+  }, seconds * 1000);
+  next();
 }
 
 async function onLetterAction(button) {
@@ -148,7 +164,8 @@ async function onLetterAction(button) {
 }
 
 // Bulk: the dry run first; its count is what the confirmation sends as `expected`, so the
-// server refuses if the selection changed in between.
+// server refuses if the selection changed in between. Until it is confirmed or cancelled the
+// page holds still; a reason changed after the dry run needs a new dry run.
 async function onBulk(button) {
   const panel = button.closest(".bulk");
   const action = button.dataset.bulk;
@@ -156,38 +173,50 @@ async function onBulk(button) {
   for (const name of ["type", "reason", "failure"]) {
     if (panel.dataset[name]) filter[name] = panel.dataset[name];
   }
+  const reasonField = document.getElementById("bulk-reason");
   const body = { filter, dry_run: true };
   if (action === "discard") {
-    body.reason = document.getElementById("bulk-reason").value.trim();
+    body.reason = reasonField.value.trim();
     if (!body.reason) {
       show("A discard needs a reason.", false);
       return;
     }
   }
+  const confirm = panel.querySelector("[data-bulk-confirm]");
+  const cancel = panel.querySelector("[data-bulk-cancel]");
+  const done = () => {
+    acting = false;
+    confirm.hidden = true;
+    cancel.hidden = true;
+  };
   acting = true;
   const dry = await send("/console/api/dlq/" + action, body);
-  const confirm = panel.querySelector("[data-bulk-confirm]");
-  if (!dry) {
-    acting = false;
+  if (!dry || dry.applied.length === 0) {
+    if (dry) show(describe(dry), true);
+    done();
     return;
   }
   show(describe(dry), true);
-  if (dry.applied.length === 0) {
-    acting = false;
-    confirm.hidden = true;
-    return;
-  }
   confirm.hidden = false;
+  cancel.hidden = false;
   confirm.textContent = "Confirm: " + action + " " + dry.applied.length + " of " + dry.matched;
+  cancel.onclick = () => {
+    done();
+    show("Cancelled: nothing was done.", true);
+  };
   confirm.onclick = async () => {
+    if (action === "discard" && reasonField.value.trim() !== body.reason) {
+      done();
+      show("The reason changed after the dry run: run it again.", false);
+      return;
+    }
     confirm.disabled = true;
-    const done = await send("/console/api/dlq/" + action,
+    const answer = await send("/console/api/dlq/" + action,
       Object.assign({}, body, { dry_run: false, expected: dry.matched }));
     confirm.disabled = false;
-    confirm.hidden = true;
-    acting = false;
-    if (done) {
-      show(describe(done), true);
+    done();
+    if (answer) {
+      show(describe(answer), true);
       setTimeout(() => location.reload(), 800);
     }
   };

@@ -243,15 +243,18 @@ impl StockStore {
                 query(
                     "INSERT INTO stock (producto, unidades) VALUES ($1, $2) \
                      ON CONFLICT (producto) DO UPDATE SET unidades = stock.unidades + excluded.unidades \
+                     WHERE CAST(stock.unidades AS BIGINT) + excluded.unidades <= 2147483647 \
                      RETURNING CAST(unidades AS BIGINT)",
                 )
                 .bind(product)
                 .bind(units),
             )
             .await?;
-        let after = after.ok_or_else(|| StoreError::Corrupt {
-            table: "stock",
-            reason: format!("no row for {product} after adding to it"),
+        // No row back: the sum would pass what the column holds (2,147,483,647).
+        let after = after.ok_or_else(|| {
+            StoreError::rejected(std::io::Error::other(format!(
+                "{product} cannot hold {units} more units: its count would pass 2,147,483,647"
+            )))
         })?;
         let before = after - i64::from(units);
         let event = stock_updated(product, before, after, Motive::Restock, None)?;

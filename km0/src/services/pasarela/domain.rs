@@ -79,7 +79,7 @@ fn text(value: String, field: &str, max: usize) -> Result<String, InvalidCharge>
     if value.trim().is_empty() || value.len() > max {
         Err(InvalidCharge {
             field: field.to_owned(),
-            message: format!("must be a text of 1 to {max} bytes"),
+            message: format!("must be 1 to {max} bytes of text"),
         })
     } else {
         Ok(value)

@@ -184,7 +184,7 @@ pub(super) async fn take_key(
         )),
         Ok(Taken::Mismatch) => Err(error(
             StatusCode::UNPROCESSABLE_ENTITY,
-            "esta Idempotency-Key se usó con otra petición",
+            "this Idempotency-Key was used with a different request",
         )),
         Ok(Taken::Fresh) => Ok(()),
     }
@@ -370,7 +370,10 @@ async fn put_faults(State(state): State<PasarelaState>, body: Bytes) -> Response
             *state.faults.lock().await = faults.clone();
             (StatusCode::OK, Json(faults)).into_response()
         }
-        Err(e) => error(StatusCode::BAD_REQUEST, format!("not valid failures: {e}")),
+        Err(e) => error(
+            StatusCode::BAD_REQUEST,
+            format!("invalid fault settings: {e}"),
+        ),
     }
 }
 

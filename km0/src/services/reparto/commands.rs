@@ -137,7 +137,7 @@ impl DeliveryStore {
                                 Some(refused_event(order, key, &reason.unwrap_or_default())?)
                             }
                             DeliveryState::Cancelled => {
-                                Some(refused_event(order, key, "entrega cancelada")?)
+                                Some(refused_event(order, key, "entrega_cancelada")?)
                             }
                             DeliveryState::Pending => None,
                         };

@@ -12,17 +12,29 @@ use entrega_core::{MigrationSet, Processed, StoreError};
 
 use super::domain::PaidOrder;
 
-/// Couriers and deliveries, with the couriers km0 starts with.
-/// The cities with couriers, in order, each once (a city's spellings folded to its first).
-const COVERED_CITIES: &str =
-    "SELECT MIN(ciudad) FROM repartidores GROUP BY lower(ciudad) ORDER BY lower(ciudad)";
+/// Every courier's city, oldest courier first.
+const COURIER_CITIES: &str = "SELECT ciudad FROM repartidores ORDER BY id";
+
+/// The cities of `rows`, each once whatever its case (spelled as its first courier's), in
+/// alphabetical order of their lower case.
+fn distinct_cities(rows: Vec<(String,)>) -> Vec<String> {
+    let mut cities: Vec<String> = Vec::new();
+    for (city,) in rows {
+        let folded = city.to_lowercase();
+        if !cities.iter().any(|c| c.to_lowercase() == folded) {
+            cities.push(city);
+        }
+    }
+    cities.sort_by_key(|c| c.to_lowercase());
+    cities
+}
 
 /// [`DeliveryStore::cities`] in the caller's transaction.
 pub(super) async fn covered_cities(tx: &mut Tx) -> Result<Vec<String>, StoreError> {
-    let rows: Vec<(String,)> = tx.fetch_all(query(COVERED_CITIES)).await?;
-    Ok(rows.into_iter().map(|(city,)| city).collect())
+    Ok(distinct_cities(tx.fetch_all(query(COURIER_CITIES)).await?))
 }
 
+/// Couriers and deliveries, with the couriers km0 starts with.
 const MIGRATIONS: &[Migration] = &[
     Migration::each(
         1,
@@ -213,8 +225,9 @@ impl DeliveryStore {
 
     /// The cities km0 delivers in (it has couriers there), in order, each once.
     pub async fn cities(&self) -> Result<Vec<String>, StoreError> {
-        let rows: Vec<(String,)> = self.db.fetch_all(query(COVERED_CITIES)).await?;
-        Ok(rows.into_iter().map(|(city,)| city).collect())
+        Ok(distinct_cities(
+            self.db.fetch_all(query(COURIER_CITIES)).await?,
+        ))
     }
 
     /// Whether km0 delivers in `city` (it has couriers there).

@@ -51,13 +51,22 @@ pub enum DeliveryError {
     #[error("esquema: {0}")]
     Schema(ContractError),
     /// Kilómetro Cero does not deliver in that city; `covered` are the cities it does.
-    #[error("ciudad_no_cubierta: {city} (covered: {})", .covered.join(", "))]
+    #[error("ciudad_no_cubierta: {city} (covered: {})", covered_list(.covered))]
     CityNotServed {
         /// The city asked for.
         city: String,
         /// The cities with couriers, in order.
         covered: Vec<String>,
     },
+}
+
+/// The covered cities as a refusal names them: comma-separated, `none` when there are none.
+fn covered_list(covered: &[String]) -> String {
+    if covered.is_empty() {
+        "none".to_owned()
+    } else {
+        covered.join(", ")
+    }
 }
 
 impl DeliveryError {
