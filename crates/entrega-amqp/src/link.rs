@@ -112,11 +112,14 @@ impl Amqp {
             return name.to_owned();
         }
         self.remember(|named| {
-            match kind {
+            let names = match kind {
                 Kind::Exchange => &mut named.exchanges,
                 Kind::Queue => &mut named.queues,
+            };
+            // Named once, looked up on every publish after.
+            if !names.contains(name) {
+                names.insert(name.to_owned());
             }
-            .insert(name.to_owned());
         });
         ns.wire(name)
     }

@@ -109,11 +109,12 @@ impl Upcasters {
             });
         }
         if V::VERSIONS.contains(&envelope.version) {
-            return read_at::<V>(envelope.version, envelope.data.clone());
+            // Read in place: the common case copies nothing.
+            return read_at::<V, _>(envelope.version, &envelope.data);
         }
         let newest = V::VERSIONS.iter().copied().max().unwrap_or(1);
         let datos = self.upcast(V::TIPO, envelope.version, newest, envelope.data.clone())?;
-        read_at::<V>(newest, datos)
+        read_at::<V, _>(newest, datos)
     }
 }
 
@@ -141,11 +142,15 @@ impl Upcasters {
 
 /// `datos` (already at `E`'s version) as `E`, naming the member that does not fit.
 pub fn read<E: Event>(datos: Value) -> Result<E, ContractError> {
-    read_at::<E>(E::VERSION, datos)
+    read_at::<E, _>(E::VERSION, datos)
 }
 
-/// `datos` of `V::TIPO` at `version` as `V`, naming the member that does not fit.
-fn read_at<V: View>(version: u32, datos: Value) -> Result<V, ContractError> {
+/// `datos` (a `Value`, owned or borrowed) of `V::TIPO` at `version` as `V`, naming the
+/// member that does not fit.
+fn read_at<'de, V: View, D>(version: u32, datos: D) -> Result<V, ContractError>
+where
+    D: serde::Deserializer<'de, Error = serde_json::Error>,
+{
     serde_path_to_error::deserialize(datos).map_err(|e| {
         let path = e.path().to_string();
         let field = if path == "." {

@@ -197,24 +197,22 @@ impl KafkaConfig {
         }
     }
 
-    /// `batch` with its topics named as the broker knows them; borrowed as it is without a
-    /// namespace.
-    pub(crate) fn wire_batch<'a>(
+    /// The topic of each message of `batch` as the broker knows it: borrowed without a
+    /// namespace, the namespaced name with one (the messages themselves are not copied).
+    pub(crate) fn wire_topics<'a>(
         &self,
         batch: &'a [entrega_core::OutgoingMessage],
-    ) -> std::borrow::Cow<'a, [entrega_core::OutgoingMessage]> {
-        if self.namespace.is_none() {
-            return std::borrow::Cow::Borrowed(batch);
-        }
-        std::borrow::Cow::Owned(
-            batch
-                .iter()
-                .map(|m| entrega_core::OutgoingMessage {
-                    topic: self.namespace.wire(&m.topic),
-                    ..m.clone()
-                })
-                .collect(),
-        )
+    ) -> Vec<std::borrow::Cow<'a, str>> {
+        batch
+            .iter()
+            .map(|m| {
+                if self.namespace.is_none() {
+                    std::borrow::Cow::Borrowed(m.topic.as_str())
+                } else {
+                    std::borrow::Cow::Owned(self.namespace.wire(&m.topic))
+                }
+            })
+            .collect()
     }
 
     /// Sets [`KafkaConfig::client_id`].

@@ -13,6 +13,11 @@
 //! - [`KafkaTransformer`]: read-process-write inside Kafka transactions (a [`Transform`]'s
 //!   output and the group's offsets commit together), for pipelines from Kafka to Kafka.
 //!
+//! Closing a subscription leaves its group within a bounded time; rust-rdkafka then logs one
+//! expected `ERROR rdkafka::consumer::base_consumer: Failed to close consumer queue on drop`
+//! per consumer (see `KafkaSubscription::close`): filter that target's ERROR level to keep
+//! clean shutdowns quiet.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use entrega_kafka::{Kafka, KafkaConfig};

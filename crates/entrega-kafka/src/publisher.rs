@@ -1,5 +1,6 @@
 //! Publishing with an idempotent producer, returning only once every message is acknowledged.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
@@ -92,10 +93,10 @@ impl KafkaPublisher {
     }
 
     /// Fails with `UnknownTopic` unless the brokers know every topic of the batch.
-    async fn check_topics(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
-        let unknown: BTreeSet<&str> = batch
+    async fn check_topics(&self, topics: &[Cow<'_, str>]) -> Result<(), TransportError> {
+        let unknown: BTreeSet<&str> = topics
             .iter()
-            .map(|m| m.topic.as_str())
+            .map(AsRef::as_ref)
             .filter(|t| !self.is_known(t))
             .collect();
         for topic in unknown {
@@ -131,11 +132,12 @@ impl KafkaPublisher {
     async fn enqueue(
         &self,
         producer: &FutureProducer,
+        topic: &str,
         m: &OutgoingMessage,
     ) -> Result<DeliveryFuture, TransportError> {
         let started = Instant::now();
         loop {
-            match producer.send_result(future_record(m)) {
+            match producer.send_result(future_record(topic, m)) {
                 Ok(delivery) => return Ok(delivery),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _))
                     if started.elapsed() < self.delivery_timeout =>
@@ -143,14 +145,18 @@ impl KafkaPublisher {
                     // The producer's own thread keeps delivering; room frees up shortly.
                     tokio::time::sleep(QUEUE_FULL_BACKOFF).await;
                 }
-                Err((e, _)) => return Err(transport(e, &m.topic)),
+                Err((e, _)) => return Err(transport(e, topic)),
             }
         }
     }
 }
 
-/// `m` as librdkafka's record: topic, key, headers and payload as they are.
-pub(crate) fn future_record(m: &OutgoingMessage) -> FutureRecord<'_, str, [u8]> {
+/// `m` as librdkafka's record to `topic` (its topic as the broker knows it): key, headers
+/// and payload as they are.
+pub(crate) fn future_record<'a>(
+    topic: &'a str,
+    m: &'a OutgoingMessage,
+) -> FutureRecord<'a, str, [u8]> {
     let mut headers = OwnedHeaders::new_with_capacity(m.headers.len());
     for (name, value) in m.headers.iter() {
         headers = headers.insert(Header {
@@ -158,7 +164,7 @@ pub(crate) fn future_record(m: &OutgoingMessage) -> FutureRecord<'_, str, [u8]> 
             value: Some(value),
         });
     }
-    let record = FutureRecord::<str, [u8]>::to(&m.topic)
+    let record = FutureRecord::<str, [u8]>::to(topic)
         .payload(m.payload.as_slice())
         .headers(headers);
     match &m.key {
@@ -173,14 +179,13 @@ impl Publisher for KafkaPublisher {
         if batch.is_empty() {
             return Ok(());
         }
-        let wired = self.config.wire_batch(batch);
-        let batch = wired.as_ref();
-        self.check_topics(batch).await?;
+        let topics = self.config.wire_topics(batch);
+        self.check_topics(&topics).await?;
         let producer = self.producer();
         let mut pending = Vec::with_capacity(batch.len());
-        for m in batch {
-            match self.enqueue(&producer, m).await {
-                Ok(delivery) => pending.push((m.topic.as_str(), delivery)),
+        for (m, topic) in batch.iter().zip(&topics) {
+            match self.enqueue(&producer, topic, m).await {
+                Ok(delivery) => pending.push((topic.as_ref(), delivery)),
                 Err(e) => {
                     self.renew_if_broken(&producer, None);
                     return Err(e);

@@ -311,12 +311,12 @@ impl KafkaTransformer {
             transform.transform(&local).await
         }
         .map_err(Step::from_handler)?;
-        let messages = self.kafka.wire_batch(&messages);
+        let topics = self.kafka.wire_topics(&messages);
         let mut deliveries = Vec::with_capacity(messages.len());
-        for m in messages.iter() {
-            match self.producer.send_result(future_record(m)) {
+        for (m, topic) in messages.iter().zip(&topics) {
+            match self.producer.send_result(future_record(topic, m)) {
                 Ok(delivery) => deliveries.push(delivery),
-                Err((e, _)) => return Err(step_error(e, &m.topic)),
+                Err((e, _)) => return Err(step_error(e, topic)),
             }
         }
         for delivery in deliveries {

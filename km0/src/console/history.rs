@@ -1,9 +1,11 @@
 //! The overview's chart: every service's outbox backlog and every group's lag, summed,
-//! sampled by the process that serves the console every [`EVERY`] over the last
-//! [`KEPT`] samples, and drawn as an inline SVG (no script, no external asset).
+//! sampled by the process that serves the console every [`EVERY`] while someone watches the
+//! overview, over the last [`KEPT`] samples, and drawn as an inline SVG (no script, no
+//! external asset).
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
@@ -26,13 +28,29 @@ pub struct Sample {
     pub lag: Option<u64>,
 }
 
-/// The latest samples, oldest first.
+/// The latest samples, oldest first, and when the overview was last asked for.
 #[derive(Debug, Default)]
 pub struct History {
     samples: Mutex<VecDeque<Sample>>,
+    /// Epoch ms of the overview's last request; 0 before the first.
+    viewed_ms: AtomicI64,
 }
 
 impl History {
+    /// Notes that the overview was asked for at `now_ms`: sampling goes on for the span the
+    /// chart shows after it.
+    pub fn viewed(&self, now_ms: i64) {
+        self.viewed_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Whether someone looked at the overview within the span the chart shows: nobody
+    /// watching, nothing is sampled (reading every group's lag is not free on Kafka).
+    pub fn watched(&self, now_ms: i64) -> bool {
+        let viewed = self.viewed_ms.load(Ordering::Relaxed);
+        let span = i64::try_from((EVERY * KEPT as u32).as_millis()).unwrap_or(i64::MAX);
+        viewed > 0 && now_ms.saturating_sub(viewed) <= span
+    }
+
     /// Keeps `sample`, forgetting the oldest beyond [`KEPT`].
     pub fn record(&self, sample: Sample) {
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
@@ -49,15 +67,18 @@ impl History {
     }
 }
 
-/// Samples the console's figures now and every [`EVERY`] until the console is dropped.
+/// Samples the console's figures every [`EVERY`] while the overview is watched
+/// ([`History::watched`]), until the console is dropped.
 pub fn spawn_sampler(console: Weak<Console>) {
     tokio::spawn(async move {
         loop {
             let Some(alive) = console.upgrade() else {
                 return;
             };
-            let sample = super::overview::sample(&alive).await;
-            alive.history.record(sample);
+            if alive.history.watched(entrega_core::now_ms()) {
+                let sample = super::overview::sample(&alive).await;
+                alive.history.record(sample);
+            }
             drop(alive);
             tokio::time::sleep(EVERY).await;
         }
@@ -75,7 +96,7 @@ const TOP: f64 = 8.0;
 pub fn chart(samples: &[Sample]) -> String {
     if samples.len() < 2 {
         return "<p class=\"empty\" data-testid=\"chart-empty\">The chart fills in as samples \
-                are taken (one every 10 s).</p>"
+                are taken: one every 10 s while this page is watched.</p>"
             .to_owned();
     }
     let first = samples.first().map_or(0, |s| s.at_ms);
@@ -168,6 +189,16 @@ mod tests {
         let kept = history.samples();
         assert_eq!(kept.len(), KEPT);
         assert_eq!(kept[0].at_ms, 10);
+    }
+
+    #[test]
+    fn sampling_follows_the_overview_being_watched() {
+        let history = History::default();
+        assert!(!history.watched(1_000_000), "never viewed");
+        history.viewed(1_000_000);
+        assert!(history.watched(1_000_000));
+        assert!(history.watched(1_000_000 + 15 * 60_000));
+        assert!(!history.watched(1_000_000 + 15 * 60_000 + 1));
     }
 
     #[test]

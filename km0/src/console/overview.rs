@@ -120,6 +120,7 @@ pub(super) async fn sample(console: &Console) -> Sample {
     )
 )]
 pub(super) async fn overview(State(console): State<Arc<Console>>) -> Html<String> {
+    console.history.viewed(now_ms());
     let mut body = String::from("<div class=\"live\" data-refresh=\"5\">\n");
     body.push_str("<section><h2>Backlog and lag, last minutes</h2>\n");
     body.push_str(&chart(&console.history.samples()));

@@ -11,6 +11,7 @@ mod components;
 mod http_metrics;
 pub mod http_server;
 mod lifecycle;
+pub(crate) mod openapi_route;
 mod ops_server;
 pub use ops_server::openapi as ops_openapi;
 mod settings;

@@ -13,7 +13,6 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Router;
 use entrega::saga::{SagaStatus, Sagas};
 use entrega::{CancellationToken, Db, RelayStats, WorkerStats};
@@ -197,14 +196,7 @@ pub(crate) async fn serve(
         }
         None => app,
     };
-    let api = Arc::new(api);
-    let app = app.route(
-        "/openapi.json",
-        get(move || {
-            let api = Arc::clone(&api);
-            async move { axum::Json(api.as_ref().clone()) }
-        }),
-    );
+    let app = super::openapi_route::with_openapi(app, &api);
     let app = super::http_metrics::tracked(app, "ops");
     super::http_server::spawn(addr, app, limits, tls, stop).await
 }

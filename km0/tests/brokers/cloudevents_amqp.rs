@@ -7,55 +7,16 @@
 
 use std::time::Duration;
 
-use cloudevents::event::SpecVersion;
-use cloudevents::message::{
-    BinaryDeserializer, BinarySerializer, Error as SdkError, MessageAttributeValue,
-};
+use cloudevents::message::BinaryDeserializer;
 use cloudevents::AttributesReader;
-use entrega_core::{Envelope, Headers};
+use entrega_core::Envelope;
 use km0::services::pedidos::TOPIC;
 use km0::wiring::{ensure_topics, Components, System};
 use serde_json::json;
 
 use crate::common;
 use common::amqp::Vhost;
-
-/// An AMQP message as the AMQP protocol binding reads it: `cloudEvents:` properties, the
-/// body as data.
-struct AmqpMessage<'a> {
-    headers: &'a Headers,
-    body: Vec<u8>,
-}
-
-impl BinaryDeserializer for AmqpMessage<'_> {
-    fn deserialize_binary<R: Sized, V: BinarySerializer<R>>(
-        self,
-        serializer: V,
-    ) -> cloudevents::message::Result<R> {
-        let spec = self
-            .headers
-            .get("cloudEvents:specversion")
-            .ok_or(SdkError::WrongEncoding {})?;
-        let spec = SpecVersion::try_from(spec)?;
-        let attributes = spec.attribute_names();
-        let mut serializer = serializer.set_spec_version(spec.clone())?;
-        for (name, value) in self.headers.iter() {
-            let Some(attribute) = name.strip_prefix("cloudEvents:") else {
-                continue;
-            };
-            if attribute == "specversion" {
-                continue;
-            }
-            let value = MessageAttributeValue::String(value.to_owned());
-            serializer = if attributes.contains(&attribute) {
-                serializer.set_attribute(attribute, value)?
-            } else {
-                serializer.set_extension(attribute, value)?
-            };
-        }
-        serializer.end_with_data(self.body)
-    }
-}
+use common::cloudevents::BindingMessage;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn km0_events_on_rabbitmq_read_as_cloudevents_with_the_sdk() {
@@ -99,7 +60,9 @@ async fn km0_events_on_rabbitmq_read_as_cloudevents_with_the_sdk() {
             .unwrap();
     }
     let record = &records[0];
-    let event = AmqpMessage {
+    let event = BindingMessage {
+        prefix: "cloudEvents:",
+        content_type: None,
         headers: &record.headers,
         body: record.payload.clone(),
     }

@@ -12,66 +12,24 @@
 use std::time::Duration;
 
 use cloudevents::event::SpecVersion;
-use cloudevents::message::{
-    BinaryDeserializer, BinarySerializer, Error as SdkError, MessageAttributeValue,
-};
+use cloudevents::message::BinaryDeserializer;
 use cloudevents::{AttributesReader, Data, Event};
-use entrega_core::{Envelope, Headers, Record};
+use entrega_core::{Envelope, Record};
 use km0::services::pedidos::TOPIC;
 use km0::wiring::config::{DataPlace, Databases};
 use km0::wiring::{ensure_topics, Components, System};
 use serde_json::json;
 
+use crate::common::cloudevents::BindingMessage;
 use crate::common::kafka::KafkaBroker;
 use crate::common::state::eventually;
 
-/// A Kafka record as the Kafka protocol binding reads it: `ce_` headers, `content-type`, the
-/// value as data.
-struct KafkaRecord<'a> {
-    headers: &'a Headers,
-    value: Vec<u8>,
-}
-
-impl BinaryDeserializer for KafkaRecord<'_> {
-    fn deserialize_binary<R: Sized, V: BinarySerializer<R>>(
-        self,
-        serializer: V,
-    ) -> cloudevents::message::Result<R> {
-        let spec = self
-            .headers
-            .get("ce_specversion")
-            .ok_or(SdkError::WrongEncoding {})?;
-        let spec = SpecVersion::try_from(spec)?;
-        let attributes = spec.attribute_names();
-        let mut serializer = serializer.set_spec_version(spec.clone())?;
-        if let Some(content_type) = self.headers.get("content-type") {
-            serializer = serializer.set_attribute(
-                "datacontenttype",
-                MessageAttributeValue::String(content_type.to_owned()),
-            )?;
-        }
-        for (name, value) in self.headers.iter() {
-            let Some(attribute) = name.strip_prefix("ce_") else {
-                continue;
-            };
-            if attribute == "specversion" {
-                continue;
-            }
-            let value = MessageAttributeValue::String(value.to_owned());
-            serializer = if attributes.contains(&attribute) {
-                serializer.set_attribute(attribute, value)?
-            } else {
-                serializer.set_extension(attribute, value)?
-            };
-        }
-        serializer.end_with_data(self.value)
-    }
-}
-
 fn as_cloudevent(record: &Record) -> Event {
-    KafkaRecord {
+    BindingMessage {
+        prefix: "ce_",
+        content_type: Some("content-type"),
         headers: &record.headers,
-        value: record.payload.clone(),
+        body: record.payload.clone(),
     }
     .into_event()
     .unwrap_or_else(|e| panic!("not a CloudEvent: {e}: {:?}", record.headers))

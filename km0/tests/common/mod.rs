@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod amqp;
+pub mod cloudevents;
 pub mod kafka;
 pub mod kafka_state;
 pub mod ledger;

@@ -71,15 +71,7 @@ impl PasarelaState {
 /// description at `GET /openapi.json`.
 pub fn app(state: PasarelaState) -> Router {
     let (router, api) = documented();
-    let api = Arc::new(api);
-    router
-        .route(
-            "/openapi.json",
-            axum::routing::get(move || {
-                let api = Arc::clone(&api);
-                async move { Json(api.as_ref().clone()) }
-            }),
-        )
+    crate::wiring::openapi_route::with_openapi(router, &api)
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such route") })
         .method_not_allowed_fallback(|| async {
             error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")

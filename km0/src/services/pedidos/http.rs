@@ -52,15 +52,7 @@ impl PedidosState {
 /// OpenAPI 3.1 description at `GET /openapi.json`.
 pub fn app(state: PedidosState) -> Router {
     let (router, api) = documented();
-    let api = std::sync::Arc::new(api);
-    router
-        .route(
-            "/openapi.json",
-            axum::routing::get(move || {
-                let api = std::sync::Arc::clone(&api);
-                async move { Json(api.as_ref().clone()) }
-            }),
-        )
+    crate::wiring::openapi_route::with_openapi(router, &api)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
