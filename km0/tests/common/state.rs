@@ -35,6 +35,31 @@ where
     }
 }
 
+/// A `pedido.creado` v1 of order `key` for `quantity` of `product`, as another producer
+/// (`tienda-externa`) would publish it straight to km0's topic: its `id_evento` and the
+/// record.
+pub fn foreign_order(
+    key: &str,
+    product: &str,
+    quantity: i64,
+) -> (String, entrega::OutgoingMessage) {
+    use entrega::headers::{ID_EVENTO, TIPO};
+    let event_id = uuid::Uuid::new_v4().to_string();
+    let envelope = json!({"id_evento": event_id, "tipo": "pedido.creado", "version": 1,
+        "fecha_ms": 1_764_000_000_000i64, "origen": "tienda-externa",
+        "datos": {"id": key, "cliente": "ana", "mercado": "girona",
+                  "lineas": [{"producto": product, "cantidad": quantity, "precio_centimos": 900}]}});
+    let message = entrega::OutgoingMessage {
+        topic: TOPIC.to_owned(),
+        key: Some(key.to_owned()),
+        headers: entrega::Headers::new()
+            .with(TIPO, "pedido.creado")
+            .with(ID_EVENTO, event_id.clone()),
+        payload: serde_json::to_vec(&envelope).unwrap(),
+    };
+    (event_id, message)
+}
+
 /// A `pedido.creado` request body with `lines` of (product, quantity).
 pub fn order(id: &str, lines: &[(&str, i64)]) -> Value {
     let lines: Vec<Value> = lines

@@ -25,16 +25,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use entrega::db::query;
-use entrega::headers::{ID_EVENTO, ORIGIN_GROUP, TIPO};
+use entrega::headers::ORIGIN_GROUP;
 use entrega::saga::SagaStatus;
 use entrega::seams::DeadLetterState;
-use entrega::{Headers, MigrationSet, OutgoingMessage};
+use entrega::MigrationSet;
 use km0::services::inventario;
 use km0::services::pedidos::TOPIC;
 use serde_json::{json, Value};
 
 use common::process::Deployment;
-use common::state::{eventually, place};
+use common::state::{eventually, foreign_order, place};
 
 const TOKEN: &str = "secreto-de-la-prueba";
 const UNKNOWN: &str = "queso-azul";
@@ -96,25 +96,9 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
     // Dead letters: an order for a product inventario does not know, and BULK more for
     // another one (more than a page of the console's list).
     let broker = deployment.system().broker_log().await.unwrap();
-    let bad_order = |key: &str, product: &str| {
-        let event_id = uuid::Uuid::new_v4().to_string();
-        let envelope = json!({"id_evento": event_id, "tipo": "pedido.creado", "version": 1,
-            "fecha_ms": 1_764_000_000_000i64, "origen": "tienda-externa",
-            "datos": {"id": key, "cliente": "ana", "mercado": "girona",
-                      "lineas": [{"producto": product, "cantidad": 2, "precio_centimos": 900}]}});
-        let message = OutgoingMessage {
-            topic: TOPIC.to_owned(),
-            key: Some(key.to_owned()),
-            headers: Headers::new()
-                .with(TIPO, "pedido.creado")
-                .with(ID_EVENTO, event_id.clone()),
-            payload: serde_json::to_vec(&envelope).unwrap(),
-        };
-        (event_id, message)
-    };
-    let (event_id, message) = bad_order("C-DLQ", UNKNOWN);
+    let (event_id, message) = foreign_order("C-DLQ", UNKNOWN, 2);
     let mut messages = vec![message];
-    messages.extend((0..BULK).map(|n| bad_order(&format!("C-BULK-{n}"), WITHDRAWN).1));
+    messages.extend((0..BULK).map(|n| foreign_order(&format!("C-BULK-{n}"), WITHDRAWN, 2).1));
     broker.publisher().publish(&messages).await.unwrap();
     let dlq = format!("{TOPIC}.dlq");
     eventually(

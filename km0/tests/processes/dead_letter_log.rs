@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use common::process::Deployment;
-use common::state::{eventually, order, place};
+use common::state::{eventually, foreign_order, order, place};
 use km0::services::pedidos::TOPIC;
 use km0::wiring::dead_letter_topic;
 use serde_json::Value;
@@ -86,9 +86,6 @@ async fn each_dead_letter_is_logged_once_at_warn() {
 /// it) holds none of those characters raw, only their escaped form.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_characters_in_a_record_reach_the_log_escaped() {
-    use entrega::headers::{ID_EVENTO, TIPO};
-    use entrega::{Headers, OutgoingMessage};
-
     let deployment = Deployment::new("sqlite", 1_000);
     let state = deployment.state().await;
     // Started first: it makes the topics.
@@ -96,23 +93,8 @@ async fn control_characters_in_a_record_reach_the_log_escaped() {
     let broker = deployment.system().broker_log().await.unwrap();
     let key = "P-\u{1b}[2J-\u{202e}x";
     let product = "queso\u{1b}]0;owned\u{7}-\u{1b}[31mrojo";
-    let event_id = uuid::Uuid::new_v4().to_string();
-    let envelope = serde_json::json!({"id_evento": event_id, "tipo": "pedido.creado",
-        "version": 1, "fecha_ms": 1_764_000_000_000i64, "origen": "tienda-externa",
-        "datos": {"id": key, "cliente": "ana", "mercado": "girona",
-                  "lineas": [{"producto": product, "cantidad": 1, "precio_centimos": 100}]}});
-    broker
-        .publisher()
-        .publish(&[OutgoingMessage {
-            topic: TOPIC.to_owned(),
-            key: Some(key.to_owned()),
-            headers: Headers::new()
-                .with(TIPO, "pedido.creado")
-                .with(ID_EVENTO, event_id),
-            payload: serde_json::to_vec(&envelope).unwrap(),
-        }])
-        .await
-        .unwrap();
+    let (_, message) = foreign_order(key, product, 1);
+    broker.publisher().publish(&[message]).await.unwrap();
     eventually(SETTLE, "the record dead-lettered", || async {
         (state.records(&dead_letter_topic()).await.len() == 1).then_some(())
     })
