@@ -221,10 +221,20 @@ pub struct Cli {
     #[arg(long, global = true, env = "KM0_TLS_CA")]
     pub tls_ca: Option<std::path::PathBuf>,
 
-    /// Exports the spans of every traced request and message to an OpenTelemetry collector
-    /// (OTLP over HTTP, JSON), e.g. http://127.0.0.1:4318.
+    /// Exports the spans of every traced request and message to an OpenTelemetry collector,
+    /// e.g. http://127.0.0.1:4318 (`/v1/traces` is added for HTTP). The SDK's other
+    /// `OTEL_*` variables apply (docs/OPERATIONS.md, "Traces").
     #[arg(long, global = true, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+
+    /// How spans reach the collector.
+    #[arg(
+        long,
+        global = true,
+        env = "OTEL_EXPORTER_OTLP_PROTOCOL",
+        default_value = "http/protobuf"
+    )]
+    pub otlp_protocol: crate::telemetry::otel::OtlpProtocol,
 
     /// How consumers retry.
     #[command(flatten)]

@@ -34,15 +34,21 @@ async fn main() -> ExitCode {
             .boxed()
     };
     // Spans are exported whatever the log level: the exporter has a filter of its own.
-    let (otlp, otlp_handle) = match cli.otlp_endpoint.as_deref() {
-        Some(endpoint) => match km0::telemetry::otlp::layer(endpoint, &cli.service_name()) {
+    let otel = km0::telemetry::otel::OtelConfig {
+        endpoint: cli.otlp_endpoint.clone(),
+        protocol: cli.otlp_protocol,
+        service: cli.service_name(),
+    };
+    let (otel_layer, otel_handle) = if otel.enabled() {
+        match km0::telemetry::otel::layer(&otel) {
             Ok((layer, handle)) => (Some(layer), Some(handle)),
             Err(e) => {
                 eprintln!("km0: {e}");
                 return ExitCode::FAILURE;
             }
-        },
-        None => (None, None),
+        }
+    } else {
+        (None, None)
     };
     // rust-rdkafka closes a consumer's queue again when it drops one, and logs the refusal as
     // an error though entrega closed the queue (and left the group) already: the only error
@@ -51,9 +57,16 @@ async fn main() -> ExitCode {
         !(meta.target() == "rdkafka::consumer::base_consumer"
             && *meta.level() == tracing::Level::ERROR)
     });
+    let export_failures = tracing_subscriber::filter::filter_fn(|meta| {
+        !km0::telemetry::otel::is_repeated_export_failure(meta)
+    });
     tracing_subscriber::registry()
-        .with(logs.with_filter(filter).with_filter(double_close))
-        .with(otlp.with_filter(tracing_subscriber::EnvFilter::new("km0=info,entrega=info")))
+        .with(
+            logs.with_filter(filter)
+                .with_filter(double_close)
+                .with_filter(export_failures),
+        )
+        .with(otel_layer.with_filter(tracing_subscriber::EnvFilter::new("km0=info,entrega=info")))
         .init();
     let code = match km0::cli::run(cli).await {
         Ok(code) => code,
@@ -62,8 +75,8 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     };
-    if let Some(handle) = otlp_handle {
-        handle.flush(std::time::Duration::from_secs(2)).await;
+    if let Some(handle) = otel_handle {
+        handle.shutdown(std::time::Duration::from_secs(2)).await;
     }
     code
 }

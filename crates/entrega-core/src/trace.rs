@@ -100,6 +100,31 @@ impl TraceContext {
         })
     }
 
+    /// A context from its raw parts, e.g. the ids an OpenTelemetry SDK drew for a span;
+    /// `None` when either id is all zeros (the specification's invalid ids).
+    pub fn from_ids(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> Option<Self> {
+        (trace_id != [0; 16] && span_id != [0; 8]).then_some(Self {
+            trace_id,
+            span_id,
+            flags,
+        })
+    }
+
+    /// The trace id's 16 bytes.
+    pub fn trace_id_bytes(&self) -> [u8; 16] {
+        self.trace_id
+    }
+
+    /// The span id's 8 bytes.
+    pub fn span_id_bytes(&self) -> [u8; 8] {
+        self.span_id
+    }
+
+    /// The trace flags (bit 0: sampled).
+    pub fn flags(&self) -> u8 {
+        self.flags
+    }
+
     /// The trace id as 32 lowercase hex digits.
     pub fn trace_id(&self) -> String {
         hex(&self.trace_id)
@@ -198,6 +223,23 @@ mod tests {
         assert_eq!(TraceContext::parse(&child.header()).unwrap(), child);
         let unsampled = TraceContext::parse(&SPEC_EXAMPLE.replace("-01", "-00")).unwrap();
         assert!(!unsampled.child().sampled());
+    }
+
+    #[test]
+    fn raw_ids_round_trip_and_zero_ids_are_refused() {
+        let ctx = TraceContext::parse(SPEC_EXAMPLE).unwrap();
+        let again = TraceContext::from_ids(ctx.trace_id_bytes(), ctx.span_id_bytes(), ctx.flags());
+        assert_eq!(again, Some(ctx));
+        assert_eq!(
+            TraceContext::from_ids([0; 16], ctx.span_id_bytes(), 1),
+            None
+        );
+        assert_eq!(
+            TraceContext::from_ids(ctx.trace_id_bytes(), [0; 8], 1),
+            None
+        );
+        let unsampled = TraceContext::from_ids([1; 16], [2; 8], 0).unwrap();
+        assert!(unsampled.header().ends_with("-00"));
     }
 
     #[test]

@@ -10,13 +10,16 @@
 //!   ([`crate::Message::trace`]), and runs its handler in [`scope`] with it, so the events a
 //!   handler enqueues, saga steps included, continue the same trace.
 //!
-//! Spans that stand for one of these hops (`consume`, `rpc_answer`) are `tracing` spans with
-//! the fields `trace_id`, `span_id` and `parent_span_id` (hex, empty for a root), plus
-//! `otel.name` and `otel.kind` as `tracing-opentelemetry` names them: a subscriber can export
-//! them as they are, and every log line inside them names its trace.
+//! Spans that stand for one of these hops (`consume`, `rpc_answer`, and an application's own,
+//! such as an HTTP request's) are `tracing` spans with `otel.name` and `otel.kind` as
+//! `tracing-opentelemetry` names them, and the fields `trace_id` and `span_id` (hex), so every
+//! log line inside them names its trace. Each is [`open`]ed: its ids are drawn once, by the
+//! hook an application installs with [`set_span_ids`] (an OpenTelemetry SDK's ids, so the
+//! `traceparent` the hop's events carry names a span the collector receives) or by entrega.
 
 use std::borrow::Cow;
 use std::future::Future;
+use std::sync::OnceLock;
 
 use entrega_core::{Headers, NewEvent, TraceContext, TRACEPARENT};
 
@@ -47,6 +50,44 @@ pub fn continued(incoming: Option<&str>) -> TraceContext {
     incoming
         .and_then(|value| TraceContext::parse(value).ok())
         .map_or_else(TraceContext::root, |parent| parent.child())
+}
+
+/// The ids of a hop's span, created and not yet entered, whose caller is `parent` (`None`: the
+/// hop starts a trace). An application that exports spans through an SDK answers with the ids
+/// the SDK gave `span`, after making `parent` its parent; `None` leaves the ids to entrega
+/// (the span is not exported, or the SDK gave it none).
+pub type SpanIds = fn(&tracing::Span, Option<TraceContext>) -> Option<TraceContext>;
+
+static SPAN_IDS: OnceLock<SpanIds> = OnceLock::new();
+
+/// [`set_span_ids`] was called before: the hook is set once per process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the span id hook is set already")]
+pub struct SpanIdsAlreadySet;
+
+/// Installs the hook every [`open`] asks for a hop's ids; once per process, before the first
+/// hop.
+pub fn set_span_ids(ids: SpanIds) -> Result<(), SpanIdsAlreadySet> {
+    SPAN_IDS.set(ids).map_err(|_| SpanIdsAlreadySet)
+}
+
+/// The context of a hop whose span is `span` and whose caller is `parent`: the hook's ids
+/// ([`set_span_ids`]) when it answers with `parent`'s trace, else a new span of `parent`'s
+/// trace ([`TraceContext::child`]) or a new trace. Records them in `span`'s `trace_id` and
+/// `span_id` fields. Call it before `span` is first entered.
+pub fn open(span: &tracing::Span, parent: Option<TraceContext>) -> TraceContext {
+    let same_trace =
+        |ctx: &TraceContext| parent.is_none_or(|p| p.trace_id_bytes() == ctx.trace_id_bytes());
+    let ctx = SPAN_IDS
+        .get()
+        .and_then(|ids| ids(span, parent))
+        .filter(same_trace)
+        .unwrap_or_else(|| parent.map_or_else(TraceContext::root, |p| p.child()));
+    if !span.is_disabled() {
+        span.record("trace_id", tracing::field::display(ctx.trace_id()));
+        span.record("span_id", tracing::field::display(ctx.span_id()));
+    }
+    ctx
 }
 
 /// `events` with the current context added as `traceparent` to those that carry none;
@@ -104,6 +145,16 @@ mod tests {
             "an event's own is kept"
         );
         assert_eq!(current(), None);
+    }
+
+    #[test]
+    fn without_a_hook_a_hop_continues_its_callers_trace_or_starts_one() {
+        let parent = TraceContext::root();
+        let span = tracing::info_span!("hop", trace_id = tracing::field::Empty);
+        let ctx = open(&span, Some(parent));
+        assert_eq!(ctx.trace_id(), parent.trace_id());
+        assert_ne!(ctx.span_id(), parent.span_id());
+        assert_ne!(open(&span, None).trace_id(), parent.trace_id());
     }
 
     #[test]

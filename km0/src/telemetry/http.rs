@@ -19,7 +19,6 @@ pub async fn traced(request: Request, next: Next) -> Response {
         .get(TRACEPARENT)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| TraceContext::parse(v).ok());
-    let ctx = incoming.map_or_else(TraceContext::root, |parent| parent.child());
     let route = request.extensions().get::<MatchedPath>().map_or_else(
         || request.uri().path().to_owned(),
         |p| p.as_str().to_owned(),
@@ -28,13 +27,13 @@ pub async fn traced(request: Request, next: Next) -> Response {
         "http",
         otel.name = %format!("{} {route}", request.method()),
         otel.kind = "server",
-        trace_id = %ctx.trace_id(),
-        span_id = %ctx.span_id(),
-        parent_span_id = %incoming.map(|p| p.span_id()).unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
         http.method = %request.method(),
         http.route = %route,
         http.status_code = tracing::field::Empty,
     );
+    let ctx = entrega::trace::open(&span, incoming);
     let mut response = entrega::trace::scope(ctx, next.run(request))
         .instrument(span.clone())
         .await;

@@ -108,6 +108,14 @@ fn describe() {
         "Outbox rows the broker refused that are held for an operator (`km0 outbox release`)."
     );
     describe_counter!(
+        crate::telemetry::otel::SPANS_EXPORTED,
+        "Spans the OpenTelemetry collector accepted (with --otlp-endpoint)."
+    );
+    describe_counter!(
+        crate::telemetry::otel::SPANS_DROPPED,
+        "Spans of exports the collector refused or never answered, after the SDK's retries."
+    );
+    describe_counter!(
         "km0_relay_published_events_total",
         "Events the relay published and marked."
     );

@@ -1,15 +1,19 @@
 //! One order, one trace, across five processes: `km0 run pasarela`, `inventario`, `pagos`,
-//! `reparto`, `relay` and `pedidos --saga`, each exporting its spans to an OpenTelemetry
-//! collector of the test's own (OTLP/HTTP JSON). An order placed with a `traceparent` runs its
-//! whole saga (reserve, charge through the gateway, deliver); asserted afterwards:
+//! `reparto`, `relay` and `pedidos --saga`, each exporting its spans through the OpenTelemetry
+//! SDK to a collector of the test's own (OTLP/HTTP: protobuf, the default, and JSON from the
+//! gateway). An order placed with a `traceparent` runs its whole saga (reserve, charge through
+//! the gateway, deliver); asserted afterwards:
 //!
 //! - every outbox row any service wrote for the order, in every service's database, carries
-//!   the order's trace, and so does every record of it in the log;
+//!   the order's trace and names a span the collector received, and so does every record of
+//!   it in the log;
 //! - spans of that trace reached the collector from pedidos, inventario, pagos, reparto and
 //!   the gateway, and they form one tree: each span's parent is the caller's span or another
-//!   span of the trace;
+//!   span of the trace; the `traceparent` pedidos answered is its own `POST /pedidos` span;
 //! - a second order placed without a `traceparent` got a trace of its own (answered in the
-//!   response's `traceparent`), shared by none of the first order's rows.
+//!   response's `traceparent`), shared by none of the first order's rows;
+//! - a third order placed in an unsampled trace (`-00`) stays unsampled in every row, and no
+//!   span of its trace is exported.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -20,13 +24,21 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use axum::http::HeaderMap;
+use axum::response::IntoResponse as _;
 use axum::routing::post;
 use axum::{Json, Router};
+use bytes::Bytes;
 use entrega::db::query;
 use entrega::saga::SagaStatus;
 use entrega::{TraceContext, TRACEPARENT};
 use km0::services::{inventario, pagos, pedidos, reparto};
 use km0::wiring::Database;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value;
+use prost::Message as _;
 use serde_json::{json, Value};
 
 use common::process::Deployment;
@@ -35,38 +47,30 @@ use common::state::eventually;
 /// One exported span: (service.name, traceId, spanId, parentSpanId, name).
 type Span = (String, String, String, String, String);
 
-/// An OTLP/HTTP collector that keeps every span it is sent.
+/// An OTLP/HTTP collector that keeps every span it is sent, in protobuf or JSON.
 async fn collector() -> (SocketAddr, Arc<Mutex<Vec<Span>>>) {
     let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
     let kept = Arc::clone(&spans);
     let app = Router::new().route(
         "/v1/traces",
-        post(move |Json(body): Json<Value>| {
+        post(move |headers: HeaderMap, body: Bytes| {
             let kept = Arc::clone(&kept);
             async move {
-                for resource in body["resourceSpans"].as_array().into_iter().flatten() {
-                    let service = resource["resource"]["attributes"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .find(|a| a["key"] == "service.name")
-                        .and_then(|a| a["value"]["stringValue"].as_str())
-                        .unwrap_or_default()
-                        .to_owned();
-                    for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
-                        for s in scope["spans"].as_array().into_iter().flatten() {
-                            let text = |k: &str| s[k].as_str().unwrap_or_default().to_owned();
-                            kept.lock().unwrap().push((
-                                service.clone(),
-                                text("traceId"),
-                                text("spanId"),
-                                text("parentSpanId"),
-                                text("name"),
-                            ));
-                        }
-                    }
+                let protobuf = headers
+                    .get("content-type")
+                    .is_some_and(|v| v.as_bytes() == b"application/x-protobuf");
+                let received = if protobuf {
+                    decoded(&body)
+                } else {
+                    from_json(&serde_json::from_slice(&body).unwrap())
+                };
+                kept.lock().unwrap().extend(received);
+                if protobuf {
+                    let answer = ExportTraceServiceResponse::default().encode_to_vec();
+                    ([("content-type", "application/x-protobuf")], answer).into_response()
+                } else {
+                    Json(json!({})).into_response()
                 }
-                Json(json!({}))
             }
         }),
     );
@@ -76,10 +80,72 @@ async fn collector() -> (SocketAddr, Arc<Mutex<Vec<Span>>>) {
     (addr, spans)
 }
 
-fn order(id: &str) -> Value {
+/// The spans of an OTLP protobuf export request.
+fn decoded(body: &[u8]) -> Vec<Span> {
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let request = ExportTraceServiceRequest::decode(body).unwrap();
+    let mut spans = Vec::new();
+    for resource in request.resource_spans {
+        let service = resource
+            .resource
+            .iter()
+            .flat_map(|r| &r.attributes)
+            .find(|a| a.key == "service.name")
+            .and_then(|a| match a.value.as_ref()?.value.as_ref()? {
+                any_value::Value::StringValue(name) => Some(name.clone()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        for s in resource
+            .scope_spans
+            .into_iter()
+            .flat_map(|scope| scope.spans)
+        {
+            spans.push((
+                service.clone(),
+                hex(&s.trace_id),
+                hex(&s.span_id),
+                hex(&s.parent_span_id),
+                s.name,
+            ));
+        }
+    }
+    spans
+}
+
+/// The spans of an OTLP JSON export request.
+fn from_json(body: &Value) -> Vec<Span> {
+    let mut spans = Vec::new();
+    for resource in body["resourceSpans"].as_array().into_iter().flatten() {
+        let service = resource["resource"]["attributes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["key"] == "service.name")
+            .and_then(|a| a["value"]["stringValue"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        for scope in resource["scopeSpans"].as_array().into_iter().flatten() {
+            for s in scope["spans"].as_array().into_iter().flatten() {
+                let text = |k: &str| s[k].as_str().unwrap_or_default().to_lowercase();
+                spans.push((
+                    service.clone(),
+                    text("traceId"),
+                    text("spanId"),
+                    text("parentSpanId"),
+                    s["name"].as_str().unwrap_or_default().to_owned(),
+                ));
+            }
+        }
+    }
+    spans
+}
+
+/// An order of `id` delivered in `ciudad` (two couriers in Madrid, one in Barcelona).
+fn order(id: &str, ciudad: &str) -> Value {
     json!({"id": id, "cliente": "ana", "mercado": "girona", "tarjeta": "tok_visa",
            "lineas": [{"producto": "queso-fresco", "cantidad": 1, "precio_centimos": 600}],
-           "direccion_entrega": {"ciudad": "Madrid", "codigo_postal": "28013", "calle": "Carrer Major 3"}})
+           "direccion_entrega": {"ciudad": ciudad, "codigo_postal": "28013", "calle": "Carrer Major 3"}})
 }
 
 /// Places `body`, optionally with a `traceparent`; returns the trace the answer names.
@@ -97,11 +163,11 @@ async fn place(addr: SocketAddr, body: &Value, traceparent: Option<&str>) -> Tra
     TraceContext::parse(answered).unwrap()
 }
 
-/// The trace id of every outbox row mentioning `order`, in each service's database.
+/// The trace context of every outbox row mentioning `order`, in each service's database.
 async fn row_traces(
     deployment: &Deployment,
     order: &str,
-) -> Vec<(&'static Database, Option<String>)> {
+) -> Vec<(&'static Database, Option<TraceContext>)> {
     let mut all = Vec::new();
     for service in [
         &pedidos::DATABASE,
@@ -134,7 +200,7 @@ async fn row_traces(
                 let v: Value = serde_json::from_str(&h).unwrap();
                 v[TRACEPARENT]
                     .as_str()
-                    .map(|t| TraceContext::parse(t).unwrap().trace_id())
+                    .map(|t| TraceContext::parse(t).unwrap())
             });
             all.push((service, trace));
         }
@@ -151,7 +217,10 @@ async fn one_order_is_one_trace_across_the_services() {
         "--otlp-endpoint".to_owned(),
         format!("http://{collector_addr}"),
     ];
-    let mut gateway = deployment.spawn_with("pasarela", "pasarela-1", "", &otlp);
+    // The gateway speaks OTLP's JSON encoding, the others its default, protobuf.
+    let mut gateway_args = otlp.to_vec();
+    gateway_args.extend(["--otlp-protocol".to_owned(), "http/json".to_owned()]);
+    let mut gateway = deployment.spawn_with("pasarela", "pasarela-1", "", &gateway_args);
     gateway.wait_ready().await;
     let mut pagos_args = otlp.to_vec();
     pagos_args.extend([
@@ -170,14 +239,29 @@ async fn one_order_is_one_trace_across_the_services() {
     pedidos.wait_ready().await;
 
     let caller = TraceContext::root();
-    let traced = place(pedidos.http_addr(), &order("T-1"), Some(&caller.header())).await;
+    let traced = place(
+        pedidos.http_addr(),
+        &order("T-1", "Madrid"),
+        Some(&caller.header()),
+    )
+    .await;
     assert_eq!(
         traced.trace_id(),
         caller.trace_id(),
         "the request's trace is continued"
     );
-    let untraced = place(pedidos.http_addr(), &order("T-2"), None).await;
+    let untraced = place(pedidos.http_addr(), &order("T-2", "Madrid"), None).await;
     assert_ne!(untraced.trace_id(), caller.trace_id());
+    let unsampled_caller =
+        TraceContext::parse(&TraceContext::root().header().replace("-01", "-00")).unwrap();
+    let unsampled = place(
+        pedidos.http_addr(),
+        &order("T-3", "Barcelona"),
+        Some(&unsampled_caller.header()),
+    )
+    .await;
+    assert_eq!(unsampled.trace_id(), unsampled_caller.trace_id());
+    assert!(!unsampled.sampled(), "pedidos keeps the caller's decision");
 
     let store = deployment.system().pedidos().await.unwrap();
     let sagas = deployment
@@ -187,25 +271,35 @@ async fn one_order_is_one_trace_across_the_services() {
         .sagas(&store)
         .await
         .unwrap();
-    eventually(Duration::from_secs(90), "both sagas completed", || async {
-        let (a, b) = (
-            sagas.show("T-1").await.unwrap(),
-            sagas.show("T-2").await.unwrap(),
-        );
-        matches!((a, b), (Some((a, _)), Some((b, _)))
-            if a.status == SagaStatus::Completed && b.status == SagaStatus::Completed)
-        .then_some(())
-    })
+    eventually(
+        Duration::from_secs(90),
+        "the three sagas completed",
+        || async {
+            let mut completed = 0;
+            for id in ["T-1", "T-2", "T-3"] {
+                if let Some((saga, _)) = sagas.show(id).await.unwrap() {
+                    completed += usize::from(saga.status == SagaStatus::Completed);
+                }
+            }
+            (completed == 3).then_some(())
+        },
+    )
     .await;
 
-    // Every row written for each order, in every service, carries that order's trace.
-    for (id, trace) in [("T-1", &traced), ("T-2", &untraced)] {
+    // Every row written for each order, in every service, carries that order's trace, and
+    // whether it is sampled.
+    let mut t1_rows = Vec::new();
+    for (id, trace) in [("T-1", &traced), ("T-2", &untraced), ("T-3", &unsampled)] {
         for (service, row_trace) in row_traces(&deployment, id).await {
+            let row_trace = row_trace.unwrap_or_else(|| panic!("{service:?}: {id} untraced"));
             assert_eq!(
-                row_trace.as_deref(),
-                Some(trace.trace_id().as_str()),
+                (row_trace.trace_id(), row_trace.sampled()),
+                (trace.trace_id(), trace.sampled()),
                 "an outbox row of {service:?} for {id}"
             );
+            if id == "T-1" {
+                t1_rows.push((service, row_trace));
+            }
         }
     }
     // And every record of the first order in the log.
@@ -279,7 +373,33 @@ async fn one_order_is_one_trace_across_the_services() {
     }
     let roots: Vec<&Span> = of_trace.iter().filter(|s| s.3 == caller_span).collect();
     assert_eq!(roots.len(), 1, "one span continues the caller's: {roots:?}");
-    assert_eq!(roots[0].0, "km0 pedidos");
+    assert_eq!(
+        (
+            roots[0].0.as_str(),
+            roots[0].2.as_str(),
+            roots[0].4.as_str()
+        ),
+        ("km0 pedidos", traced.span_id().as_str(), "POST /pedidos"),
+        "the answered traceparent is pedidos' request span"
+    );
+    // Each row names the span that wrote it: one the collector received.
+    let exported: HashSet<&str> = of_trace.iter().map(|s| s.2.as_str()).collect();
+    for (service, row) in &t1_rows {
+        assert!(
+            exported.contains(row.span_id().as_str()),
+            "an outbox row of {service:?} names span {}, which was never exported",
+            row.span_id()
+        );
+    }
+    // The unsampled order's spans stay with its processes.
+    assert!(
+        !spans
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.1 == unsampled.trace_id()),
+        "a span of the unsampled trace was exported"
+    );
     assert!(
         !spans
             .lock()

@@ -16,6 +16,7 @@ mod inventario_consumer;
 mod inventario_reservas;
 mod inventario_reservas_faults;
 mod openapi;
+mod otel_ids;
 mod pagos_commands;
 mod pasarela_http;
 mod pasarela_refunds;

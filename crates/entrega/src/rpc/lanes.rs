@@ -246,16 +246,14 @@ fn settle_sent(
 /// The span of one request being answered, continuing the caller's trace, with the fields of
 /// [`crate::trace`].
 fn request_span(request: &RpcMessage) -> (TraceContext, tracing::Span) {
-    let parent = crate::trace::carried(&request.headers);
-    let ctx = parent.map_or_else(TraceContext::root, |p| p.child());
     let span = tracing::info_span!(
         "rpc_answer",
         otel.name = "rpc answer",
         otel.kind = "server",
-        trace_id = %ctx.trace_id(),
-        span_id = %ctx.span_id(),
-        parent_span_id = %parent.map(|p| p.span_id()).unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
         correlation_id = %request.correlation_id,
     );
+    let ctx = crate::trace::open(&span, crate::trace::carried(&request.headers));
     (ctx, span)
 }

@@ -195,7 +195,15 @@ pub(super) async fn run_handler(
     let _in_flight = worker.stats.enter();
     let started = std::time::Instant::now();
     let group = worker.config.group.as_str();
-    let spans: Vec<tracing::Span> = msgs.iter().map(|m| message_span(group, m)).collect();
+    let mut msgs = msgs;
+    let spans: Vec<tracing::Span> = msgs
+        .iter_mut()
+        .map(|m| {
+            let span = message_span(group, m);
+            m.trace = crate::trace::open(&span, crate::trace::carried(&m.headers));
+            span
+        })
+        .collect();
     let call = guarded_batch(handler.as_ref(), &msgs, worker.config.handler_timeout);
     let mut results = match spans.as_slice() {
         [one] => call.instrument(one.clone()).await,
@@ -242,18 +250,15 @@ pub(super) async fn run_handler(
 }
 
 /// The span of one delivery, named for what it does, with the trace fields of
-/// [`crate::trace`]: open while its handler call runs.
+/// [`crate::trace`] (filled by [`crate::trace::open`]): open while its handler call runs.
 /// Field values are only computed when a subscriber wants the span.
 fn message_span(group: &str, msg: &Message) -> tracing::Span {
     tracing::info_span!(
         "consume",
         otel.name = %format!("consume {}", msg.kind()),
         otel.kind = "consumer",
-        trace_id = %msg.trace.trace_id(),
-        span_id = %msg.trace.span_id(),
-        parent_span_id = %crate::trace::carried(&msg.headers)
-            .map(|p| p.span_id())
-            .unwrap_or_default(),
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
         group,
         topic = %msg.topic,
         partition = msg.partition,

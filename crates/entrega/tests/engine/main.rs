@@ -25,6 +25,7 @@ mod rpc_batches;
 mod saga;
 mod store;
 mod trace;
+mod trace_hook;
 mod transition;
 mod worker;
 mod worker_faults;
