@@ -62,3 +62,26 @@ impl Event for AssignmentRefused {
     const TIPO: &'static str = "reparto.rechazado";
     const VERSION: u32 = 1;
 }
+
+/// The request on `reparto.cobertura`: which cities have couriers (a bare JSON object, no
+/// envelope; it has no members).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CoverageRequest {}
+
+impl Event for CoverageRequest {
+    const TIPO: &'static str = "reparto.cobertura.peticion";
+    const VERSION: u32 = 1;
+}
+
+/// The reply on `reparto.cobertura`: the cities km0 delivers in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CoverageReply {
+    /// Every city with a courier, in order, each once (`ciudades`).
+    #[serde(rename = "ciudades")]
+    pub cities: Vec<String>,
+}
+
+impl Event for CoverageReply {
+    const TIPO: &'static str = "reparto.cobertura.respuesta";
+    const VERSION: u32 = 1;
+}

@@ -110,6 +110,11 @@ pub fn catalog() -> Catalog {
         .event::<delivery::Assign>(reparto::COMMANDS_TOPIC, "Find a courier for an order.")
         .event::<delivery::Assigned>(reparto::EVENTS_TOPIC, "A courier takes the order.")
         .event::<delivery::AssignmentRefused>(reparto::EVENTS_TOPIC, "No courier will take it.")
+        .event::<delivery::CoverageRequest>(
+            reparto::COVERAGE,
+            "Which cities have couriers (request).",
+        )
+        .event::<delivery::CoverageReply>(reparto::COVERAGE, "The cities with couriers (reply).")
         .event::<sales::MarketSales>(
             analitica::OUTPUT_TOPIC,
             "Sales of a batch of orders in one market.",
@@ -143,6 +148,14 @@ pub fn channels() -> Vec<Channel> {
         &["pagos"],
     );
     authorisations.envelope = false;
+    let mut coverage = channel(
+        reparto::COVERAGE,
+        "The cities reparto delivers in, by request/reply: bare JSON bodies, no envelope.",
+        None,
+        &["pedidos"],
+        &["reparto"],
+    );
+    coverage.envelope = false;
     vec![
         channel(
             pedidos::TOPIC,
@@ -201,6 +214,7 @@ pub fn channels() -> Vec<Channel> {
             &[],
         ),
         authorisations,
+        coverage,
     ]
 }
 

@@ -135,6 +135,16 @@ async fn the_readme_by_hand_commands_work_as_written() {
         posts[0], posts[1],
         "the retry was answered as the first request"
     );
+    // The covered cities, as reparto's couriers have them.
+    let (_, cities) = outputs
+        .iter()
+        .find(|(c, _)| c.ends_with("/ciudades"))
+        .expect("the covered cities command");
+    let cities: Value = serde_json::from_str(cities).unwrap();
+    assert_eq!(
+        cities["ciudades"],
+        serde_json::json!(["Barcelona", "Madrid", "Tarragona", "Valencia"])
+    );
     let metrics = &outputs.last().unwrap().1;
     assert!(metrics.contains("km0_outbox_pending"), "{metrics}");
     // The stock list shows the product the operator added, what was left of it once P-6 took

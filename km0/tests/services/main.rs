@@ -9,6 +9,7 @@ mod common;
 mod alert_rules;
 mod catalogo_flow;
 mod contracts;
+mod covered_cities;
 mod end_to_end;
 mod http_limits;
 mod inventario_batch_paths;

@@ -14,7 +14,12 @@ use std::net::SocketAddr;
 use std::collections::BTreeSet;
 
 use km0::services::pasarela::{Faults, Ledger, PasarelaState};
-use km0::services::pedidos::{app, openapi, OrderStore, PedidosState};
+use std::sync::Arc;
+
+use entrega::rpc::RpcServer;
+use entrega::CancellationToken;
+use km0::services::pedidos::{app, openapi, Coverage, OrderStore, PedidosState};
+use km0::services::reparto::CoverageAnswers;
 use serde_json::{json, Value};
 
 use common::TestDb;
@@ -27,12 +32,14 @@ struct Server {
 }
 
 impl Server {
-    async fn pedidos() -> Self {
+    /// pedidos, asking reparto for its cities through `coverage`.
+    async fn pedidos(coverage: Coverage) -> Self {
         let test_db = TestDb::sqlite().await;
         let store = OrderStore::new(test_db.db.clone());
         store.migrate().await.unwrap();
         let doc = serde_json::to_value(openapi()).unwrap();
-        Self::serve(app(PedidosState::new(store)), doc, test_db).await
+        let state = PedidosState::new(store).with_coverage(coverage);
+        Self::serve(app(state), doc, test_db).await
     }
 
     async fn pasarela() -> Self {
@@ -187,7 +194,23 @@ fn the_committed_descriptions_are_the_generated_ones() {
 
 #[tokio::test]
 async fn every_operation_of_pedidos_answers_as_documented() {
-    let server = Server::pedidos().await;
+    // reparto answers which cities it covers, on the deployment's log.
+    let system = common::test_system("sqlite");
+    let reparto = system.reparto().await.unwrap();
+    let broker = system.broker().await.unwrap();
+    let answering = RpcServer::new(
+        broker.rpc(1),
+        Arc::new(CoverageAnswers::new(reparto)),
+        CoverageAnswers::config(),
+    );
+    let opened = answering.opened();
+    let stop = CancellationToken::new();
+    let reparto_task = tokio::spawn({
+        let stop = stop.clone();
+        async move { answering.run(stop).await.unwrap() }
+    });
+    opened.await;
+    let server = Server::pedidos(Coverage::new(system.clone())).await;
     // The check bites: an answer that does not fit its schema is named.
     let created = &server.doc["paths"]["/pedidos"]["post"]["responses"]["201"]["content"]
         ["application/json"]["schema"];
@@ -259,6 +282,22 @@ async fn every_operation_of_pedidos_answers_as_documented() {
         501,
         "without the order saga"
     );
+
+    let (m, t) = call("GET", "/ciudades");
+    let (status, body) = server.call(m, t, "/ciudades", None).await;
+    assert_eq!(
+        (status, body["ciudades"][0].as_str()),
+        (200, Some("Barcelona"))
+    );
+    stop.cancel();
+    reparto_task.await.unwrap();
+    let without_reparto = Server::pedidos(Coverage::new(system.clone())).await;
+    assert_eq!(
+        without_reparto.call(m, t, "/ciudades", None).await.0,
+        503,
+        "reparto stopped"
+    );
+    system.destroy().await.unwrap();
 
     let (m, t) = call("GET", "/salud");
     assert_eq!(server.call(m, t, "/salud", None).await.0, 200);

@@ -112,6 +112,7 @@ impl Component for Api {
             }
             None => PedidosState::new(store),
         };
+        let state = state.with_coverage(super::Coverage::new(system.clone()));
         let (addr, task) = serve_http(&start, "pedidos", app(state)).await?;
         started.http_addr = Some(addr);
         started.tasks.push(("pedidos", task));

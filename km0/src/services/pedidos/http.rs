@@ -15,6 +15,7 @@ use utoipa::{OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::coverage::Coverage;
 use super::db::{CreateOrderError, OrderStore};
 use super::domain::{Address, NewOrder, Order, OrderLine, OrderState};
 use super::requests::{valid_key, EarlierAnswer, MAX_KEY_LEN};
@@ -29,26 +30,40 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 pub struct PedidosState {
     store: OrderStore,
     sagas: Option<Sagas>,
+    coverage: Option<Coverage>,
 }
 
 impl PedidosState {
     /// State over an orders store (already migrated).
     pub fn new(store: OrderStore) -> Self {
-        Self { store, sagas: None }
+        Self {
+            store,
+            sagas: None,
+            coverage: None,
+        }
     }
 
     /// The same, with every new order run by the order saga of `sagas` (migrated, in the
     /// orders database).
     pub fn with_sagas(store: OrderStore, sagas: Sagas) -> Self {
         Self {
-            store,
             sagas: Some(sagas),
+            ..Self::new(store)
+        }
+    }
+
+    /// The same, answering `GET /ciudades` by asking reparto through `coverage`.
+    pub fn with_coverage(self, coverage: Coverage) -> Self {
+        Self {
+            coverage: Some(coverage),
+            ..self
         }
     }
 }
 
 /// The routes of `pedidos`: `POST /pedidos`, `GET /pedidos/{id}`,
-/// `POST /pedidos/{id}/cancelacion` (with the order saga), `GET /salud`, and the API's own
+/// `POST /pedidos/{id}/cancelacion` (with the order saga), `GET /ciudades` (the cities with
+/// couriers, asked of reparto), `GET /salud`, and the API's own
 /// OpenAPI 3.1 description at `GET /openapi.json`.
 pub fn app(state: PedidosState) -> Router {
     let (router, api) = documented();
@@ -70,6 +85,7 @@ fn documented() -> (Router<PedidosState>, utoipa::openapi::OpenApi) {
         .routes(routes!(create_order))
         .routes(routes!(get_order))
         .routes(routes!(cancel_order))
+        .routes(routes!(covered_cities))
         .routes(routes!(health))
         .split_for_parts()
 }
@@ -83,7 +99,7 @@ fn documented() -> (Router<PedidosState>, utoipa::openapi::OpenApi) {
                        saga. Every answer is JSON, errors included.",
         license(name = "MIT OR Apache-2.0")
     ),
-    components(schemas(NewOrder, OrderLine, Address, Order, OrderState, ErrorBody))
+    components(schemas(NewOrder, OrderLine, Address, Order, OrderState, ErrorBody, Cities))
 )]
 struct ApiDoc;
 
@@ -442,6 +458,43 @@ async fn get_order(
             format!("no order {id}"),
         )),
         Err(e) => Err(store_error(&e)),
+    }
+}
+
+/// The cities km0 delivers in (`ciudades`): an order to any other is cancelled.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Cities {
+    /// Every city with a courier, in order; `direccion_entrega.ciudad` matches them without
+    /// regard to case.
+    pub ciudades: Vec<String>,
+}
+
+/// The cities km0 delivers in, as reparto answers (asked at most every 30 s).
+#[utoipa::path(
+    get,
+    path = "/ciudades",
+    tag = "pedidos",
+    responses(
+        (status = 200, description = "The covered cities.", body = Cities),
+        (status = 503, description = "reparto did not answer (not running, or behind); retry.", body = ErrorBody),
+    )
+)]
+async fn covered_cities(State(state): State<PedidosState>) -> Result<Response, ApiError> {
+    let Some(coverage) = &state.coverage else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this pedidos has no broker to ask reparto through",
+        ));
+    };
+    match coverage.cities().await {
+        Ok(ciudades) => Ok((StatusCode::OK, Json(Cities { ciudades })).into_response()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the covered cities are not known");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                e.to_string(),
+            ))
+        }
     }
 }
 

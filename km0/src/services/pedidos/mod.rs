@@ -7,6 +7,7 @@
 //! order, lines and outbox row written, transaction not yet committed.
 
 mod component;
+mod coverage;
 mod db;
 mod domain;
 mod http;
@@ -16,13 +17,14 @@ mod requests;
 mod saga;
 
 pub use component::{Api, OutboxRelay, API, DATABASE, RELAY};
+pub use coverage::{Coverage, CoverageError, ASK_WITHIN, KEEP_FOR};
 pub use db::{CreateOrderError, OrderStore, BEFORE_COMMIT};
 pub use domain::{
     Address, InvalidOrder, NewOrder, Order, OrderLine, OrderState, MAX_LINES, MAX_TEXT_LEN,
 };
 pub use http::{
-    app, openapi, ApiError, Cancelling, Created, ErrorBody, Health, OrderBody, PedidosState,
-    MAX_BODY_BYTES,
+    app, openapi, ApiError, Cancelling, Cities, Created, ErrorBody, Health, OrderBody,
+    PedidosState, MAX_BODY_BYTES,
 };
 pub use messaging::{
     order_created, order_created_in_saga, routing, AGGREGATE, ORDER_CANCELLED, ORDER_CREATED,

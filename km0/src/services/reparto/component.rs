@@ -1,18 +1,20 @@
 //! reparto as one component (`km0 run reparto`), as group member `<instance>-reparto`: the
 //! consumer of paid orders, the order saga's assignments on `reparto.comandos`, the relay of
-//! its answers to `reparto.eventos`, and the periodic assignment of pending deliveries.
+//! its answers to `reparto.eventos`, the periodic assignment of pending deliveries, and the
+//! answers to which cities it covers (`reparto.cobertura`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
 use async_trait::async_trait;
+use entrega::rpc::RpcServer;
 use entrega::{CancellationToken, TopicRouting};
 use futures::FutureExt as _;
 
 use super::{
-    CommandConsumer, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps, COMMANDS_GROUP,
-    COMMANDS_TOPIC, DELIVERY_AGGREGATE, EVENTS_TOPIC, GROUP, TOPIC,
+    CommandConsumer, CoverageAnswers, DeliveryConsumer, DeliveryStore, HttpMaps, LocalMaps, Maps,
+    COMMANDS_GROUP, COMMANDS_TOPIC, DELIVERY_AGGREGATE, EVENTS_TOPIC, GROUP, TOPIC,
 };
 use crate::wiring::{
     consumer_worker, ensure_topics, outbox_relay, run_together, Component, Database, GroupQueue,
@@ -101,9 +103,14 @@ impl Component for Reparto {
         let commands = consumer_worker(system, &broker, commands.router(), names, &db);
         let routing = TopicRouting::new().route(DELIVERY_AGGREGATE, EVENTS_TOPIC);
         let relay = outbox_relay(system, &db, &broker, ("reparto", routing), &member);
+        let coverage = RpcServer::new(
+            broker.rpc(1),
+            Arc::new(CoverageAnswers::new(store.clone())),
+            CoverageAnswers::config(),
+        );
         tracing::info!(instance, retry = ?system.retry().mode, "reparto started");
         let child = start.stop.child_token();
-        let (c1, c2, c3) = (child.clone(), child.clone(), child.clone());
+        let (c1, c2, c3, c4) = (child.clone(), child.clone(), child.clone(), child.clone());
         let task = run_together(
             vec![
                 (
@@ -117,6 +124,10 @@ impl Component for Reparto {
                 (
                     "reparto relay",
                     async move { Ok(relay.run(c3).await?) }.boxed(),
+                ),
+                (
+                    "reparto coverage",
+                    async move { Ok(coverage.run(c4).await?) }.boxed(),
                 ),
             ],
             child,

@@ -5,6 +5,7 @@
 
 mod commands;
 mod component;
+mod coverage;
 mod db;
 mod domain;
 mod maps;
@@ -15,6 +16,7 @@ pub use commands::{
     COMMANDS_CONSUMER, COMMANDS_GROUP, COMMANDS_TOPIC, DELIVERY_AGGREGATE, EVENTS_TOPIC, REFUSED,
 };
 pub use component::{Reparto, ASSIGN_EVERY, COMPONENT, DATABASE};
+pub use coverage::{CoverageAnswers, COVERAGE};
 pub use db::{Delivery, DeliveryState, DeliveryStore, UnknownState};
 pub use domain::{cancelled_order_id, DeliveryError, PaidOrder, PAID_VERSION};
 pub use maps::{HttpMaps, LocalMaps, Maps, MapsError};
