@@ -196,6 +196,20 @@ pub trait DlqStore: Send + Sync {
 
     /// The latest `limit` audit entries, newest first.
     async fn audit(&self, limit: usize) -> Result<Vec<DlqAuditEntry>, StoreError>;
+
+    /// Takes the store's action lock for `holder` until `expires_at_ms`, unless another
+    /// holder has it and its lease has not ended at `now_ms`: whether `holder` has it now.
+    /// One replay or discard acts at a time, so two confirmations of one selection never
+    /// both publish it.
+    async fn lock_actions(
+        &self,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// Gives the action lock back, if `holder` has it.
+    async fn unlock_actions(&self, holder: &str) -> Result<(), StoreError>;
 }
 
 #[cfg(test)]

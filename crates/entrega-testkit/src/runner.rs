@@ -264,6 +264,7 @@ macro_rules! dlq_conformance {
             record_keeps_marks_and_entry,
             later_mark_replaces_earlier,
             audit_is_newest_first,
+            action_lock_has_one_holder,
         );
     };
 }

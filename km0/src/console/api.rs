@@ -23,11 +23,19 @@ use super::Console;
 const MAX_BODY: usize = 64 * 1024;
 
 /// Which dead letters an action is on: `ids`, or every pending one `filter` selects, with the
-/// count a real bulk action confirms.
+/// count (and the dry run's selection token) a real bulk action confirms.
 struct Selection<'a> {
     ids: &'a [String],
     filter: Option<&'a FilterBody>,
     expected: Option<usize>,
+    selection: Option<&'a str>,
+}
+
+/// What a real bulk action confirms of its dry run: how many dead letters matched, and which.
+#[derive(Debug, Default)]
+struct Confirmed {
+    expected: Option<usize>,
+    selection: Option<String>,
 }
 
 /// A dead-letter action's body: which letters, and whether it is a dry run.
@@ -44,6 +52,7 @@ macro_rules! selects {
                     ids: &self.ids,
                     filter: self.filter.as_ref(),
                     expected: self.expected,
+                    selection: self.selection.as_deref(),
                 };
                 (which, self.dry_run)
             }
@@ -83,6 +92,10 @@ pub(super) struct ReplayBody {
     /// action is refused (409) if that many do not match now.
     #[serde(default)]
     expected: Option<usize>,
+    /// With `filter`, outside a dry run: the dry run's `selection`; the action is refused
+    /// (409) unless the very same dead letters match now.
+    #[serde(default)]
+    selection: Option<String>,
     /// Say what would happen; publish and mark nothing (audited).
     #[serde(default)]
     dry_run: bool,
@@ -101,6 +114,9 @@ pub(super) struct DiscardBody {
     /// With `filter`, outside a dry run: how many dead letters the dry run matched.
     #[serde(default)]
     expected: Option<usize>,
+    /// With `filter`, outside a dry run: the dry run's `selection`.
+    #[serde(default)]
+    selection: Option<String>,
     /// Why, kept with each and in the audit.
     reason: String,
     /// Say what would happen; mark nothing (audited).
@@ -135,6 +151,8 @@ pub(super) struct ActionReport {
     dry_run: bool,
     /// Dead letters the request named.
     matched: u64,
+    /// A token naming exactly those: a confirmation of a dry run sends it back.
+    selection: String,
     /// Those acted on.
     applied: Vec<AppliedLetter>,
     /// Those refused, with why.
@@ -186,7 +204,7 @@ pub(super) async fn whoami(State(console): State<Arc<Console>>, headers: HeaderM
     }
 }
 
-/// `POST /console/api/dlq/replay` `{"ids": [...] | "filter": {...}, "expected": n, "dry_run": bool}`.
+/// `POST /console/api/dlq/replay` `{"ids": [...] | "filter": {...}, "expected": n, "selection": "...", "dry_run": bool}`.
 #[utoipa::path(
     post,
     path = "/console/api/dlq/replay",
@@ -198,7 +216,7 @@ pub(super) async fn whoami(State(console): State<Arc<Console>>, headers: HeaderM
         (status = 400, description = "A body that is not one, no dead letter named, or a bulk action without `expected`.", body = RefusalBody),
         (status = 401, description = "No token, or not one.", body = RefusalBody),
         (status = 403, description = "No operator is configured.", body = RefusalBody),
-        (status = 409, description = "The filter's selection changed since the dry run; nothing was done.", body = RefusalBody),
+        (status = 409, description = "The filter's selection changed since the dry run, or another action is under way; nothing was done.", body = RefusalBody),
         (status = 413, description = "Body too large.", body = RefusalBody),
         (status = 503, description = "The broker or a database is away.", body = RefusalBody),
     )
@@ -208,17 +226,19 @@ pub(super) async fn replay(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (operator, body, filter, expected) = match action::<ReplayBody>(&console, &headers, &body) {
+    let (operator, body, filter, confirmed) = match action::<ReplayBody>(&console, &headers, &body)
+    {
         Ok(ready) => ready,
         Err(refusal) => return refusal.into_response(),
     };
     let mut options = ReplayOptions::new(operator);
     options.dry_run = body.dry_run;
-    options.expect_matched = expected;
+    options.expect_matched = confirmed.expected;
+    options.expect_selection = confirmed.selection;
     report(console.letters.replay(&filter, &options).await)
 }
 
-/// `POST /console/api/dlq/discard` `{"ids": [...] | "filter": {...}, "expected": n, "reason": "...", "dry_run": bool}`.
+/// `POST /console/api/dlq/discard` `{"ids": [...] | "filter": {...}, "expected": n, "selection": "...", "reason": "...", "dry_run": bool}`.
 #[utoipa::path(
     post,
     path = "/console/api/dlq/discard",
@@ -230,7 +250,7 @@ pub(super) async fn replay(
         (status = 400, description = "A body that is not one, no dead letter named, or a bulk action without `expected`.", body = RefusalBody),
         (status = 401, description = "No token, or not one.", body = RefusalBody),
         (status = 403, description = "No operator is configured.", body = RefusalBody),
-        (status = 409, description = "The filter's selection changed since the dry run; nothing was done.", body = RefusalBody),
+        (status = 409, description = "The filter's selection changed since the dry run, or another action is under way; nothing was done.", body = RefusalBody),
         (status = 413, description = "Body too large.", body = RefusalBody),
         (status = 503, description = "The broker or a database is away.", body = RefusalBody),
     )
@@ -240,31 +260,32 @@ pub(super) async fn discard(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (operator, body, filter, expected) = match action::<DiscardBody>(&console, &headers, &body)
+    let (operator, body, filter, confirmed) = match action::<DiscardBody>(&console, &headers, &body)
     {
         Ok(ready) => ready,
         Err(refusal) => return refusal.into_response(),
     };
     let mut options = DiscardOptions::new(operator, body.reason);
     options.dry_run = body.dry_run;
-    options.expect_matched = expected;
+    options.expect_matched = confirmed.expected;
+    options.expect_selection = confirmed.selection;
     report(console.letters.discard(&filter, &options).await)
 }
 
 /// What every dead-letter action starts with: the operator its token names, its body, the
-/// dead letters the body selects, and the count a bulk action confirms.
+/// dead letters the body selects, and what a bulk action confirms of its dry run.
 fn action<T: serde::de::DeserializeOwned + Selects>(
     console: &Console,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<(String, T, DlqFilter, Option<usize>), Refusal> {
+) -> Result<(String, T, DlqFilter, Confirmed), Refusal> {
     let operator = console.operators.require(headers).inspect_err(|r| {
         tracing::warn!(reason = %r.reason, "console action refused");
     })?;
     let body: T = parse(body)?;
     let (which, dry_run) = body.selects();
-    let (filter, expected) = selection(&which, dry_run)?;
-    Ok((operator, body, filter, expected))
+    let (filter, confirmed) = selection(&which, dry_run)?;
+    Ok((operator, body, filter, confirmed))
 }
 
 /// `POST /console/api/sagas/{id}/retry`: runs a saga waiting for an operator again.
@@ -320,8 +341,9 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Refusal> {
 }
 
 /// The dead letters a body selects: named exactly, or every pending one a filter selects (a
-/// real bulk action must name the count its dry run showed). Never an empty selection.
-fn selection(which: &Selection<'_>, dry_run: bool) -> Result<(DlqFilter, Option<usize>), Refusal> {
+/// real bulk action must name the count its dry run showed, and may name its selection
+/// token). Never an empty selection.
+fn selection(which: &Selection<'_>, dry_run: bool) -> Result<(DlqFilter, Confirmed), Refusal> {
     let bad = |why: &str| refused(StatusCode::BAD_REQUEST, why);
     match (which.filter, which.ids.is_empty()) {
         (Some(_), false) => Err(bad(
@@ -331,15 +353,15 @@ fn selection(which: &Selection<'_>, dry_run: bool) -> Result<(DlqFilter, Option<
             "name at least one dead letter in `ids`, or select them with `filter`",
         )),
         (None, false) => {
-            if which.expected.is_some() {
-                return Err(bad("`expected` goes with `filter`"));
+            if which.expected.is_some() || which.selection.is_some() {
+                return Err(bad("`expected` and `selection` go with `filter`"));
             }
             let mut filter = DlqFilter::all();
             for id in which.ids {
                 let id: DeadLetterId = id.parse().map_err(|e| bad(&format!("{e}")))?;
                 filter.ids.push(id);
             }
-            Ok((filter, None))
+            Ok((filter, Confirmed::default()))
         }
         (Some(f), true) => {
             if !dry_run && which.expected.is_none() {
@@ -366,7 +388,15 @@ fn selection(which: &Selection<'_>, dry_run: bool) -> Result<(DlqFilter, Option<
                     .ok_or_else(|| bad(&format!("unknown kind of failure: {class}")))?;
                 filter = filter.with_failure(class);
             }
-            Ok((filter, if dry_run { None } else { which.expected }))
+            let confirmed = if dry_run {
+                Confirmed::default()
+            } else {
+                Confirmed {
+                    expected: which.expected,
+                    selection: which.selection.map(str::to_owned),
+                }
+            };
+            Ok((filter, confirmed))
         }
     }
 }
@@ -374,9 +404,11 @@ fn selection(which: &Selection<'_>, dry_run: bool) -> Result<(DlqFilter, Option<
 fn report(outcome: Result<entrega::dlq::ActionReport, DlqError>) -> Response {
     match outcome {
         Ok(report) => Json(report).into_response(),
-        Err(e @ DlqError::SelectionChanged { .. }) => {
-            refused(StatusCode::CONFLICT, &e.to_string()).into_response()
-        }
+        Err(
+            e @ (DlqError::SelectionChanged { .. }
+            | DlqError::SelectionReplaced { .. }
+            | DlqError::Busy),
+        ) => refused(StatusCode::CONFLICT, &e.to_string()).into_response(),
         Err(e) if e.is_usage() => refused(StatusCode::BAD_REQUEST, &e.to_string()).into_response(),
         Err(e) => refused(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()).into_response(),
     }

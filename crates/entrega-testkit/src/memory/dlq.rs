@@ -10,6 +10,8 @@ use entrega_core::{DeadLetterId, DeadLetterMark, DlqAuditEntry, DlqStore, StoreE
 struct State {
     marks: BTreeMap<DeadLetterId, DeadLetterMark>,
     audit: Vec<DlqAuditEntry>,
+    /// The action lock: its holder and when its lease ends.
+    acting: Option<(String, i64)>,
 }
 
 /// A [`DlqStore`] in memory. Cheap to clone; clones share the same state.
@@ -58,6 +60,31 @@ impl DlqStore for MemoryDlqStore {
             state.marks.insert(mark.id.clone(), mark.clone());
         }
         state.audit.push(entry.clone());
+        Ok(())
+    }
+
+    async fn lock_actions(
+        &self,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let mut state = self.state();
+        let free = match &state.acting {
+            Some((current, until)) => current == holder || *until < now_ms,
+            None => true,
+        };
+        if free {
+            state.acting = Some((holder.to_owned(), expires_at_ms));
+        }
+        Ok(free)
+    }
+
+    async fn unlock_actions(&self, holder: &str) -> Result<(), StoreError> {
+        let mut state = self.state();
+        if state.acting.as_ref().is_some_and(|(h, _)| h == holder) {
+            state.acting = None;
+        }
         Ok(())
     }
 

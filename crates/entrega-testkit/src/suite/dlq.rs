@@ -152,3 +152,45 @@ pub async fn audit_is_newest_first(h: &dyn DlqHarness) -> Scenario {
     })
     .await
 }
+
+/// The action lock has one holder at a time: another is refused while the lease runs, the
+/// holder may take it again (its lease renewed), a lease that ended is passed over, and only
+/// the holder gives it back.
+pub async fn action_lock_has_one_holder(h: &dyn DlqHarness) -> Scenario {
+    run(h, |store| {
+        Box::pin(async move {
+            ensure!(
+                store.lock_actions("ana", 1_000, 61_000).await?,
+                "a free lock is taken"
+            );
+            ensure!(
+                !store.lock_actions("marc", 2_000, 62_000).await?,
+                "a held lock is taken by another"
+            );
+            ensure!(
+                store.lock_actions("ana", 3_000, 63_000).await?,
+                "its holder cannot take it again"
+            );
+            store.unlock_actions("marc").await?;
+            ensure!(
+                !store.lock_actions("marc", 4_000, 64_000).await?,
+                "another gave the holder's lock back"
+            );
+            ensure!(
+                store.lock_actions("marc", 63_001, 123_001).await?,
+                "an ended lease is not passed over"
+            );
+            ensure!(
+                !store.lock_actions("ana", 63_002, 123_002).await?,
+                "the former holder takes it back from the new one"
+            );
+            store.unlock_actions("marc").await?;
+            ensure!(
+                store.lock_actions("ana", 63_003, 123_003).await?,
+                "a lock given back stays held"
+            );
+            Ok(())
+        })
+    })
+    .await
+}

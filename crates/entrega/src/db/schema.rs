@@ -223,12 +223,20 @@ const SAGAS: &[Version] = &[
     ),
 ];
 
-const DLQ: &[Version] = &[version!(
-    "dlq",
-    1,
-    "dead-letter operator state and audit",
-    pair("0001_dlq")
-)];
+const DLQ: &[Version] = &[
+    version!(
+        "dlq",
+        1,
+        "dead-letter operator state and audit",
+        pair("0001_dlq")
+    ),
+    version!(
+        "dlq",
+        2,
+        "one dead-letter action at a time",
+        both("0002_dlq_action_lock")
+    ),
+];
 
 /// Steps that databases migrated before the tables had sets of their own recorded under
 /// `inbox`: `(inbox version, what it created, the set and version that own it now)`.

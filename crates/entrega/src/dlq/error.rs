@@ -68,6 +68,23 @@ pub enum DlqError {
         /// How many match now.
         matched: usize,
     },
+    /// As many dead letters match as the operator confirmed, but not the same ones (some were
+    /// handled and others arrived). Nothing was done.
+    #[error(
+        "the selection changed: {matched} dead letters match, as many as were confirmed, but \
+         not the same ones; look again (dry run) before acting"
+    )]
+    SelectionReplaced {
+        /// How many match now.
+        matched: usize,
+    },
+    /// Another replay or discard holds the action lock (or one that stopped without
+    /// finishing held it less than its lease ago). Nothing was done.
+    #[error(
+        "another replay or discard is under way (or one stopped unfinished less than {} s \
+         ago); try again", super::ACTION_LEASE.as_secs()
+    )]
+    Busy,
     /// Reading or publishing records failed.
     #[error("the transport failed")]
     Transport(#[from] TransportError),
@@ -88,6 +105,7 @@ impl DlqError {
         match self {
             Self::Transport(e) => e.is_transient(),
             Self::Store(e) => e.is_transient(),
+            Self::Busy => true,
             _ => false,
         }
     }
@@ -99,6 +117,19 @@ impl DlqError {
             Some(expected) if expected != matched => {
                 Err(Self::SelectionChanged { expected, matched })
             }
+            _ => Ok(()),
+        }
+    }
+
+    /// Refuses an action whose selection's token, `actual` (of `matched` letters), is not the
+    /// `expected` one the operator confirmed.
+    pub(super) fn check_selection(
+        expected: Option<&str>,
+        actual: &str,
+        matched: usize,
+    ) -> Result<(), Self> {
+        match expected {
+            Some(expected) if expected != actual => Err(Self::SelectionReplaced { matched }),
             _ => Ok(()),
         }
     }

@@ -19,6 +19,7 @@
 //! # let _ = (pending, report); Ok(()) }
 //! ```
 
+mod acting;
 mod compose;
 mod error;
 mod filter;
@@ -38,6 +39,7 @@ use entrega_core::{
     ReplayKey, SystemClock,
 };
 
+pub use acting::{ACTION_LEASE, WAIT_FOR_ACTION};
 pub(crate) use compose::truncate;
 pub use compose::{dead_letter_of, set_origin, MAX_REASON_BYTES, ORIGIN_HEADERS};
 pub use error::DlqError;
@@ -48,7 +50,8 @@ pub use letter::{reason_class, DeadLetter, Origin};
 pub use queue::QueueDeadLetters;
 pub use release::release_outbox_row;
 pub use replay::{
-    ActionReport, Applied, DiscardOptions, Refused, ReplayOptions, DEFAULT_MAX_REPLAYS,
+    selection_token, ActionReport, Applied, DiscardOptions, Refused, ReplayOptions,
+    DEFAULT_MAX_REPLAYS,
 };
 pub use stats::{Counts, DlqStats, ReasonCount, RetryDepth, TopicStats};
 

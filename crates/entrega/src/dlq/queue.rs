@@ -21,7 +21,9 @@ use entrega_core::{
 use super::error::DlqError;
 use super::filter::DlqFilter;
 use super::letter::DeadLetter;
-use super::replay::{audit_entry, ActionReport, Applied, DiscardOptions, HeldKeys, ReplayOptions};
+use super::replay::{
+    audit_entry, selection_token, ActionReport, Applied, DiscardOptions, HeldKeys, ReplayOptions,
+};
 
 /// Most letters one action reads off the queue.
 const MAX_READ: usize = entrega_amqp::MAX_SESSION;
@@ -105,7 +107,15 @@ impl QueueDeadLetters {
         }
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
-        if let Err(e) = DlqError::check_expected(options.expect_matched, selected.len()) {
+        let selection = selection_token(selected.iter().map(|(_, l)| letter_name(l)));
+        let checked = DlqError::check_expected(options.expect_matched, selected.len()).and(
+            DlqError::check_selection(
+                options.expect_selection.as_deref(),
+                &selection,
+                selected.len(),
+            ),
+        );
+        if let Err(e) = checked {
             session.close().await;
             return Err(e);
         }
@@ -113,6 +123,7 @@ impl QueueDeadLetters {
             action: DlqAction::Replay,
             dry_run: options.dry_run,
             matched: selected.len(),
+            selection,
             applied: Vec::new(),
             refused: Vec::new(),
         };
@@ -161,7 +172,15 @@ impl QueueDeadLetters {
         let reason = options.checked_reason()?;
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
-        if let Err(e) = DlqError::check_expected(options.expect_matched, selected.len()) {
+        let selection = selection_token(selected.iter().map(|(_, l)| letter_name(l)));
+        let checked = DlqError::check_expected(options.expect_matched, selected.len()).and(
+            DlqError::check_selection(
+                options.expect_selection.as_deref(),
+                &selection,
+                selected.len(),
+            ),
+        );
+        if let Err(e) = checked {
             session.close().await;
             return Err(e);
         }
@@ -169,6 +188,7 @@ impl QueueDeadLetters {
             action: DlqAction::Discard,
             dry_run: options.dry_run,
             matched: selected.len(),
+            selection,
             applied: Vec::new(),
             refused: Vec::new(),
         };
@@ -268,4 +288,12 @@ impl QueueDeadLetters {
             timestamp_ms: raw.timestamp_ms.unwrap_or(0),
         })
     }
+}
+
+/// What names a queued letter in a selection: its event's id, else its place in the queue.
+fn letter_name(letter: &DeadLetter) -> String {
+    letter
+        .event_id
+        .clone()
+        .unwrap_or_else(|| letter.id.to_string())
 }

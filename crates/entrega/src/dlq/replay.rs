@@ -41,6 +41,10 @@ pub struct ReplayOptions {
     /// Act only if exactly this many pending dead letters match (what a dry run showed the
     /// operator); otherwise refuse with [`DlqError::SelectionChanged`] and do nothing.
     pub expect_matched: Option<usize>,
+    /// Act only if the pending dead letters that match are the very ones a dry run showed
+    /// ([`ActionReport::selection`]); otherwise refuse with
+    /// [`DlqError::SelectionReplaced`] and do nothing.
+    pub expect_selection: Option<String>,
 }
 
 impl ReplayOptions {
@@ -52,6 +56,7 @@ impl ReplayOptions {
             max_replays: DEFAULT_MAX_REPLAYS,
             group: None,
             expect_matched: None,
+            expect_selection: None,
         }
     }
 }
@@ -69,6 +74,9 @@ pub struct DiscardOptions {
     /// Act only if exactly this many pending dead letters match; see
     /// [`ReplayOptions::expect_matched`].
     pub expect_matched: Option<usize>,
+    /// Act only if the very dead letters a dry run showed match; see
+    /// [`ReplayOptions::expect_selection`].
+    pub expect_selection: Option<String>,
 }
 
 impl DiscardOptions {
@@ -88,6 +96,7 @@ impl DiscardOptions {
             reason: reason.into(),
             dry_run: false,
             expect_matched: None,
+            expect_selection: None,
         }
     }
 }
@@ -126,6 +135,9 @@ pub struct ActionReport {
     pub dry_run: bool,
     /// Pending dead letters the selection matched.
     pub matched: usize,
+    /// Names exactly those dead letters ([`selection_token`]): a confirmation sends it back
+    /// (`expect_selection`) so it acts on what the operator saw, or on nothing.
+    pub selection: String,
     /// Those published again or discarded (or that would be).
     pub applied: Vec<Applied>,
     /// Those refused, with why.
@@ -149,13 +161,21 @@ impl DeadLetters {
             (Some(_), None) => return Err(DlqError::NoReplayKey),
             (None, _) => None,
         };
+        let acting = self.exclusively(options.dry_run).await?;
         let selected = self.select_pending(filter).await?;
+        let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
         DlqError::check_expected(options.expect_matched, selected.len())?;
+        DlqError::check_selection(
+            options.expect_selection.as_deref(),
+            &selection,
+            selected.len(),
+        )?;
         let mut held = HeldKeys::default();
         let mut report = ActionReport {
             action: DlqAction::Replay,
             dry_run: options.dry_run,
             matched: selected.len(),
+            selection,
             applied: Vec::new(),
             refused: Vec::new(),
         };
@@ -201,6 +221,7 @@ impl DeadLetters {
         }
         let entry = audit_entry(&report, filter, &options.operator, at_ms, Some(detail));
         self.store.record(&entry, &marks).await?;
+        acting.release().await?;
         Ok(report)
     }
 
@@ -211,13 +232,21 @@ impl DeadLetters {
         options: &DiscardOptions,
     ) -> Result<ActionReport, DlqError> {
         let reason = options.checked_reason()?;
+        let acting = self.exclusively(options.dry_run).await?;
         let selected = self.select_pending(filter).await?;
+        let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
         DlqError::check_expected(options.expect_matched, selected.len())?;
+        DlqError::check_selection(
+            options.expect_selection.as_deref(),
+            &selection,
+            selected.len(),
+        )?;
         let at_ms = self.clock.now_ms();
         let report = ActionReport {
             action: DlqAction::Discard,
             dry_run: options.dry_run,
             matched: selected.len(),
+            selection,
             applied: selected
                 .iter()
                 .map(|l| Applied {
@@ -252,6 +281,7 @@ impl DeadLetters {
             Some(reason.to_owned()),
         );
         self.store.record(&entry, &marks).await?;
+        acting.release().await?;
         Ok(report)
     }
 
@@ -271,6 +301,22 @@ impl DeadLetters {
         }
         Ok(letters.into_iter().filter(DeadLetter::is_pending).collect())
     }
+}
+
+/// A token naming a selection of dead letters by their ids, in the order given: the first
+/// 16 bytes of their SHA-256, in hex. Two selections of the same size but other letters have
+/// other tokens.
+pub fn selection_token(ids: impl Iterator<Item = String>) -> String {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    for id in ids {
+        hasher.update(id.as_bytes());
+        hasher.update(b"\n");
+    }
+    hasher.finalize()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// The message a replay publishes for `letter`.

@@ -148,6 +148,38 @@ impl DlqStore for DbDeadLetterMarks {
         tx.commit().await
     }
 
+    async fn lock_actions(
+        &self,
+        holder: &str,
+        now_ms: i64,
+        expires_at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let taken = self
+            .db
+            .execute(
+                query(
+                    "INSERT INTO entrega_dlq_actions (scope, holder, expires_at_ms)
+                     VALUES ('actions', $1, $2)
+                     ON CONFLICT (scope) DO UPDATE SET
+                         holder = excluded.holder, expires_at_ms = excluded.expires_at_ms
+                     WHERE entrega_dlq_actions.holder = excluded.holder
+                        OR entrega_dlq_actions.expires_at_ms < $3",
+                )
+                .bind(holder)
+                .bind(expires_at_ms)
+                .bind(now_ms),
+            )
+            .await?;
+        Ok(taken == 1)
+    }
+
+    async fn unlock_actions(&self, holder: &str) -> Result<(), StoreError> {
+        self.db
+            .execute(query("DELETE FROM entrega_dlq_actions WHERE holder = $1").bind(holder))
+            .await?;
+        Ok(())
+    }
+
     async fn audit(&self, limit: usize) -> Result<Vec<DlqAuditEntry>, StoreError> {
         let rows: Vec<AuditRow> = self
             .db

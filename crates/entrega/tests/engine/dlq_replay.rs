@@ -11,7 +11,7 @@ use entrega_core::headers::{
     CLASS, CODE, ID_EVENTO, INTENTOS, MOTIVO, ONLY_GROUP, ONLY_GROUP_SIGNATURE, ORIGIN_OFFSET,
     ORIGIN_TOPIC, REPLAYS, TIPO,
 };
-use entrega_core::{DeadLetterState, DlqStore};
+use entrega_core::{DeadLetterState, DlqStore, OutgoingMessage, Publisher, TransportError};
 
 use dlq_support::{dead, fixture, id, origin_records, put, DLQ};
 
@@ -345,4 +345,127 @@ async fn an_action_confirming_a_count_the_selection_no_longer_has_does_nothing()
     let done = fx.tool.replay(&filter, &replay).await.unwrap();
     assert_eq!((done.matched, done.applied.len()), (3, 3));
     assert_eq!(origin_records(&fx).len(), 3);
+}
+
+/// A publisher whose broker takes 50 ms to confirm.
+struct SlowPublisher(entrega_testkit::memory::MemoryLog);
+
+#[async_trait::async_trait]
+impl Publisher for SlowPublisher {
+    async fn publish(&self, batch: &[OutgoingMessage]) -> Result<(), TransportError> {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        self.0.publish(batch).await
+    }
+}
+
+#[tokio::test]
+async fn two_confirmations_of_one_selection_act_once() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        (0..5)
+            .map(|i| dead(&format!("K{i}"), "pedido.creado", "producto desconocido", 0))
+            .collect(),
+    )
+    .await;
+    let filter = DlqFilter::all().with_reason("desconocido");
+    let mut dry = ReplayOptions::new("ana");
+    dry.dry_run = true;
+    let shown = fx.tool.replay(&filter, &dry).await.unwrap();
+    assert_eq!(shown.matched, 5);
+
+    // Two operators (or one double click) confirm the same dry run at the same moment; the
+    // broker takes a while to confirm a publish, so both would read the selection pending.
+    let tool = DeadLetters::new(
+        Arc::new(fx.log.clone()),
+        Arc::new(SlowPublisher(fx.log.clone())),
+        Arc::new(fx.store.clone()),
+        vec![DLQ.to_owned()],
+    )
+    .with_clock(fx.clock.clone());
+    let mut confirm = ReplayOptions::new("ana");
+    confirm.expect_matched = Some(shown.matched);
+    confirm.expect_selection = Some(shown.selection.clone());
+    let (a, b) = tokio::join!(
+        tool.replay(&filter, &confirm),
+        tool.replay(&filter, &confirm)
+    );
+    let (done, refused) = match (a, b) {
+        (Ok(done), Err(refused)) | (Err(refused), Ok(done)) => (done, refused),
+        other => panic!("one confirmation acts and the other is refused: {other:?}"),
+    };
+    assert_eq!(done.applied.len(), 5);
+    assert!(
+        matches!(
+            refused,
+            DlqError::SelectionChanged {
+                expected: 5,
+                matched: 0
+            }
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(origin_records(&fx).len(), 5, "each letter published once");
+    assert_eq!(fx.store.marks(DLQ).await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn a_selection_as_large_as_confirmed_but_of_other_letters_is_refused() {
+    let fx = fixture().await;
+    put(
+        &fx,
+        vec![
+            dead("K", "pedido.creado", "producto desconocido: a", 0),
+            dead("L", "pedido.creado", "producto desconocido: b", 0),
+        ],
+    )
+    .await;
+    let filter = DlqFilter::all().with_reason("desconocido");
+    let mut dry = DiscardOptions::new("ana", "withdrawn");
+    dry.dry_run = true;
+    let shown = fx.tool.discard(&filter, &dry).await.unwrap();
+    assert_eq!(shown.matched, 2);
+    // Meanwhile one is replayed by its id and another arrives: two match, not the same two.
+    let mut by_id = ReplayOptions::new("marc");
+    by_id.max_replays = 3;
+    fx.tool.replay(&DlqFilter::id(id(0)), &by_id).await.unwrap();
+    put(
+        &fx,
+        vec![dead("M", "pedido.creado", "producto desconocido: c", 0)],
+    )
+    .await;
+    let mut confirm = DiscardOptions::new("ana", "withdrawn");
+    confirm.expect_matched = Some(2);
+    confirm.expect_selection = Some(shown.selection.clone());
+    let refused = fx.tool.discard(&filter, &confirm).await.unwrap_err();
+    assert!(
+        matches!(refused, DlqError::SelectionReplaced { matched: 2 }),
+        "{refused:?}"
+    );
+    let discarded = fx
+        .store
+        .marks(DLQ)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|m| m.state == DeadLetterState::Discarded)
+        .count();
+    assert_eq!(discarded, 0, "nothing discarded");
+
+    // The selection's token names the letters, not their count.
+    let mut again = dry.clone();
+    again.dry_run = true;
+    let now = fx.tool.discard(&filter, &again).await.unwrap();
+    assert_eq!(now.matched, 2);
+    assert_ne!(now.selection, shown.selection);
+    confirm.expect_selection = Some(now.selection);
+    assert_eq!(
+        fx.tool
+            .discard(&filter, &confirm)
+            .await
+            .unwrap()
+            .applied
+            .len(),
+        2
+    );
 }

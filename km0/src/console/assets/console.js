@@ -163,8 +163,8 @@ async function onLetterAction(button) {
   }
 }
 
-// Bulk: the dry run first; its count is what the confirmation sends as `expected`, so the
-// server refuses if the selection changed in between. Until it is confirmed or cancelled the
+// Bulk: the dry run first; its count and selection token are what the confirmation sends as
+// `expected` and `selection`, so the server refuses if the selection changed in between. Until it is confirmed or cancelled the
 // page holds still; a reason changed after the dry run needs a new dry run.
 async function onBulk(button) {
   const panel = button.closest(".bulk");
@@ -212,7 +212,7 @@ async function onBulk(button) {
     }
     confirm.disabled = true;
     const answer = await send("/console/api/dlq/" + action,
-      Object.assign({}, body, { dry_run: false, expected: dry.matched }));
+      Object.assign({}, body, { dry_run: false, expected: dry.matched, selection: dry.selection }));
     confirm.disabled = false;
     done();
     if (answer) {

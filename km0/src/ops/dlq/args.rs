@@ -58,6 +58,10 @@ pub enum DlqCommand {
         /// Deliver to this consumer group only (other groups acknowledge without handling).
         #[arg(long)]
         group: Option<String>,
+        /// Act only on the very dead letters a dry run listed: the `selection` it printed
+        /// (refused, doing nothing, if the filter selects others now).
+        #[arg(long, value_name = "SELECTION")]
+        expect: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -73,6 +77,9 @@ pub enum DlqCommand {
         /// Print what would be discarded; mark nothing (audited as a dry run).
         #[arg(long)]
         dry_run: bool,
+        /// Act only on the very dead letters a dry run listed; see `replay --expect`.
+        #[arg(long, value_name = "SELECTION")]
+        expect: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,

@@ -129,11 +129,13 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             dry_run,
             max_replays,
             group,
+            expect,
             json,
         } => {
             let mut options = ReplayOptions::new(os_user());
             options.dry_run = dry_run;
             options.max_replays = max_replays;
+            options.expect_selection = expect;
             options.group = group;
             let report = tool.replay(&filter.to_filter()?, &options).await?;
             emit(json, &report, render::action_text)
@@ -142,10 +144,12 @@ async fn execute(tool: &DeadLetters, command: DlqCommand) -> anyhow::Result<Stri
             filter,
             reason,
             dry_run,
+            expect,
             json,
         } => {
             let mut options = DiscardOptions::new(os_user(), reason);
             options.dry_run = dry_run;
+            options.expect_selection = expect;
             let report = tool.discard(&filter.to_filter()?, &options).await?;
             emit(json, &report, render::action_text)
         }

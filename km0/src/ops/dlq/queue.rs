@@ -43,6 +43,7 @@ pub(super) async fn execute(
             dry_run,
             max_replays,
             group,
+            expect,
             json,
         } => {
             if let Some(other) = group.filter(|g| g != inventario::GROUP) {
@@ -58,6 +59,7 @@ pub(super) async fn execute(
             let mut options = ReplayOptions::new(os_user());
             options.dry_run = dry_run;
             options.max_replays = max_replays;
+            options.expect_selection = expect;
             let report = tool
                 .replay(&queue_filter(&tool, &filter)?, &options)
                 .await?;
@@ -67,10 +69,12 @@ pub(super) async fn execute(
             filter,
             reason,
             dry_run,
+            expect,
             json,
         } => {
             let mut options = DiscardOptions::new(os_user(), reason);
             options.dry_run = dry_run;
+            options.expect_selection = expect;
             let report = tool
                 .discard(&queue_filter(&tool, &filter)?, &options)
                 .await?;

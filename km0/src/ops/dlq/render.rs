@@ -194,6 +194,13 @@ pub fn action_text(report: &ActionReport) -> String {
     for r in &report.refused {
         let _ = writeln!(out, "  refused {}: {}", r.id, r.reason);
     }
+    if report.dry_run && report.matched > 0 {
+        let _ = writeln!(
+            out,
+            "selection {0}: to act on exactly these, run it again with --expect {0}",
+            report.selection
+        );
+    }
     out
 }
 

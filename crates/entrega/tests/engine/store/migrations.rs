@@ -18,6 +18,7 @@ const FILE: &str = "migrations.db";
 /// Every step of every set, as `entrega_migrations` records them once all are applied.
 const EVERY_STEP: &[(&str, i64)] = &[
     ("dlq", 1),
+    ("dlq", 2),
     ("entrega_saga", 1),
     ("entrega_saga", 2),
     ("entrega_saga", 3),
@@ -148,11 +149,19 @@ async fn only_the_requested_sets_are_created(backend: Backend) {
         .into_iter()
         .filter(|t| t.starts_with("entrega_dlq"))
         .collect();
-    assert_eq!(dlq, ["entrega_dlq_audit", "entrega_dlq_state"]);
+    assert_eq!(
+        dlq,
+        [
+            "entrega_dlq_actions",
+            "entrega_dlq_audit",
+            "entrega_dlq_state"
+        ]
+    );
     assert_eq!(
         recorded(&fresh.db).await,
         steps(&[
             ("dlq", 1),
+            ("dlq", 2),
             ("held_letters", 1),
             ("held_letters", 2),
             ("inbox", 1),
