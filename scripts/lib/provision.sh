@@ -125,8 +125,26 @@ pg_configure_cluster() {
 # km0 tests and benchmarks (scripts/lib/provision.sh): loopback only, room for parallel tests.
 listen_addresses = '127.0.0.1'
 port = 5432
-max_connections = 300
+max_connections = $KM0_PG_MAX_CONNECTIONS
 CONF
+}
+
+# Connections the server takes: the tests of one binary run four at a time, and a test that
+# runs a whole deployment opens every service's pool.
+KM0_PG_MAX_CONNECTIONS=1000
+
+# A server this script configured earlier, with fewer connections than the tests need now:
+# configured again and restarted (a server it did not configure is left as it is).
+pg_ensure_room() {
+  local version have
+  version=$(pg_server_version)
+  [ -n "$version" ] && [ -f "/etc/postgresql/$version/main/conf.d/km0.conf" ] || return 0
+  have=$(psql_admin -tAc 'show max_connections' 2>/dev/null) || return 0
+  [ "${have:-0}" -lt "$KM0_PG_MAX_CONNECTIONS" ] || return 0
+  pg_configure_cluster "/etc/postgresql/$version/main"
+  run_step "restarting PostgreSQL $version for max_connections $KM0_PG_MAX_CONNECTIONS (was $have)" \
+    "$KM0_LOGS/pg-start.log" pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+  for _ in $(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
 }
 
 ensure_postgres() {
@@ -141,6 +159,7 @@ ensure_postgres() {
   fi
   if pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
     echo "PostgreSQL already answers on 127.0.0.1:5432"
+    pg_ensure_room
   else
     local version
     version=$(pg_server_version)

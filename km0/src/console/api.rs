@@ -235,7 +235,9 @@ pub(super) async fn replay(
     options.dry_run = body.dry_run;
     options.expect_matched = confirmed.expected;
     options.expect_selection = confirmed.selection;
-    report(console.letters.replay(&filter, &options).await)
+    // On a task of its own: a client that goes away must not cut an action off midway.
+    let acting = Arc::clone(&console);
+    report(to_completion(async move { acting.letters.replay(&filter, &options).await }).await)
 }
 
 /// `POST /console/api/dlq/discard` `{"ids": [...] | "filter": {...}, "expected": n, "selection": "...", "reason": "...", "dry_run": bool}`.
@@ -269,7 +271,23 @@ pub(super) async fn discard(
     options.dry_run = body.dry_run;
     options.expect_matched = confirmed.expected;
     options.expect_selection = confirmed.selection;
-    report(console.letters.discard(&filter, &options).await)
+    let acting = Arc::clone(&console);
+    report(to_completion(async move { acting.letters.discard(&filter, &options).await }).await)
+}
+
+/// Runs a dead-letter action on a task of its own, so it finishes even if the request that
+/// asked for it is dropped (the client went away).
+async fn to_completion(
+    action: impl std::future::Future<Output = Result<entrega::dlq::ActionReport, DlqError>>
+        + Send
+        + 'static,
+) -> Result<entrega::dlq::ActionReport, DlqError> {
+    match tokio::spawn(action).await {
+        Ok(outcome) => outcome,
+        Err(e) => Err(DlqError::Store(entrega::StoreError::rejected(format!(
+            "the action's task ended abnormally: {e}"
+        )))),
+    }
 }
 
 /// What every dead-letter action starts with: the operator its token names, its body, the

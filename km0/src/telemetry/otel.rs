@@ -47,8 +47,19 @@ pub const SPANS_DROPPED: &str = "km0_otlp_spans_dropped_total";
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);
 /// Finished spans held while the collector is slow, unless `OTEL_BSP_MAX_QUEUE_SIZE` says.
 const QUEUE: usize = 8192;
-/// Longest one HTTP request to the collector may take.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest one export may take, unless `OTEL_EXPORTER_OTLP_[TRACES_]TIMEOUT` says (ms).
+const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The export deadline the SDK applies, which the HTTP client's own timeout follows.
+fn export_timeout() -> Duration {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ]
+    .iter()
+    .find_map(|name| std::env::var(name).ok()?.trim().parse::<u64>().ok())
+    .map_or(EXPORT_TIMEOUT, Duration::from_millis)
+}
 
 /// How spans reach the collector (`--otlp-protocol`, OpenTelemetry's names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -121,6 +132,9 @@ pub enum OtelError {
     /// The HTTP client could not be built.
     #[error("OTLP client: {0}")]
     Client(#[from] reqwest::Error),
+    /// Not called inside a tokio runtime, which the HTTP client runs on.
+    #[error("the OTLP exporter needs a tokio runtime to run on")]
+    NoRuntime,
     /// The SDK refused the exporter's settings.
     #[error("OTLP exporter: {0}")]
     Exporter(String),
@@ -212,15 +226,14 @@ fn exporter(cfg: &OtelConfig) -> Result<opentelemetry_otlp::SpanExporter, OtelEr
     let built = match protocol {
         OtlpProtocol::Grpc => return grpc_exporter(from_env.is_none().then_some(base)),
         OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
+            let runtime =
+                tokio::runtime::Handle::try_current().map_err(|_| OtelError::NoRuntime)?;
             let client = reqwest::Client::builder()
-                .timeout(REQUEST_TIMEOUT)
+                .timeout(export_timeout())
                 .build()?;
             let mut builder = opentelemetry_otlp::SpanExporter::builder()
                 .with_http()
-                .with_http_client(TokioReqwest {
-                    client,
-                    runtime: tokio::runtime::Handle::current(),
-                })
+                .with_http_client(TokioReqwest { client, runtime })
                 .with_protocol(match protocol {
                     OtlpProtocol::HttpJson => Protocol::HttpJson,
                     _ => Protocol::HttpBinary,
@@ -275,10 +288,11 @@ pub fn span_ids(span: &tracing::Span, parent: Option<TraceContext>) -> Option<Tr
     };
     match span.set_parent(cx) {
         Ok(()) => {}
-        // Its ids are fixed already; they are still the exported span's.
+        // Its ids are fixed already, most likely in a trace of its own: entrega keeps the
+        // caller's trace (`open` takes only ids of it), and this span is exported apart.
         Err(SetParentError::AlreadyStarted) => {
             tracing::warn!(
-                "a span was started before its parent was set; it may not hang from its caller"
+                "a span was started before its parent was set; it is exported apart from its trace"
             );
         }
         Err(_) => return None,
@@ -305,6 +319,7 @@ pub fn is_repeated_export_failure(meta: &tracing::Metadata<'_>) -> bool {
             "BatchSpanProcessor.ExportError"
                 | "Export.Failed.Exhausted"
                 | "Export.Failed.DeadlineExceeded"
+                | "Export.Failed.NonRetryable"
         )
 }
 

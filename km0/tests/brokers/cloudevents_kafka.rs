@@ -21,7 +21,7 @@ use km0::wiring::{ensure_topics, Components, System};
 use serde_json::json;
 
 use crate::common::cloudevents::BindingMessage;
-use crate::common::kafka::KafkaBroker;
+use crate::common::kafka_ns::KafkaNamespace;
 use crate::common::state::eventually;
 
 fn as_cloudevent(record: &Record) -> Event {
@@ -37,7 +37,7 @@ fn as_cloudevent(record: &Record) -> Event {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn km0_events_read_as_cloudevents_with_the_sdk() {
-    let kafka = KafkaBroker::start();
+    let kafka = KafkaNamespace::new();
     let dir = std::env::temp_dir().join(format!("km0-ce-{}", uuid::Uuid::new_v4().simple()));
     let system = System::new(
         Databases::new(DataPlace::SqliteDir(dir.clone())),

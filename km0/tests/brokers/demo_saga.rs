@@ -124,7 +124,7 @@ async fn on_postgres_and_rabbitmq() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_postgres_and_kafka() {
-    let kafka = common::kafka::KafkaBroker::start();
-    let url = format!("{}?session_timeout_ms=6000", kafka.url());
+    let kafka = common::kafka_ns::KafkaNamespace::new();
+    let url = kafka.url_with("session_timeout_ms=6000");
     the_saga_demo_holds_its_invariants(on_postgres(url)).await;
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::dlq_steps::Deployment;
-use common::kafka::KafkaBroker;
+use common::kafka_ns::KafkaNamespace;
 
 /// The whole procedure: examine, refuse bad requests, dry run, discard, fix and replay, the
 /// loop guard, a replay to one group only, and the audit of it all.
@@ -328,8 +328,8 @@ async fn dlq_on_the_sqlite_log() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlq_on_kafka() {
-    let kafka = KafkaBroker::start();
-    let url = format!("{}?session_timeout_ms=6000", kafka.url());
+    let kafka = KafkaNamespace::new();
+    let url = kafka.url_with("session_timeout_ms=6000");
     tend_the_dead_letters(&url, Duration::from_secs(90)).await;
 }
 

@@ -18,21 +18,21 @@ use rdkafka::ClientConfig;
 use serde_json::Value;
 
 use crate::dlq_steps::Deployment;
-use common::kafka::KafkaBroker;
+use common::kafka_ns::KafkaNamespace;
 use km0::wiring::dead_letter_topic;
 
 const PATIENCE: Duration = Duration::from_secs(90);
 
-fn admin(kafka: &KafkaBroker) -> AdminClient<DefaultClientContext> {
+fn admin(kafka: &KafkaNamespace) -> AdminClient<DefaultClientContext> {
     ClientConfig::new()
         .set("bootstrap.servers", kafka.bootstrap())
         .create()
         .unwrap()
 }
 
-async fn set_max_bytes(admin: &AdminClient<DefaultClientContext>, bytes: &str) {
-    let topic = dead_letter_topic();
-    let alter = AlterConfig::new(ResourceSpecifier::Topic(&topic)).set("max.message.bytes", bytes);
+/// Sets the dead-letter topic's (`topic`, as the broker names it) largest record.
+async fn set_max_bytes(admin: &AdminClient<DefaultClientContext>, topic: &str, bytes: &str) {
+    let alter = AlterConfig::new(ResourceSpecifier::Topic(topic)).set("max.message.bytes", bytes);
     let results = admin
         .alter_configs(&[alter], &AdminOptions::new())
         .await
@@ -50,9 +50,9 @@ fn os_user() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_the_broker_refuses_are_held_then_sent_on() {
-    let kafka = KafkaBroker::start();
+    let kafka = KafkaNamespace::new();
     let admin = admin(&kafka);
-    let topic = dead_letter_topic();
+    let topic = kafka.wire(&dead_letter_topic());
     let created = admin
         .create_topics(
             &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1)).set("max.message.bytes", "64")],
@@ -61,7 +61,7 @@ async fn dead_letters_the_broker_refuses_are_held_then_sent_on() {
         .await
         .unwrap();
     assert!(created.iter().all(Result::is_ok), "{created:?}");
-    let url = format!("{}?session_timeout_ms=6000", kafka.url());
+    let url = kafka.url_with("session_timeout_ms=6000");
     let d = Deployment::start(&url, PATIENCE).await;
 
     let a = d.order("PA", "pedido.creado", "queso-azul", 2).await;
@@ -90,7 +90,7 @@ async fn dead_letters_the_broker_refuses_are_held_then_sent_on() {
         assert_eq!(r["service"], "inventario");
         assert_eq!(r["group"], "inventario");
         assert_eq!(r["topic"], "pedidos.eventos");
-        assert_eq!(r["destination"], topic.as_str());
+        assert_eq!(r["destination"], dead_letter_topic().as_str());
         assert_eq!(r["key"], "PA");
         assert!(
             r["motivo"]
@@ -129,7 +129,7 @@ async fn dead_letters_the_broker_refuses_are_held_then_sent_on() {
     );
 
     // The limit raised, the letters go on, in order, and are held no more.
-    set_max_bytes(&admin, "1048576").await;
+    set_max_bytes(&admin, &topic, "1048576").await;
     let sent = d.json(&["dlq", "send-held", "--json"]).await;
     let inventario = sent
         .as_array()

@@ -20,20 +20,17 @@ use km0::services::pedidos::{
 use km0::wiring::{dead_letter_topic, Components, System};
 use serde_json::{json, Value};
 
-use common::kafka::KafkaBroker;
+use common::kafka_ns::KafkaNamespace;
 use common::state::{eventually, order, place, taken, DbState};
 
 /// Orders placed over HTTP; every one is then paid, and every third cancelled.
 const ORDERS: usize = 24;
 
 /// A deployment on fresh databases of `backend` with `kafka` as its broker.
-fn on_kafka(backend: &str, kafka: &KafkaBroker) -> System {
+fn on_kafka(backend: &str, kafka: &KafkaNamespace) -> System {
     let databases = common::test_system(backend).databases().clone();
-    System::new(
-        databases,
-        format!("{}?session_timeout_ms=6000", kafka.url()),
-    )
-    .with_lease_ttl(Duration::from_secs(2))
+    System::new(databases, kafka.url_with("session_timeout_ms=6000"))
+        .with_lease_ttl(Duration::from_secs(2))
 }
 
 /// Appends further events of order `id` to the pedidos outbox, in one transaction each, as a
@@ -58,7 +55,7 @@ fn lines(n: usize) -> Vec<(&'static str, i64)> {
 }
 
 async fn orders_flow_through_kafka_once_each_in_order(backend: &str) {
-    let kafka = KafkaBroker::start();
+    let kafka = KafkaNamespace::new();
     let system = on_kafka(backend, &kafka);
     let state = DbState::open(&system).await;
     let before = state.stock().await;
@@ -143,7 +140,7 @@ async fn orders_flow_through_kafka_once_each_in_order(backend: &str) {
 }
 
 async fn the_demo_holds_its_invariants_on_kafka(backend: &str, key_concurrency: usize) {
-    let kafka = KafkaBroker::start();
+    let kafka = KafkaNamespace::new();
     let system = on_kafka(backend, &kafka).with_key_concurrency(key_concurrency);
     let options = DemoOptions {
         orders: 150,

@@ -22,7 +22,7 @@ use rdkafka::Message as _;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::Value;
 
-use common::kafka::KafkaBroker;
+use common::kafka_ns::KafkaNamespace;
 
 /// Events published on the orders topic, and dead letters on its dead-letter topic.
 const EVENTS: usize = 60;
@@ -32,8 +32,8 @@ const DEAD_LETTERS: usize = 3;
 enum Truth {
     /// The log transport's SQLite database.
     Sqlite(sqlx::SqlitePool),
-    /// A Kafka cluster, by its bootstrap servers.
-    Kafka(String),
+    /// A Kafka cluster, by its bootstrap servers, and the namespace km0's names are under.
+    Kafka { bootstrap: String, prefix: String },
 }
 
 impl Truth {
@@ -48,9 +48,13 @@ impl Truth {
                 )
                 .await
             }
-            Self::Kafka(bootstrap) => {
-                let (bootstrap, topic) = (bootstrap.clone(), topic.to_owned());
-                tokio::task::spawn_blocking(move || kafka_ends(&bootstrap, &topic))
+            Self::Kafka { bootstrap, prefix } => {
+                let (bootstrap, prefix, topic) = (
+                    bootstrap.clone(),
+                    prefix.clone(),
+                    format!("{prefix}{topic}"),
+                );
+                tokio::task::spawn_blocking(move || kafka_ends(&bootstrap, &prefix, &topic))
                     .await
                     .unwrap()
             }
@@ -69,9 +73,12 @@ impl Truth {
                 )
                 .await
             }
-            Self::Kafka(bootstrap) => {
-                let (bootstrap, group, topic) =
-                    (bootstrap.clone(), group.to_owned(), topic.to_owned());
+            Self::Kafka { bootstrap, prefix } => {
+                let (bootstrap, group, topic) = (
+                    bootstrap.clone(),
+                    format!("{prefix}{group}"),
+                    format!("{prefix}{topic}"),
+                );
                 tokio::task::spawn_blocking(move || kafka_committed(&bootstrap, &group, &topic))
                     .await
                     .unwrap()
@@ -106,8 +113,8 @@ fn kafka_client(bootstrap: &str, group: &str) -> BaseConsumer {
 /// The end of each partition of `topic` as the offset after the last record a plain consumer
 /// reads from the beginning (the high watermark some Kafka-protocol brokers report stops at
 /// the last record batch's base offset).
-fn kafka_ends(bootstrap: &str, topic: &str) -> BTreeMap<u32, i64> {
-    let client = kafka_client(bootstrap, "lag-test-reader");
+fn kafka_ends(bootstrap: &str, prefix: &str, topic: &str) -> BTreeMap<u32, i64> {
+    let client = kafka_client(bootstrap, &format!("{prefix}lag-test-reader"));
     let metadata = client
         .fetch_metadata(Some(topic), Duration::from_secs(10))
         .unwrap();
@@ -359,6 +366,10 @@ async fn lag_on_the_sqlite_log() {
 
 #[tokio::test]
 async fn lag_on_kafka() {
-    let kafka = KafkaBroker::start();
-    lag_is_what_the_broker_holds(&kafka.url(), Truth::Kafka(kafka.bootstrap())).await;
+    let kafka = KafkaNamespace::new();
+    let truth = Truth::Kafka {
+        bootstrap: kafka.bootstrap(),
+        prefix: kafka.wire(""),
+    };
+    lag_is_what_the_broker_holds(&kafka.url(), truth).await;
 }

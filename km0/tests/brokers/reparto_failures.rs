@@ -25,16 +25,16 @@ use km0::wiring::config::{DataPlace, Databases, RetryArgs, RetryMode};
 use km0::wiring::{Broker, Components, Running, System};
 use serde_json::json;
 
-use common::kafka::KafkaBroker;
+use common::kafka_ns::KafkaNamespace;
 use common::{pg_server, proxy::Proxy, test_system};
 
 /// A deployment on fresh databases of `backend` (`sqlite`, `postgres`, or `kafka`: SQLite
 /// databases with an Apache Kafka broker of the test's own, kept alive by the returned handle).
-fn deployment(backend: &str, retry: RetryArgs) -> (System, Option<KafkaBroker>) {
+fn deployment(backend: &str, retry: RetryArgs) -> (System, Option<KafkaNamespace>) {
     if backend == "kafka" {
-        let kafka = KafkaBroker::start();
+        let kafka = KafkaNamespace::new();
         let databases = test_system("sqlite").databases().clone();
-        let url = format!("{}?session_timeout_ms=6000", kafka.url());
+        let url = kafka.url_with("session_timeout_ms=6000");
         let system = System::new(databases, url)
             .with_lease_ttl(Duration::from_secs(2))
             .with_retry(retry);

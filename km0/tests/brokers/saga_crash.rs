@@ -228,9 +228,9 @@ async fn the_orchestrator_killed_after_every_step_on_postgres_and_rabbitmq() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_orchestrator_killed_after_every_step_on_postgres_and_kafka() {
-    let kafka = common::kafka::KafkaBroker::start();
+    let kafka = common::kafka_ns::KafkaNamespace::new();
     // A killed member's partitions wait for its session to time out before a new life
     // gets them: keep that short.
-    let url = format!("{}?session_timeout_ms=6000", kafka.url());
+    let url = kafka.url_with("session_timeout_ms=6000");
     killed_after_every_step(Deployment::with_broker("postgres", &url, LEASE_TTL_MS)).await;
 }

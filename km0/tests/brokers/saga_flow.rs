@@ -282,13 +282,10 @@ async fn every_order_reaches_one_final_state_on_postgres_and_rabbitmq() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_order_reaches_one_final_state_on_postgres_and_kafka() {
-    let kafka = common::kafka::KafkaBroker::start();
+    let kafka = common::kafka_ns::KafkaNamespace::new();
     let databases = common::test_system("postgres").databases().clone();
-    let system = System::new(
-        databases,
-        format!("{}?session_timeout_ms=6000", kafka.url()),
-    )
-    .with_lease_ttl(Duration::from_secs(2))
-    .with_saga(timings());
+    let system = System::new(databases, kafka.url_with("session_timeout_ms=6000"))
+        .with_lease_ttl(Duration::from_secs(2))
+        .with_saga(timings());
     every_order_reaches_one_final_state(system).await;
 }

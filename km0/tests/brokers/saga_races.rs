@@ -23,7 +23,7 @@ enum Setup {
     Sqlite,
     Postgres,
     PostgresRabbitmq(common::amqp::Vhost),
-    PostgresKafka(common::kafka::KafkaBroker),
+    PostgresKafka(common::kafka_ns::KafkaNamespace),
 }
 
 impl Setup {
@@ -36,9 +36,7 @@ impl Setup {
             Self::Sqlite => common::test_system("sqlite"),
             Self::Postgres => common::test_system("postgres"),
             Self::PostgresRabbitmq(vhost) => on_postgres(format!("{}?shards=4", vhost.url())),
-            Self::PostgresKafka(kafka) => {
-                on_postgres(format!("{}?session_timeout_ms=6000", kafka.url()))
-            }
+            Self::PostgresKafka(kafka) => on_postgres(kafka.url_with("session_timeout_ms=6000")),
         }
     }
 }
@@ -236,7 +234,7 @@ macro_rules! on_every_setup {
         mod postgres_kafka {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() {
-                let kafka = super::common::kafka::KafkaBroker::start();
+                let kafka = super::common::kafka_ns::KafkaNamespace::new();
                 super::$scenario(super::Setup::PostgresKafka(kafka)).await;
             })*
         }

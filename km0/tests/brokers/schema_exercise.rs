@@ -23,7 +23,7 @@ use serde_json::Value;
 use sqlx::{PgPool, SqlitePool};
 use tokio_util::sync::CancellationToken;
 
-use crate::common::kafka::KafkaBroker;
+use crate::common::kafka_ns::KafkaNamespace;
 use crate::common::state::eventually;
 use crate::interop::km0_kafka::Databases;
 use crate::interop::python::{argv, run_ok};
@@ -160,7 +160,7 @@ async fn km0(dir: &std::path::Path, broker_url: &str, args: &[&str]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_the_consumer_cannot_read_is_replayed_once_its_upcaster_is_deployed() {
-    let kafka = KafkaBroker::start();
+    let kafka = KafkaNamespace::new();
     let mut dbs = Databases::new();
     let seed_url = dbs
         .create(&format!("entrega_t_{}_seed", uuid::Uuid::new_v4().simple()))
@@ -177,8 +177,9 @@ async fn a_version_the_consumer_cannot_read_is_replayed_once_its_upcaster_is_dep
 
     // The seed's pedidos and relay: version 1, as the seed writes it.
     let relay = argv(&format!(
-        "--bootstrap {} --dsn {seed_url} --topic {TOPIC} --orders {ORDERS}",
-        kafka.bootstrap()
+        "--bootstrap {} --dsn {seed_url} --topic {} --orders {ORDERS}",
+        kafka.bootstrap(),
+        kafka.wire(TOPIC)
     ));
     let summary = run_ok("seed_relay.py", &relay).await;
     assert_eq!(summary["published"], ORDERS, "{summary}");

@@ -7,6 +7,7 @@
 pub mod amqp;
 pub mod cloudevents;
 pub mod kafka;
+pub mod kafka_ns;
 pub mod kafka_state;
 pub mod ledger;
 pub mod own_pg;

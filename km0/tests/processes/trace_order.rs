@@ -391,7 +391,10 @@ async fn one_order_is_one_trace_across_the_services() {
             row.span_id()
         );
     }
-    // The unsampled order's spans stay with its processes.
+    // The unsampled order's spans stay with its processes: its saga completed before the
+    // first order's tree was whole, and every process sends what ended within half a second;
+    // two such rounds more, and a span of it would have arrived.
+    tokio::time::sleep(2 * km0::telemetry::otel::FLUSH_EVERY + Duration::from_millis(500)).await;
     assert!(
         !spans
             .lock()

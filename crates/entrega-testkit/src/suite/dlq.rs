@@ -161,7 +161,7 @@ pub async fn action_lock_has_one_holder(h: &dyn DlqHarness) -> Scenario {
         Box::pin(async move {
             ensure!(
                 store.lock_actions("ana", 1_000, 61_000).await?,
-                "a free lock is taken"
+                "a free lock is refused"
             );
             ensure!(
                 !store.lock_actions("marc", 2_000, 62_000).await?,
@@ -170,6 +170,10 @@ pub async fn action_lock_has_one_holder(h: &dyn DlqHarness) -> Scenario {
             ensure!(
                 store.lock_actions("ana", 3_000, 63_000).await?,
                 "its holder cannot take it again"
+            );
+            ensure!(
+                !store.lock_actions("marc", 62_000, 122_000).await?,
+                "the holder's renewed lease ended at its first end"
             );
             store.unlock_actions("marc").await?;
             ensure!(

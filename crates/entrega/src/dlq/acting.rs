@@ -1,7 +1,8 @@
 //! One replay or discard at a time, per dead-letter store: the action lock an action holds
 //! from reading its selection to recording its marks, so two confirmations of the same
 //! selection never both publish it (the second reads the first's marks, and its count or
-//! selection no longer matches).
+//! selection no longer matches). Given back when the action ends, refused or done; kept
+//! until its lease ends by an action cancelled midway.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,43 +20,47 @@ pub const WAIT_FOR_ACTION: Duration = Duration::from_secs(10);
 /// How often a waiting action tries again.
 const TRY_EVERY: Duration = Duration::from_millis(100);
 
-/// The action lock while held; given back by [`Acting::release`], or when dropped.
+/// The action lock while held, given back by [`Acting::release`]. An action cancelled
+/// midway (its future dropped, its process killed) keeps it until its lease ends: what it
+/// published may not be marked yet, and another action must not read those letters as pending
+/// meanwhile.
 pub(super) struct Acting {
     store: Arc<dyn DlqStore>,
     holder: Option<String>,
 }
 
 impl Acting {
-    /// Gives the lock back.
-    pub(super) async fn release(mut self) -> Result<(), DlqError> {
+    /// Gives the lock back. A failure is logged, not returned: the action is done, and the
+    /// lock passes when its lease ends.
+    pub(super) async fn release(mut self) {
         if let Some(holder) = self.holder.take() {
-            self.store.unlock_actions(&holder).await?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Acting {
-    /// An action that stopped early (refused, failed) gives the lock back in the background.
-    fn drop(&mut self) {
-        if let (Some(holder), Ok(runtime)) =
-            (self.holder.take(), tokio::runtime::Handle::try_current())
-        {
-            let store = Arc::clone(&self.store);
-            runtime.spawn(async move {
-                if let Err(e) = store.unlock_actions(&holder).await {
-                    tracing::warn!(error = %e, "giving the dead-letter action lock back failed; \
-                                   it passes when its lease ends");
-                }
-            });
+            if let Err(e) = self.store.unlock_actions(&holder).await {
+                tracing::warn!(
+                    error = %e,
+                    "giving the dead-letter action lock back failed; it passes when its lease ends"
+                );
+            }
         }
     }
 }
 
 impl DeadLetters {
-    /// The action lock, waited for up to [`WAIT_FOR_ACTION`]; nothing to hold for a dry run,
-    /// which changes nothing.
-    pub(super) async fn exclusively(&self, dry_run: bool) -> Result<Acting, DlqError> {
+    /// Runs `action` holding the action lock (waited for up to [`WAIT_FOR_ACTION`]), and
+    /// gives it back whatever the action's outcome; a dry run, which changes nothing, holds
+    /// nothing.
+    pub(super) async fn exclusively<T>(
+        &self,
+        dry_run: bool,
+        action: impl std::future::Future<Output = Result<T, DlqError>>,
+    ) -> Result<T, DlqError> {
+        let acting = self.take_lock(dry_run).await?;
+        let outcome = action.await;
+        acting.release().await;
+        outcome
+    }
+
+    /// The action lock, waited for up to [`WAIT_FOR_ACTION`]; nothing for a dry run.
+    async fn take_lock(&self, dry_run: bool) -> Result<Acting, DlqError> {
         let mut acting = Acting {
             store: Arc::clone(&self.store),
             holder: None,

@@ -68,11 +68,11 @@ pub enum DlqError {
         /// How many match now.
         matched: usize,
     },
-    /// As many dead letters match as the operator confirmed, but not the same ones (some were
-    /// handled and others arrived). Nothing was done.
+    /// The dead letters that match are not those the operator confirmed (some were handled,
+    /// others arrived). Nothing was done.
     #[error(
-        "the selection changed: {matched} dead letters match, as many as were confirmed, but \
-         not the same ones; look again (dry run) before acting"
+        "the selection changed: the {matched} dead letters that match now are not the ones \
+         confirmed; look again (dry run) before acting"
     )]
     SelectionReplaced {
         /// How many match now.

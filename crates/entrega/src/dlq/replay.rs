@@ -161,7 +161,20 @@ impl DeadLetters {
             (Some(_), None) => return Err(DlqError::NoReplayKey),
             (None, _) => None,
         };
-        let acting = self.exclusively(options.dry_run).await?;
+        self.exclusively(
+            options.dry_run,
+            self.replay_selected(filter, options, signer),
+        )
+        .await
+    }
+
+    /// [`DeadLetters::replay`] once the action lock is held.
+    async fn replay_selected(
+        &self,
+        filter: &DlqFilter,
+        options: &ReplayOptions,
+        signer: Option<(&str, &ReplayKey)>,
+    ) -> Result<ActionReport, DlqError> {
         let selected = self.select_pending(filter).await?;
         let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
         DlqError::check_expected(options.expect_matched, selected.len())?;
@@ -221,7 +234,6 @@ impl DeadLetters {
         }
         let entry = audit_entry(&report, filter, &options.operator, at_ms, Some(detail));
         self.store.record(&entry, &marks).await?;
-        acting.release().await?;
         Ok(report)
     }
 
@@ -232,7 +244,20 @@ impl DeadLetters {
         options: &DiscardOptions,
     ) -> Result<ActionReport, DlqError> {
         let reason = options.checked_reason()?;
-        let acting = self.exclusively(options.dry_run).await?;
+        self.exclusively(
+            options.dry_run,
+            self.discard_selected(filter, options, reason),
+        )
+        .await
+    }
+
+    /// [`DeadLetters::discard`] once the action lock is held.
+    async fn discard_selected(
+        &self,
+        filter: &DlqFilter,
+        options: &DiscardOptions,
+        reason: &str,
+    ) -> Result<ActionReport, DlqError> {
         let selected = self.select_pending(filter).await?;
         let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
         DlqError::check_expected(options.expect_matched, selected.len())?;
@@ -281,7 +306,6 @@ impl DeadLetters {
             Some(reason.to_owned()),
         );
         self.store.record(&entry, &marks).await?;
-        acting.release().await?;
         Ok(report)
     }
 

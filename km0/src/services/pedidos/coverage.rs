@@ -6,8 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use entrega::rpc::{RpcClient, RpcError};
-use tokio::sync::{Mutex, OnceCell};
+use entrega::rpc::{RpcClient, RpcError, RPC_ERROR};
+use entrega::Headers;
+use tokio::sync::Mutex;
 
 use crate::contracts::delivery::{CoverageReply, CoverageRequest};
 use crate::services::reparto::COVERAGE;
@@ -39,8 +40,8 @@ type Known = Option<(Instant, Vec<String>)>;
 #[derive(Clone)]
 pub struct Coverage {
     system: System,
-    client: Arc<OnceCell<RpcClient>>,
-    known: Arc<Mutex<Known>>,
+    client: Arc<Mutex<Option<Arc<RpcClient>>>>,
+    known: Arc<std::sync::Mutex<Known>>,
 }
 
 impl std::fmt::Debug for Coverage {
@@ -59,34 +60,66 @@ impl Coverage {
         }
     }
 
-    /// The covered cities, in order: remembered for [`KEEP_FOR`], else asked of reparto.
+    /// The covered cities, in order: remembered for [`KEEP_FOR`], else asked of reparto
+    /// (callers at the same moment each ask; none waits behind another's question).
     pub async fn cities(&self) -> Result<Vec<String>, CoverageError> {
-        let mut known = self.known.lock().await;
-        if let Some((at, cities)) = known.as_ref() {
-            if at.elapsed() < KEEP_FOR {
-                return Ok(cities.clone());
-            }
+        if let Some(cities) = self.remembered() {
+            return Ok(cities);
         }
-        let client = self
-            .client
-            .get_or_try_init(|| async {
-                let broker = self.system.broker().await.map_err(|e| e.to_string())?;
-                RpcClient::start(broker.rpc(1))
-                    .await
-                    .map_err(|e| e.to_string())
-            })
-            .await
-            .map_err(CoverageError::Broker)?;
+        let client = self.client().await?;
         let request = serde_json::to_vec(&CoverageRequest::default())
             .map_err(|e| CoverageError::Broker(e.to_string()))?;
-        let answer = match client.call(COVERAGE, request, ASK_WITHIN).await {
-            Ok(answer) => answer,
+        let reply = match client
+            .call_with(COVERAGE, Headers::new(), request, ASK_WITHIN)
+            .await
+        {
+            Ok(reply) => reply,
             Err(RpcError::Timeout { .. }) => return Err(CoverageError::NoAnswer),
-            Err(e) => return Err(CoverageError::Broker(e.to_string())),
+            Err(e) => {
+                if matches!(e, RpcError::Closed) {
+                    // Its reply queue is gone: the next question starts a new client.
+                    self.client.lock().await.take();
+                }
+                return Err(CoverageError::Broker(e.to_string()));
+            }
         };
-        let reply: CoverageReply =
-            serde_json::from_slice(&answer).map_err(|e| CoverageError::Answer(e.to_string()))?;
-        *known = Some((Instant::now(), reply.cities.clone()));
+        if reply.headers.get(RPC_ERROR).is_some() {
+            return Err(CoverageError::Answer(
+                String::from_utf8_lossy(&reply.payload).into_owned(),
+            ));
+        }
+        let reply: CoverageReply = serde_json::from_slice(&reply.payload)
+            .map_err(|e| CoverageError::Answer(e.to_string()))?;
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Instant::now(), reply.cities.clone()));
         Ok(reply.cities)
+    }
+
+    /// The last answer, if it is recent enough.
+    fn remembered(&self) -> Option<Vec<String>> {
+        let known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < KEEP_FOR)
+            .map(|(_, cities)| cities.clone())
+    }
+
+    /// The client questions go through, started at the first.
+    async fn client(&self) -> Result<Arc<RpcClient>, CoverageError> {
+        let mut client = self.client.lock().await;
+        if let Some(client) = client.as_ref() {
+            return Ok(Arc::clone(client));
+        }
+        let broker = self
+            .system
+            .broker()
+            .await
+            .map_err(|e| CoverageError::Broker(e.to_string()))?;
+        let started = RpcClient::start(broker.rpc(1))
+            .await
+            .map_err(|e| CoverageError::Broker(e.to_string()))?;
+        let started = Arc::new(started);
+        *client = Some(Arc::clone(&started));
+        Ok(started)
     }
 }

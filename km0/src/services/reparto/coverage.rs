@@ -1,5 +1,5 @@
 //! The cities reparto delivers in, answered by request/reply on `reparto.cobertura`: how
-//! pedidos lists them (`GET /cities`) without reading reparto's database.
+//! pedidos lists them (`GET /ciudades`) without reading reparto's database.
 
 use async_trait::async_trait;
 use entrega::rpc::{RpcHandler, RpcServerConfig};
