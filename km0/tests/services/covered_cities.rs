@@ -3,19 +3,17 @@
 //! reparto's couriers' cities, kept for a while; without reparto the API answers 503 naming
 //! it, within the question's deadline.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use entrega::db::query;
-use entrega::rpc::RpcServer;
-use entrega::CancellationToken;
 use http_body_util::BodyExt as _;
 use km0::services::pedidos::{app, Coverage, PedidosState, ASK_WITHIN};
-use km0::services::reparto::CoverageAnswers;
 use serde_json::Value;
 use tower::ServiceExt as _;
 
+use crate::common::coverage::CoverageServer;
 use crate::common::test_system;
 
 async fn get_cities(app: &axum::Router) -> (StatusCode, Value) {
@@ -34,22 +32,7 @@ async fn pedidos_lists_the_cities_reparto_covers() {
     let system = test_system("sqlite");
     let reparto = system.reparto().await.unwrap();
     let orders = system.pedidos().await.unwrap();
-    let broker = system.broker().await.unwrap();
-    let server = RpcServer::new(
-        broker.rpc(1),
-        std::sync::Arc::new(CoverageAnswers::new(reparto.clone())),
-        CoverageAnswers::config(),
-    );
-    let opened = server.opened();
-    let stop = CancellationToken::new();
-    let serving = tokio::spawn({
-        let stop = stop.clone();
-        async move { server.run(stop).await.unwrap() }
-    });
-    tokio::time::timeout(Duration::from_secs(20), opened)
-        .await
-        .expect("reparto opened its queue");
-
+    let serving = CoverageServer::start(&system).await;
     let pedidos =
         app(PedidosState::new(orders.clone()).with_coverage(Coverage::new(system.clone())));
     let (status, body) = get_cities(&pedidos).await;
@@ -89,8 +72,7 @@ async fn pedidos_lists_the_cities_reparto_covers() {
     );
 
     // reparto stopped: a pedidos that has not asked yet answers 503, naming reparto.
-    stop.cancel();
-    serving.await.unwrap();
+    serving.stop().await;
     let alone = app(PedidosState::new(orders).with_coverage(Coverage::new(system.clone())));
     let started = Instant::now();
     let (status, body) = get_cities(&alone).await;

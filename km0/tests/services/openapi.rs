@@ -14,12 +14,7 @@ use std::net::SocketAddr;
 use std::collections::BTreeSet;
 
 use km0::services::pasarela::{Faults, Ledger, PasarelaState};
-use std::sync::Arc;
-
-use entrega::rpc::RpcServer;
-use entrega::CancellationToken;
 use km0::services::pedidos::{app, openapi, Coverage, OrderStore, PedidosState};
-use km0::services::reparto::CoverageAnswers;
 use serde_json::{json, Value};
 
 use common::TestDb;
@@ -196,20 +191,7 @@ fn the_committed_descriptions_are_the_generated_ones() {
 async fn every_operation_of_pedidos_answers_as_documented() {
     // reparto answers which cities it covers, on the deployment's log.
     let system = common::test_system("sqlite");
-    let reparto = system.reparto().await.unwrap();
-    let broker = system.broker().await.unwrap();
-    let answering = RpcServer::new(
-        broker.rpc(1),
-        Arc::new(CoverageAnswers::new(reparto)),
-        CoverageAnswers::config(),
-    );
-    let opened = answering.opened();
-    let stop = CancellationToken::new();
-    let reparto_task = tokio::spawn({
-        let stop = stop.clone();
-        async move { answering.run(stop).await.unwrap() }
-    });
-    opened.await;
+    let reparto = common::coverage::CoverageServer::start(&system).await;
     let server = Server::pedidos(Coverage::new(system.clone())).await;
     // The check bites: an answer that does not fit its schema is named.
     let created = &server.doc["paths"]["/pedidos"]["post"]["responses"]["201"]["content"]
@@ -289,8 +271,7 @@ async fn every_operation_of_pedidos_answers_as_documented() {
         (status, body["ciudades"][0].as_str()),
         (200, Some("Barcelona"))
     );
-    stop.cancel();
-    reparto_task.await.unwrap();
+    reparto.stop().await;
     let without_reparto = Server::pedidos(Coverage::new(system.clone())).await;
     assert_eq!(
         without_reparto.call(m, t, "/ciudades", None).await.0,

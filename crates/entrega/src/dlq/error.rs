@@ -112,7 +112,7 @@ impl DlqError {
 
     /// Refuses an action whose selection, `matched` now, is not the `expected` count the
     /// operator confirmed.
-    pub(super) fn check_expected(expected: Option<usize>, matched: usize) -> Result<(), Self> {
+    fn check_expected(expected: Option<usize>, matched: usize) -> Result<(), Self> {
         match expected {
             Some(expected) if expected != matched => {
                 Err(Self::SelectionChanged { expected, matched })
@@ -121,13 +121,22 @@ impl DlqError {
         }
     }
 
-    /// Refuses an action whose selection's token, `actual` (of `matched` letters), is not the
-    /// `expected` one the operator confirmed.
-    pub(super) fn check_selection(
-        expected: Option<&str>,
-        actual: &str,
+    /// Refuses an action whose selection (`matched` letters named by the token `selection`)
+    /// is not what the operator confirmed: `expected` letters, named by `expected_selection`,
+    /// each when given.
+    pub(super) fn check_confirmed(
+        expected: Option<usize>,
+        expected_selection: Option<&str>,
+        selection: &str,
         matched: usize,
     ) -> Result<(), Self> {
+        Self::check_expected(expected, matched)?;
+        Self::check_selection(expected_selection, selection, matched)
+    }
+
+    /// Refuses an action whose selection's token, `actual` (of `matched` letters), is not the
+    /// `expected` one the operator confirmed.
+    fn check_selection(expected: Option<&str>, actual: &str, matched: usize) -> Result<(), Self> {
         match expected {
             Some(expected) if expected != actual => Err(Self::SelectionReplaced { matched }),
             _ => Ok(()),

@@ -108,12 +108,11 @@ impl QueueDeadLetters {
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
         let selection = selection_token(selected.iter().map(|(_, l)| letter_name(l)));
-        let checked = DlqError::check_expected(options.expect_matched, selected.len()).and(
-            DlqError::check_selection(
-                options.expect_selection.as_deref(),
-                &selection,
-                selected.len(),
-            ),
+        let checked = DlqError::check_confirmed(
+            options.expect_matched,
+            options.expect_selection.as_deref(),
+            &selection,
+            selected.len(),
         );
         if let Err(e) = checked {
             session.close().await;
@@ -173,12 +172,11 @@ impl QueueDeadLetters {
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
         let selection = selection_token(selected.iter().map(|(_, l)| letter_name(l)));
-        let checked = DlqError::check_expected(options.expect_matched, selected.len()).and(
-            DlqError::check_selection(
-                options.expect_selection.as_deref(),
-                &selection,
-                selected.len(),
-            ),
+        let checked = DlqError::check_confirmed(
+            options.expect_matched,
+            options.expect_selection.as_deref(),
+            &selection,
+            selected.len(),
         );
         if let Err(e) = checked {
             session.close().await;

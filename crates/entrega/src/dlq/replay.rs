@@ -177,8 +177,8 @@ impl DeadLetters {
     ) -> Result<ActionReport, DlqError> {
         let selected = self.select_pending(filter).await?;
         let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
-        DlqError::check_expected(options.expect_matched, selected.len())?;
-        DlqError::check_selection(
+        DlqError::check_confirmed(
+            options.expect_matched,
             options.expect_selection.as_deref(),
             &selection,
             selected.len(),
@@ -260,8 +260,8 @@ impl DeadLetters {
     ) -> Result<ActionReport, DlqError> {
         let selected = self.select_pending(filter).await?;
         let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
-        DlqError::check_expected(options.expect_matched, selected.len())?;
-        DlqError::check_selection(
+        DlqError::check_confirmed(
+            options.expect_matched,
             options.expect_selection.as_deref(),
             &selection,
             selected.len(),
