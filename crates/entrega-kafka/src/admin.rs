@@ -87,15 +87,17 @@ impl KafkaAdmin {
         let options = AdminOptions::new()
             .request_timeout(Some(self.request_timeout))
             .operation_timeout(Some(self.request_timeout));
-        if !groups.is_empty() {
-            let names: Vec<&str> = groups.iter().map(String::as_str).collect();
-            let results = self.admin.delete_groups(&names, &options).await;
-            deleted(results, RDKafkaErrorCode::GroupIdNotFound)?;
-        }
+        // Topics first: a group some member still belongs to (a process killed, not yet
+        // timed out of its session) cannot be deleted yet, and must not keep the topics.
         if !topics.is_empty() {
             let names: Vec<&str> = topics.iter().map(String::as_str).collect();
             let results = self.admin.delete_topics(&names, &options).await;
             deleted(results, RDKafkaErrorCode::UnknownTopicOrPartition)?;
+        }
+        if !groups.is_empty() {
+            let names: Vec<&str> = groups.iter().map(String::as_str).collect();
+            let results = self.admin.delete_groups(&names, &options).await;
+            deleted(results, RDKafkaErrorCode::GroupIdNotFound)?;
         }
         Ok(RemovedNamespace { topics, groups })
     }

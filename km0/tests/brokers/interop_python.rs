@@ -1,5 +1,6 @@
 //! Interop with services written as in the seed (Python, `confluent_kafka` + `psycopg` 3,
-//! scripts in `interop/`), over a real Kafka-protocol broker of the test's own:
+//! scripts in `interop/`), over the suite's Kafka under a namespace of the test's own (the
+//! scripts are given the topics and groups as the broker names them):
 //!
 //! - ours → seed: km0's pedidos and relay publish; the seed's idempotent consumer parses our
 //!   envelopes and applies each `pedido.creado` once in its own database;
@@ -23,7 +24,7 @@ use sqlx::PgPool;
 
 use crate::interop::km0_kafka::{Databases, Km0Kafka};
 use crate::interop::python::{argv, caught_up, dead_letters, run_ok, run_script, topic_stats};
-use common::kafka::KafkaBroker;
+use common::kafka_ns::KafkaNamespace;
 use common::state::{eventually, order, place, taken};
 
 /// Longest wait for km0 to apply what is on the topic.
@@ -84,7 +85,7 @@ fn lines_of(i: i64) -> Vec<(&'static str, i64)> {
 #[tokio::test]
 async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
     const ORDERS: i64 = 12;
-    let broker = KafkaBroker::start();
+    let broker = KafkaNamespace::new();
     let km0 = Km0Kafka::new(&broker);
     let mut dbs = Databases::new();
     let pedidos_db = km0.db(&mut dbs, "pedidos").await;
@@ -104,8 +105,10 @@ async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
     let bootstrap = broker.bootstrap();
     let group = format!("seed-{}", uuid::Uuid::new_v4().simple());
     let args = format!(
-        "--bootstrap {bootstrap} --dsn {seed_url} --topic {TOPIC} --group {group} \
-         --expect {ORDERS} --timeout 90"
+        "--bootstrap {bootstrap} --dsn {seed_url} --topic {} --group {} \
+         --expect {ORDERS} --timeout 90",
+        broker.wire(TOPIC),
+        broker.wire(&group)
     );
     let summary = run_ok("seed_consumer.py", &argv(&args)).await;
     assert_eq!(summary["invalid"], 0, "{summary}");
@@ -145,7 +148,7 @@ async fn the_seeds_idempotent_consumer_applies_each_km0_event_once() {
 #[tokio::test]
 async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_died_unmarked() {
     const ORDERS: i64 = 15;
-    let broker = KafkaBroker::start();
+    let broker = KafkaNamespace::new();
     let km0 = Km0Kafka::new(&broker);
     let mut dbs = Databases::new();
     let inventario_db = km0.db(&mut dbs, "inventario").await;
@@ -156,7 +159,8 @@ async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_die
 
     let bootstrap = broker.bootstrap();
     let relay = argv(&format!(
-        "--bootstrap {bootstrap} --dsn {seed_url} --topic {TOPIC} --orders {ORDERS}"
+        "--bootstrap {bootstrap} --dsn {seed_url} --topic {} --orders {ORDERS}",
+        broker.wire(TOPIC)
     ));
     // First pass: orders created, events published and flushed, then death before the mark.
     let crash = [&relay[..], &argv("--crash-before-mark")].concat();
@@ -222,19 +226,20 @@ async fn km0_inventario_applies_the_seed_relays_events_once_though_the_relay_die
 
 /// One message published as given, then `seed_consumer.py --expect 1` on its own topic,
 /// group and database; asserts the exit status and the state it left.
-async fn consume_one(broker: &KafkaBroker, n: usize, dsn: &str, case: &Case) {
+async fn consume_one(broker: &KafkaNamespace, n: usize, dsn: &str, case: &Case) {
     let (what, exit) = (case.what, case.exit);
     let bootstrap = broker.bootstrap();
     let (topic, group) = (format!("{TOPIC}.raw{n}"), format!("raw-{n}"));
+    let (wire_topic, wire_group) = (broker.wire(&topic), broker.wire(&group));
     let mut raw = argv(&format!(
-        "--bootstrap {bootstrap} --topic {topic} --key P-RAW-1 \
+        "--bootstrap {bootstrap} --topic {wire_topic} --key P-RAW-1 \
          --header tipo=pedido.creado --header id_evento={}",
         case.header
     ));
     raw.extend(["--value".to_owned(), case.value.clone()]);
     run_ok("produce_raw.py", &raw).await;
     let consumer = argv(&format!(
-        "--bootstrap {bootstrap} --dsn {dsn} --topic {topic} --group {group} \
+        "--bootstrap {bootstrap} --dsn {dsn} --topic {wire_topic} --group {wire_group} \
          --expect 1 --timeout 60"
     ));
     let ran = run_script("seed_consumer.py", &consumer).await;
@@ -267,7 +272,7 @@ struct Case {
 /// each broken copy is refused (exit 2), applies nothing and stays uncommitted.
 #[tokio::test]
 async fn the_seed_consumer_refuses_envelopes_that_break_the_contract() {
-    let broker = KafkaBroker::start();
+    let broker = KafkaNamespace::new();
     let id = uuid::Uuid::new_v4().to_string();
     let upper = id.to_uppercase();
     let envelope = |id_evento: &str, version: Value| {

@@ -55,9 +55,14 @@ impl Default for KafkaNamespace {
     }
 }
 
+/// How long removing a namespace is tried: a group whose member was killed cannot be deleted
+/// until the member's session times out (6 s in the tests that kill processes).
+const REMOVE_WITHIN: Duration = Duration::from_secs(30);
+
 impl Drop for KafkaNamespace {
     /// Deletes the namespace's topics and groups, on a thread of its own (a test's runtime
-    /// may be gone, or be the one dropping this).
+    /// may be gone, or be the one dropping this), trying again while a group still has a
+    /// member.
     fn drop(&mut self) {
         let url = self.url();
         let removed = std::thread::spawn(move || {
@@ -69,7 +74,15 @@ impl Drop for KafkaNamespace {
                 let broker = entrega::Broker::connect(&url, Duration::from_secs(10))
                     .await
                     .map_err(|e| e.to_string())?;
-                let removed = broker.remove_namespace().await;
+                let deadline = tokio::time::Instant::now() + REMOVE_WITHIN;
+                let removed = loop {
+                    match broker.remove_namespace().await {
+                        Err(_) if tokio::time::Instant::now() < deadline => {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                        }
+                        done => break done,
+                    }
+                };
                 broker.close().await;
                 removed.map(drop).map_err(|e| e.to_string())
             })

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 
 use crate::common;
-use crate::common::kafka::KafkaBroker;
+use crate::common::kafka_ns::KafkaNamespace;
 
 pub struct Databases {
     names: Vec<String>,
@@ -64,7 +64,7 @@ pub struct Km0Kafka {
 }
 
 impl Km0Kafka {
-    pub fn new(broker: &KafkaBroker) -> Self {
+    pub fn new(broker: &KafkaNamespace) -> Self {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let logs = std::env::temp_dir().join(format!("km0-interop-logs-{id}"));
         std::fs::create_dir_all(&logs).expect("log directory");

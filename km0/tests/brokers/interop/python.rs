@@ -10,7 +10,7 @@ use tokio::process::Command;
 
 use km0::services::pedidos::TOPIC;
 
-use crate::common::kafka::KafkaBroker;
+use crate::common::kafka_ns::KafkaNamespace;
 
 /// Longest run of one Python script.
 pub const SCRIPT_WITHIN: Duration = Duration::from_secs(120);
@@ -95,11 +95,14 @@ pub async fn run_ok(script: &str, args: &[String]) -> Value {
     ran.summary
 }
 
-/// The topic read to its end, with the committed offsets of `group` (`topic_stats.py`).
-pub async fn topic_stats(broker: &KafkaBroker, topic: &str, group: &str) -> Value {
+/// The topic read to its end, with the committed offsets of `group` (`topic_stats.py`);
+/// both named as km0 names them, under the test's namespace on the broker.
+pub async fn topic_stats(broker: &KafkaNamespace, topic: &str, group: &str) -> Value {
     let bootstrap = broker.bootstrap();
     let args = argv(&format!(
-        "--bootstrap {bootstrap} --topic {topic} --group {group}"
+        "--bootstrap {bootstrap} --topic {} --group {}",
+        broker.wire(topic),
+        broker.wire(group)
     ));
     run_ok("topic_stats.py", &args).await
 }
@@ -113,9 +116,9 @@ pub fn caught_up(stats: &Value) -> bool {
 }
 
 /// Messages in the dead-letter topic (none when the topic does not exist).
-pub async fn dead_letters(broker: &KafkaBroker) -> i64 {
+pub async fn dead_letters(broker: &KafkaNamespace) -> i64 {
     let bootstrap = broker.bootstrap();
-    let dlq = format!("{TOPIC}.dlq");
+    let dlq = broker.wire(&format!("{TOPIC}.dlq"));
     let args = argv(&format!("--bootstrap {bootstrap} --topic {dlq}"));
     let ran = run_script("topic_stats.py", &args).await;
     if ran.stderr.contains("UNKNOWN_TOPIC_OR_PART") {
