@@ -22,7 +22,8 @@ use super::error::DlqError;
 use super::filter::DlqFilter;
 use super::letter::DeadLetter;
 use super::replay::{
-    audit_entry, selection_token, ActionReport, Applied, DiscardOptions, HeldKeys, ReplayOptions,
+    audit_entry, confirmed_selection, ActionReport, Applied, DiscardOptions, HeldKeys,
+    ReplayOptions,
 };
 
 /// Most letters one action reads off the queue.
@@ -107,17 +108,17 @@ impl QueueDeadLetters {
         }
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
-        let selection = selection_token(selected.iter().map(|(_, l)| letter_name(l)));
-        let checked = DlqError::check_confirmed(
+        let selection = match confirmed_selection(
+            selected.iter().map(|(_, l)| letter_name(l)),
             options.expect_matched,
             options.expect_selection.as_deref(),
-            &selection,
-            selected.len(),
-        );
-        if let Err(e) = checked {
-            session.close().await;
-            return Err(e);
-        }
+        ) {
+            Ok(selection) => selection,
+            Err(e) => {
+                session.close().await;
+                return Err(e);
+            }
+        };
         let mut report = ActionReport {
             action: DlqAction::Replay,
             dry_run: options.dry_run,
@@ -171,17 +172,17 @@ impl QueueDeadLetters {
         let reason = options.checked_reason()?;
         let mut session = self.open(filter).await?;
         let selected = self.selected(&session, filter);
-        let selection = selection_token(selected.iter().map(|(_, l)| letter_name(l)));
-        let checked = DlqError::check_confirmed(
+        let selection = match confirmed_selection(
+            selected.iter().map(|(_, l)| letter_name(l)),
             options.expect_matched,
             options.expect_selection.as_deref(),
-            &selection,
-            selected.len(),
-        );
-        if let Err(e) = checked {
-            session.close().await;
-            return Err(e);
-        }
+        ) {
+            Ok(selection) => selection,
+            Err(e) => {
+                session.close().await;
+                return Err(e);
+            }
+        };
         let mut report = ActionReport {
             action: DlqAction::Discard,
             dry_run: options.dry_run,

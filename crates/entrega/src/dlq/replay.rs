@@ -176,12 +176,10 @@ impl DeadLetters {
         signer: Option<(&str, &ReplayKey)>,
     ) -> Result<ActionReport, DlqError> {
         let selected = self.select_pending(filter).await?;
-        let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
-        DlqError::check_confirmed(
+        let selection = confirmed_selection(
+            selected.iter().map(|l| l.id.to_string()),
             options.expect_matched,
             options.expect_selection.as_deref(),
-            &selection,
-            selected.len(),
         )?;
         let mut held = HeldKeys::default();
         let mut report = ActionReport {
@@ -259,12 +257,10 @@ impl DeadLetters {
         reason: &str,
     ) -> Result<ActionReport, DlqError> {
         let selected = self.select_pending(filter).await?;
-        let selection = selection_token(selected.iter().map(|l| l.id.to_string()));
-        DlqError::check_confirmed(
+        let selection = confirmed_selection(
+            selected.iter().map(|l| l.id.to_string()),
             options.expect_matched,
             options.expect_selection.as_deref(),
-            &selection,
-            selected.len(),
         )?;
         let at_ms = self.clock.now_ms();
         let report = ActionReport {
@@ -325,6 +321,19 @@ impl DeadLetters {
         }
         Ok(letters.into_iter().filter(DeadLetter::is_pending).collect())
     }
+}
+
+/// The token of the selection `names` (in order), refused unless it is what the operator
+/// confirmed: `expected` letters named by `expected_selection`, each when given.
+pub(super) fn confirmed_selection(
+    names: impl ExactSizeIterator<Item = String>,
+    expected: Option<usize>,
+    expected_selection: Option<&str>,
+) -> Result<String, DlqError> {
+    let matched = names.len();
+    let selection = selection_token(names);
+    DlqError::check_confirmed(expected, expected_selection, &selection, matched)?;
+    Ok(selection)
 }
 
 /// A token naming a selection of dead letters by their ids, in the order given: the first
