@@ -126,8 +126,19 @@ pg_configure_cluster() {
 listen_addresses = '127.0.0.1'
 port = 5432
 max_connections = $KM0_PG_MAX_CONNECTIONS
+# The WAL relay (docs/OPERATIONS.md, "The WAL relay's slot"): logical decoding, a slot and a
+# sender per outbox a test streams at once, and a cap on the WAL one slot may hold: a slot
+# whose reader stopped is invalidated past it rather than fill the disk.
+wal_level = logical
+max_replication_slots = $KM0_PG_MAX_SLOTS
+max_wal_senders = $KM0_PG_MAX_SLOTS
+max_slot_wal_keep_size = 2GB
 CONF
 }
+
+# Replication slots and WAL senders: each test that runs a WAL relay streams from a slot of
+# its own database.
+KM0_PG_MAX_SLOTS=64
 
 # Connections the server takes: the tests of one binary run four at a time, and a test that
 # runs a whole deployment opens every service's pool.
@@ -136,13 +147,16 @@ KM0_PG_MAX_CONNECTIONS=1000
 # A server this script configured earlier, with fewer connections than the tests need now:
 # configured again and restarted (a server it did not configure is left as it is).
 pg_ensure_room() {
-  local version have
+  local version have level slots
   version=$(pg_server_version)
   [ -n "$version" ] && [ -f "/etc/postgresql/$version/main/conf.d/km0.conf" ] || return 0
   have=$(psql_admin -tAc 'show max_connections' 2>/dev/null) || return 0
-  [ "${have:-0}" -lt "$KM0_PG_MAX_CONNECTIONS" ] || return 0
+  level=$(psql_admin -tAc 'show wal_level' 2>/dev/null) || return 0
+  slots=$(psql_admin -tAc 'show max_replication_slots' 2>/dev/null) || return 0
+  [ "${have:-0}" -lt "$KM0_PG_MAX_CONNECTIONS" ] || [ "$level" != logical ] ||
+    [ "${slots:-0}" -lt "$KM0_PG_MAX_SLOTS" ] || return 0
   pg_configure_cluster "/etc/postgresql/$version/main"
-  run_step "restarting PostgreSQL $version for max_connections $KM0_PG_MAX_CONNECTIONS (was $have)" \
+  run_step "restarting PostgreSQL $version for max_connections $KM0_PG_MAX_CONNECTIONS (was $have), wal_level logical (was $level), $KM0_PG_MAX_SLOTS slots (was $slots)" \
     "$KM0_LOGS/pg-start.log" pg_ctlcluster --skip-systemctl-redirect "$version" main restart
   for _ in $(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
 }

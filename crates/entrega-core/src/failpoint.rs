@@ -18,6 +18,7 @@
 //! |---|---|
 //! | [`RELAY_BEFORE_PUBLISH`] | relay, rows read, before publishing them |
 //! | [`RELAY_AFTER_PUBLISH`] | relay, publish confirmed, before marking the rows published |
+//! | [`WAL_AFTER_MARK`] | WAL relay, published rows marked, before their position is confirmed to PostgreSQL |
 //! | [`WORKER_AFTER_HANDLER`] | worker, handler's transaction committed, before the offset commit |
 //! | [`WORKER_BEFORE_COMMIT`] | worker, outcomes final, right before committing offsets |
 //! | [`KAFKA_TRANSFORM_BEFORE_COMMIT`] | Kafka transformer, the batch's records acknowledged inside the open transaction, before its offsets and commit |
@@ -34,6 +35,8 @@ pub const ENABLED: bool = cfg!(feature = "failpoints");
 pub const RELAY_BEFORE_PUBLISH: &str = "relay.before_publish";
 /// Relay: publish confirmed, before marking the rows published.
 pub const RELAY_AFTER_PUBLISH: &str = "relay.after_publish";
+/// WAL relay: published rows marked, before their position is confirmed to PostgreSQL.
+pub const WAL_AFTER_MARK: &str = "wal.after_mark";
 /// Worker: the handler returned (its transaction committed), before the offset commit.
 pub const WORKER_AFTER_HANDLER: &str = "worker.after_handler";
 /// Worker: outcomes are final, right before committing offsets.

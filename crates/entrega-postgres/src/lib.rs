@@ -18,6 +18,7 @@ mod connect;
 mod errors;
 mod roles;
 mod wakeup;
+pub mod wal;
 
 pub use connect::{connect, ensure_database, SESSION_LIMITS};
 pub use errors::classify;

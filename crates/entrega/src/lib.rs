@@ -47,6 +47,7 @@ pub mod saga;
 mod shutdown;
 mod store;
 pub mod trace;
+mod wal_relay;
 mod worker;
 
 pub use backoff::Backoff;
@@ -59,6 +60,7 @@ pub use idempotent::{Apply, Idempotent, IdempotentStats};
 pub use relay::{Relay, RelayError};
 pub use relay_config::{OutboxPorts, RelayConfig, RelayStats, TopicRouting};
 pub use shutdown::{shutdown_token, signal};
+pub use wal_relay::{SlotGauges, WalConfig, WalError, WalRelay};
 pub use worker::{
     Handler, Message, RetryStrategy, Router, Worker, WorkerConfig, WorkerError, WorkerStats,
 };

@@ -61,10 +61,39 @@ pub(crate) fn outcome(name: &'static str, outcome: &'static str) {
     metrics::counter!(name, "outcome" => outcome).increment(1);
 }
 
+/// Gauge, bytes, label `slot`: WAL a WAL relay's replication slot keeps from being removed
+/// (from its `restart_lsn` to the server's current position).
+pub const WAL_SLOT_RETAINED_BYTES: &str = "entrega_wal_slot_retained_bytes";
+
+/// Gauge, bytes, label `slot`: WAL written past the position the WAL relay confirmed.
+pub const WAL_SLOT_LAG_BYTES: &str = "entrega_wal_slot_lag_bytes";
+
+/// Gauge, seconds, label `slot`: how long ago the oldest transaction the WAL relay read and
+/// has not confirmed committed; 0 when it is caught up.
+pub const WAL_SLOT_LAG_SECONDS: &str = "entrega_wal_slot_lag_seconds";
+
+/// Gauge, label `slot`: 1 while this process streams from the slot, 0 while it waits (another
+/// relay holds it, or it reconnects).
+pub const WAL_RELAY_STREAMING: &str = "entrega_wal_relay_streaming";
+
+/// Gauge, label `slot`: 1 when the slot is missing or PostgreSQL invalidated it
+/// (`wal_status = lost`); the WAL relay then stops for an operator.
+pub const WAL_SLOT_LOST: &str = "entrega_wal_slot_lost";
+
+/// Sets the WAL relay's gauges of `slot`.
+pub(crate) fn wal_slot(slot: &str, gauges: &crate::wal_relay::SlotGauges) {
+    let label = || ("slot", slot.to_owned());
+    metrics::gauge!(WAL_SLOT_RETAINED_BYTES, &[label()]).set(gauges.retained_bytes() as f64);
+    metrics::gauge!(WAL_SLOT_LAG_BYTES, &[label()]).set(gauges.lag_bytes() as f64);
+    metrics::gauge!(WAL_SLOT_LAG_SECONDS, &[label()]).set(gauges.lag_seconds());
+    metrics::gauge!(WAL_RELAY_STREAMING, &[label()]).set(f64::from(u8::from(gauges.streaming())));
+    metrics::gauge!(WAL_SLOT_LOST, &[label()]).set(f64::from(u8::from(gauges.lost())));
+}
+
 /// Gives every metric above its `# HELP` text and unit on the installed recorder: call it
 /// once after installing one (a recorder installed later has no descriptions).
 pub fn describe() {
-    use metrics::{describe_counter, describe_histogram, Unit};
+    use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_histogram!(
         RELAY_PUBLISH_SECONDS,
         Unit::Seconds,
@@ -98,5 +127,28 @@ pub fn describe() {
     describe_counter!(
         UNSIGNED_ONLY_GROUP,
         "Records whose entrega-only-group did not verify, handled as ordinary records."
+    );
+    describe_gauge!(
+        WAL_SLOT_RETAINED_BYTES,
+        Unit::Bytes,
+        "WAL the WAL relay's replication slot keeps from being removed."
+    );
+    describe_gauge!(
+        WAL_SLOT_LAG_BYTES,
+        Unit::Bytes,
+        "WAL written past the position the WAL relay confirmed."
+    );
+    describe_gauge!(
+        WAL_SLOT_LAG_SECONDS,
+        Unit::Seconds,
+        "Age of the oldest transaction the WAL relay read and has not confirmed; 0 when caught up."
+    );
+    describe_gauge!(
+        WAL_RELAY_STREAMING,
+        "1 while this process streams from the replication slot, 0 while it waits."
+    );
+    describe_gauge!(
+        WAL_SLOT_LOST,
+        "1 when the WAL relay's replication slot is missing or invalidated (wal_status = lost)."
     );
 }

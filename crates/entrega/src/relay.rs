@@ -17,6 +17,7 @@
 mod drain;
 mod isolate;
 mod rounds;
+pub(crate) mod wire;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -136,6 +136,12 @@ const OUTBOX: &[Version] = &[
          last_error, held_at, headers)",
         both("0004_english_names")
     ),
+    Version {
+        version: 5,
+        description: "WAL relay: the publication of the outbox's inserts and the slots created",
+        sqlite: &[],
+        postgres: &[script!("outbox", "0005_wal_relay.postgres.sql")],
+    },
 ];
 
 const INBOX: &[Version] = &[

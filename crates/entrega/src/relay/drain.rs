@@ -2,13 +2,11 @@
 //! go together in rounds, see `rounds`), and what both share: the message a row becomes and
 //! why a lane failed.
 
-use entrega_contracts::transition;
-use entrega_core::headers::{ID_EVENTO, TIPO};
 use entrega_core::{
-    Headers, LaneLease, LaneRows, OutboxRow, OutgoingMessage, RawJson, StoreError, TransportError,
+    LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError,
 };
 
-use super::Relay;
+use super::{wire, Relay};
 use crate::failpoint::{self, FailpointError};
 use crate::relay_config::bump;
 
@@ -109,71 +107,12 @@ impl Relay {
         Ok(())
     }
 
-    /// The messages of `row` onto `batch`: its own, preceded by its older version's when the
-    /// relay publishes its type at both during a transition. An aggregate nothing routes is
-    /// refused for good, as a transport refuses a message, so the row alone is held back and
-    /// its lane goes on.
+    /// The messages of `row` onto `batch` ([`wire::messages`]).
     pub(super) fn messages(
         &self,
         row: &OutboxRow,
         batch: &mut Vec<OutgoingMessage>,
     ) -> Result<(), TransportError> {
-        let topic = self
-            .config
-            .routing
-            .topic_for(&row.aggregate)
-            .ok_or_else(|| TransportError::Rejected {
-                reason: format!("no topic is routed for aggregate `{}`", row.aggregate),
-            })?;
-        let headers = row
-            .headers
-            .clone()
-            .with(TIPO, row.kind.clone())
-            .with(ID_EVENTO, row.id.to_string());
-        let older = if self.config.transitions.is_empty() {
-            None
-        } else {
-            self.config
-                .transitions
-                .older_copy(&row.kind, row.version, &row.payload.to_value())
-        };
-        let Some((version, datos)) = older else {
-            batch.push(OutgoingMessage {
-                topic,
-                key: Some(row.aggregate_id.clone()),
-                headers: self.cloudevents(headers, row),
-                payload: row.envelope_bytes(&self.config.source),
-            });
-            return Ok(());
-        };
-        let listed = format!("{version},{}", row.version);
-        let headers = headers.with(transition::VERSIONS, listed);
-        let copy = OutboxRow {
-            version,
-            payload: RawJson::from_value(&datos),
-            ..row.clone()
-        };
-        for (row, headers) in [(&copy, headers.clone()), (row, headers)] {
-            batch.push(OutgoingMessage {
-                topic: topic.clone(),
-                key: Some(row.aggregate_id.clone()),
-                headers: self.cloudevents(headers, row),
-                payload: row.envelope_bytes(&self.config.source),
-            });
-        }
-        Ok(())
-    }
-
-    /// `headers` with `row`'s CloudEvents attributes, when the relay writes them.
-    fn cloudevents(&self, headers: Headers, row: &OutboxRow) -> Headers {
-        match &self.config.cloudevents {
-            Some(binding) => binding.apply(
-                headers,
-                (&row.id.to_string(), &row.kind, row.version),
-                &self.config.source,
-                row.created_at_ms,
-            ),
-            None => headers,
-        }
+        wire::messages(&self.config, row, batch)
     }
 }

@@ -27,6 +27,7 @@ mod store;
 mod trace;
 mod trace_hook;
 mod transition;
+mod wal_relay;
 mod worker;
 mod worker_faults;
 mod worker_held;

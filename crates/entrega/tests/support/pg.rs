@@ -22,6 +22,7 @@ pub async fn drop_database(name: &str) {
 pub struct FreshDb {
     pub db: entrega::db::Db,
     name: Option<String>,
+    url: String,
 }
 
 impl FreshDb {
@@ -32,6 +33,7 @@ impl FreshDb {
                     .await
                     .expect("sqlite"),
                 name: None,
+                url: dir.url(file),
             },
             entrega::db::Backend::Postgres => {
                 let name = format!("entrega_t_{}", Uuid::new_v4().simple());
@@ -41,9 +43,15 @@ impl FreshDb {
                 Self {
                     db: entrega::db::Db::connect(&url).await.expect("postgres"),
                     name: Some(name),
+                    url,
                 }
             }
         }
+    }
+
+    /// The database's URL.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// The PostgreSQL database's name (`None` on SQLite).

@@ -1,0 +1,86 @@
+//! Marking published rows in bulk and confirming positions, in the order the batches were
+//! published: a position is confirmed only once every row before it is marked.
+
+use std::time::Duration;
+
+use entrega_postgres::PgPool;
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+use crate::backoff::Backoff;
+use crate::failpoint;
+use crate::relay_config::{bump, RelayStats};
+
+/// Rows the broker confirmed, and the stream position that is whole once they are marked.
+#[derive(Debug, Default)]
+pub(super) struct Confirmed {
+    /// The rows' ids.
+    pub(super) ids: Vec<Uuid>,
+    /// The end of the last transaction every row of which is in this batch or an earlier one
+    /// (or a heartbeat's position); `None` inside a transaction.
+    pub(super) upto: Option<u64>,
+}
+
+/// The marker's side of the relay: what to mark, and where the marked position is reported.
+pub(super) struct Marker {
+    pub(super) pool: PgPool,
+    pub(super) stats: std::sync::Arc<RelayStats>,
+    pub(super) backoff: Backoff,
+    pub(super) jobs: mpsc::Receiver<Confirmed>,
+    pub(super) marked: watch::Sender<u64>,
+}
+
+/// Why the marker stopped before its queue ended.
+#[derive(Debug)]
+pub(super) struct MarkFailed(pub(super) entrega_core::StoreError);
+
+impl Marker {
+    /// Marks each arriving batch (those waiting are merged into one statement), then reports
+    /// the position it completed. Transient failures are retried with backoff; the queue
+    /// ending ends the marker once everything in it was marked.
+    pub(super) async fn run(mut self) -> Result<(), MarkFailed> {
+        while let Some(first) = self.jobs.recv().await {
+            let mut ids = first.ids;
+            let mut upto = first.upto;
+            while let Ok(more) = self.jobs.try_recv() {
+                ids.extend(more.ids);
+                upto = more.upto.or(upto);
+            }
+            if !ids.is_empty() {
+                self.mark(&ids).await?;
+                bump(&self.stats.published, ids.len() as u64);
+                bump(&self.stats.batches, 1);
+                failpoint::hit(failpoint::WAL_AFTER_MARK)
+                    .map_err(|e| MarkFailed(entrega_core::StoreError::unavailable(e.to_string())))?;
+            }
+            if let Some(upto) = upto {
+                self.marked.send_replace(upto);
+            }
+        }
+        Ok(())
+    }
+
+    async fn mark(&self, ids: &[Uuid]) -> Result<(), MarkFailed> {
+        let mut failures = 0u32;
+        loop {
+            let marked = sqlx::query(
+                "UPDATE outbox SET publicado_en = now() \
+                 WHERE id = ANY($1) AND publicado_en IS NULL",
+            )
+            .bind(ids)
+            .execute(&self.pool)
+            .await
+            .map_err(entrega_postgres::classify);
+            match marked {
+                Ok(_) => return Ok(()),
+                Err(e) if e.is_transient() => {
+                    failures = failures.saturating_add(1);
+                    let delay: Duration = self.backoff.delay(failures);
+                    tracing::warn!(rows = ids.len(), failures, ?delay, error = %e, "marking published outbox rows failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(e) => return Err(MarkFailed(e)),
+            }
+        }
+    }
+}
