@@ -126,6 +126,23 @@ pub struct Cli {
     )]
     pub publish_both: Vec<String>,
 
+    /// Where the relays read the outbox: `poll` the table (every database), or `wal`, the
+    /// outbox's inserts decoded from PostgreSQL's logical replication stream, in commit order
+    /// (PostgreSQL with wal_level=logical; the user needs REPLICATION).
+    #[arg(
+        long,
+        global = true,
+        env = "KM0_RELAY_SOURCE",
+        value_enum,
+        default_value_t = crate::wiring::relay::RelaySource::Poll
+    )]
+    pub relay_source: crate::wiring::relay::RelaySource,
+
+    /// WAL relays create their replication slot again when it was dropped or PostgreSQL
+    /// invalidated it: the recovery once the polling relay published what was left.
+    #[arg(long, global = true, env = "KM0_RECREATE_SLOT")]
+    pub recreate_slot: bool,
+
     /// Publishes every event with its CloudEvents 1.0 attributes in binary content mode
     /// (`ce_*` headers on Kafka, `cloudEvents:*` on RabbitMQ); the payload stays the envelope.
     #[arg(long, global = true, env = "KM0_CLOUDEVENTS")]
@@ -587,6 +604,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if cli.cloudevents {
         system = system.with_cloudevents(true);
     }
+    if cli.relay_source == crate::wiring::relay::RelaySource::Wal
+        && !crate::wiring::config::is_postgres(&cli.database)
+    {
+        anyhow::bail!(
+            "--relay-source wal reads PostgreSQL's WAL: --database must be a postgres:// URL"
+        );
+    }
+    system = system
+        .with_relay_source(cli.relay_source)
+        .with_recreate_slot(cli.recreate_slot);
     if !cli.publish_both.is_empty() {
         let transitions = crate::contracts::transitions(&cli.publish_both)
             .map_err(|e| anyhow::anyhow!("--publish-both: {e}"))?;

@@ -302,6 +302,12 @@ async fn finish(
             .await
             .context("removing the demo databases")?;
     } else if options.fresh {
+        if system.relay_source() == crate::wiring::relay::RelaySource::Wal {
+            system
+                .drop_idle_slots()
+                .await
+                .context("dropping the demo's replication slots")?;
+        }
         options.say(&format!("databases kept: {}\n", system.describe()));
     }
     Ok(report)

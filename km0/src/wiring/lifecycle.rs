@@ -128,6 +128,31 @@ impl System {
         })
     }
 
+    /// Drops the replication slots of this deployment's PostgreSQL databases that nobody
+    /// streams from: a failed demo run keeps its databases as evidence, but a slot left
+    /// behind would hold the server's WAL from then on. Returns how many were dropped.
+    pub async fn drop_idle_slots(&self) -> Result<u64, StoreError> {
+        let DataPlace::PostgresServer(server) = &self.databases.place else {
+            return Ok(0);
+        };
+        let names: Vec<String> = databases()
+            .into_iter()
+            .map(|d| self.databases.name(d))
+            .collect();
+        let admin = Db::connect(&with_database(server, "postgres")).await?;
+        let dropped = admin
+            .execute(
+                query(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                     WHERE NOT active AND database = ANY($1)",
+                )
+                .bind(entrega::db::TextList(names)),
+            )
+            .await;
+        admin.close().await;
+        dropped
+    }
+
     /// Removes every database of this deployment (fresh demo runs), once nothing uses them:
     /// the SQLite files (and their directory when left empty) or the PostgreSQL databases.
     pub async fn destroy(&self) -> Result<(), StoreError> {

@@ -13,6 +13,7 @@ pub mod http_server;
 mod lifecycle;
 pub(crate) mod openapi_route;
 mod ops_server;
+pub mod relay;
 pub use ops_server::openapi as ops_openapi;
 mod settings;
 mod spawn;

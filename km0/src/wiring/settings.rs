@@ -66,6 +66,8 @@ pub(super) struct Settings {
     pub(super) http_tls: Option<ServerTls>,
     pub(super) tls_ca: Option<PathBuf>,
     pub(super) delivery_time: Option<Duration>,
+    pub(super) relay_source: super::relay::RelaySource,
+    pub(super) recreate_slot: bool,
 }
 
 impl Default for Settings {
@@ -85,6 +87,8 @@ impl Default for Settings {
             http_tls: None,
             tls_ca: None,
             delivery_time: None,
+            relay_source: super::relay::RelaySource::Poll,
+            recreate_slot: false,
         }
     }
 }
@@ -241,6 +245,29 @@ impl System {
     /// How long published outbox rows and processed-message keys are kept.
     pub fn retention(&self) -> Retention {
         self.settings.retention
+    }
+
+    /// Where the relays read the outbox.
+    pub fn with_relay_source(mut self, source: super::relay::RelaySource) -> Self {
+        self.settings.relay_source = source;
+        self
+    }
+
+    /// Where the relays read the outbox.
+    pub fn relay_source(&self) -> super::relay::RelaySource {
+        self.settings.relay_source
+    }
+
+    /// WAL relays create their slot again when it was dropped or lost (the deliberate
+    /// recovery, after the polling relay published what was left).
+    pub fn with_recreate_slot(mut self, on: bool) -> Self {
+        self.settings.recreate_slot = on;
+        self
+    }
+
+    /// Whether WAL relays create their slot again when it was dropped or lost.
+    pub fn recreate_slot(&self) -> bool {
+        self.settings.recreate_slot
     }
 
     /// Sets how long relay lanes and consumer partitions stay with a silent instance before

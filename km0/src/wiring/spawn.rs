@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use entrega::{CancellationToken, Db, Router, Worker, WorkerConfig};
 
+use super::component::Database;
 use super::config::RetryMode;
+use super::relay::{RelaySource, ServiceRelay};
 use super::{Broker, Start, System, Task};
 use crate::services::pedidos::PARTITIONS;
 
@@ -78,14 +80,15 @@ pub fn spawn_inbox_purge(db: Db, retention: Duration, stop: CancellationToken) {
 }
 
 /// The relay of `db`'s outbox to `broker` as lane owner `instance`, for the service `source`
-/// with its `routing`, with the deployment's lease, poll and retention.
+/// with its `routing`, with the deployment's lease, poll and retention, reading the outbox from
+/// the deployment's relay source (the WAL relay replicates from `database`'s URL).
 pub fn outbox_relay(
     system: &System,
-    db: &Db,
+    (db, database): (&Db, &Database),
     broker: &Broker,
     (source, routing): (&str, entrega::TopicRouting),
     instance: &str,
-) -> entrega::Relay {
+) -> anyhow::Result<ServiceRelay> {
     let mut config = entrega::RelayConfig::new(source, routing);
     config.instance_id = instance.to_owned();
     config.lease_ttl = system.lease_ttl();
@@ -100,12 +103,22 @@ pub fn outbox_relay(
         };
         config.cloudevents = Some(binding.with_schema_base(crate::contracts::SCHEMA_BASE));
     }
-    entrega::Relay::new(
-        db.outbox(),
-        broker.publisher(),
-        std::sync::Arc::new(entrega::SystemClock),
-        config,
-    )
+    Ok(match system.relay_source() {
+        RelaySource::Poll => ServiceRelay::Poll(entrega::Relay::new(
+            db.outbox(),
+            broker.publisher(),
+            std::sync::Arc::new(entrega::SystemClock),
+            config,
+        )),
+        RelaySource::Wal => {
+            let mut wal = entrega::WalConfig::default();
+            wal.recreate_slot = system.recreate_slot();
+            let url = system.databases().existing_url(database);
+            let relay = entrega::WalRelay::new(url, db, broker.publisher(), config, wal)
+                .with_context(|| format!("the {} relay", database.name))?;
+            ServiceRelay::Wal(relay)
+        }
+    })
 }
 
 /// Binds `start.http`, then serves `router` there (HTTPS when the deployment has TLS) as

@@ -77,14 +77,14 @@ impl OutboxColumns {
             .map_err(|_| RowError(format!("row {id}: version out of range")))?;
         let created = text(self.created_at, "creado_en")?;
         let created_at_ms = entrega_core::utc::parse_utc_ms(created).ok_or_else(|| {
-            RowError(format!("row {id}: creado_en `{created}` is not a UTC timestamp"))
+            RowError(format!(
+                "row {id}: creado_en `{created}` is not a UTC timestamp"
+            ))
         })?;
         let payload = RawJson::parse(text(self.payload, "carga")?.to_owned())
             .map_err(|e| RowError(format!("row {id}: carga is not JSON: {e}")))?;
         let headers = match self.headers.and_then(|at| values.get(at)) {
-            Some(Value::Text(bytes)) => {
-                Headers::from_json_object(&String::from_utf8_lossy(bytes))
-            }
+            Some(Value::Text(bytes)) => Headers::from_json_object(&String::from_utf8_lossy(bytes)),
             _ => Headers::new(),
         };
         Ok(Some(OutboxRow {

@@ -312,7 +312,10 @@ pub(crate) mod tests {
 
     #[test]
     fn every_truncation_is_an_error_never_a_panic() {
-        let whole = [relation(7, "outbox", &["id", "carga"]), insert(7, &[Some("abc"), None])];
+        let whole = [
+            relation(7, "outbox", &["id", "carga"]),
+            insert(7, &[Some("abc"), None]),
+        ];
         for message in whole {
             for cut in 0..message.len() {
                 let r = decode(&message[..cut]);

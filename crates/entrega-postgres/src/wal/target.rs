@@ -119,13 +119,17 @@ mod tests {
         assert_eq!(c.database, "km0_pedidos");
         assert_eq!(c.tls.mode, SslMode::VerifyFull);
         assert_eq!(c.tls.ca_pem_path, Some(PathBuf::from("/ca.pem")));
-        let plain = replication_config("postgres://postgres@h/db", "s", "p", Duration::from_secs(1))
-            .unwrap();
+        let plain =
+            replication_config("postgres://postgres@h/db", "s", "p", Duration::from_secs(1))
+                .unwrap();
         assert_eq!((plain.port, plain.tls.mode), (5432, SslMode::Prefer));
         assert!(replication_config("mysql://h/db", "s", "p", Duration::from_secs(1)).is_err());
-        assert!(
-            replication_config("postgres://h/db?sslmode=maybe", "s", "p", Duration::from_secs(1))
-                .is_err()
-        );
+        assert!(replication_config(
+            "postgres://h/db?sslmode=maybe",
+            "s",
+            "p",
+            Duration::from_secs(1)
+        )
+        .is_err());
     }
 }

@@ -2,9 +2,7 @@
 //! go together in rounds, see `rounds`), and what both share: the message a row becomes and
 //! why a lane failed.
 
-use entrega_core::{
-    LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError,
-};
+use entrega_core::{LaneLease, LaneRows, OutboxRow, OutgoingMessage, StoreError, TransportError};
 
 use super::{wire, Relay};
 use crate::failpoint::{self, FailpointError};

@@ -17,12 +17,13 @@ pub(crate) fn messages(
     row: &OutboxRow,
     batch: &mut Vec<OutgoingMessage>,
 ) -> Result<(), TransportError> {
-    let topic = config
-        .routing
-        .topic_for(&row.aggregate)
-        .ok_or_else(|| TransportError::Rejected {
-            reason: format!("no topic is routed for aggregate `{}`", row.aggregate),
-        })?;
+    let topic =
+        config
+            .routing
+            .topic_for(&row.aggregate)
+            .ok_or_else(|| TransportError::Rejected {
+                reason: format!("no topic is routed for aggregate `{}`", row.aggregate),
+            })?;
     let headers = row
         .headers
         .clone()

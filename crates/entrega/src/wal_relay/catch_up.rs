@@ -17,7 +17,17 @@ use super::WalRelay;
 use crate::relay_config::bump;
 
 /// A pending row as the catch-up selects it.
-type Row = (Uuid, String, String, String, i32, String, i64, i64, Option<String>);
+type Row = (
+    Uuid,
+    String,
+    String,
+    String,
+    i32,
+    String,
+    i64,
+    i64,
+    Option<String>,
+);
 
 const ROW_COLUMNS: &str = "id, agregado, agregado_id, tipo, version, carga::text, \
      (extract(epoch FROM creado_en) * 1000)::bigint, seq, headers::text";
@@ -44,7 +54,9 @@ impl WalRelay {
         if existing.is_some() {
             slot::forget_slot(&self.pool, name).await.map_err(store)?;
         }
-        slot::record_slot_creation(&self.pool, name).await.map_err(store)?;
+        slot::record_slot_creation(&self.pool, name)
+            .await
+            .map_err(store)?;
         let pending = self.pending_in_new_slot(name).await?;
         tracing::info!(
             slot = name,
@@ -52,7 +64,9 @@ impl WalRelay {
             "replication slot created; publishing the rows committed before it"
         );
         self.publish_pending(&pending, shutdown).await?;
-        slot::record_caught_up(&self.pool, name).await.map_err(store)?;
+        slot::record_caught_up(&self.pool, name)
+            .await
+            .map_err(store)?;
         // Closing the connection releases the advisory lock.
         drop(lock);
         Ok(())
@@ -87,10 +101,13 @@ impl WalRelay {
             .execute(&mut *tx)
             .await
             .map_err(sql)?;
-        sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{}'", snapshot.replace('\'', "")))
-            .execute(&mut *tx)
-            .await
-            .map_err(sql)?;
+        sqlx::query(&format!(
+            "SET TRANSACTION SNAPSHOT '{}'",
+            snapshot.replace('\'', "")
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(sql)?;
         let ids: Vec<Uuid> = sqlx::query_scalar(
             "SELECT id FROM outbox WHERE publicado_en IS NULL AND held_at IS NULL ORDER BY seq",
         )
@@ -109,9 +126,10 @@ impl WalRelay {
             if rows.is_empty() {
                 continue;
             }
-            let batch = Arc::new(publish::messages(&self.config, &rows).map_err(|e| {
-                End::Transient(format!("a pending row cannot be published: {e}"))
-            })?);
+            let batch =
+                Arc::new(publish::messages(&self.config, &rows).map_err(|e| {
+                    End::Transient(format!("a pending row cannot be published: {e}"))
+                })?);
             let mut failures = 0u32;
             loop {
                 let sent = publish::publish(

@@ -50,8 +50,9 @@ impl Marker {
                 self.mark(&ids).await?;
                 bump(&self.stats.published, ids.len() as u64);
                 bump(&self.stats.batches, 1);
-                failpoint::hit(failpoint::WAL_AFTER_MARK)
-                    .map_err(|e| MarkFailed(entrega_core::StoreError::unavailable(e.to_string())))?;
+                failpoint::hit(failpoint::WAL_AFTER_MARK).map_err(|e| {
+                    MarkFailed(entrega_core::StoreError::unavailable(e.to_string()))
+                })?;
             }
             if let Some(upto) = upto {
                 self.marked.send_replace(upto);
@@ -60,27 +61,72 @@ impl Marker {
         Ok(())
     }
 
+    /// Marks `ids`. The stream can carry a transaction before its commit is visible to other
+    /// sessions (the walsender decodes the commit record; the transaction becomes visible a
+    /// moment later), so a row the statement did not find and that is not marked already is
+    /// looked for again, briefly, until it is visible. A row gone for good (deleted by hand)
+    /// is given up on after [`VISIBLE_WITHIN`], with a warning.
     async fn mark(&self, ids: &[Uuid]) -> Result<(), MarkFailed> {
+        let mut waiting: Vec<Uuid> = ids.to_vec();
+        let started = std::time::Instant::now();
         let mut failures = 0u32;
+        let mut pause = Duration::from_micros(200);
         loop {
-            let marked = sqlx::query(
-                "UPDATE outbox SET publicado_en = now() \
-                 WHERE id = ANY($1) AND publicado_en IS NULL",
-            )
-            .bind(ids)
-            .execute(&self.pool)
-            .await
-            .map_err(entrega_postgres::classify);
-            match marked {
-                Ok(_) => return Ok(()),
+            match self.mark_visible(&waiting).await {
+                Ok(left) if left.is_empty() => return Ok(()),
+                Ok(left) => {
+                    if started.elapsed() > VISIBLE_WITHIN {
+                        tracing::warn!(rows = left.len(), first = %left[0], "published outbox rows not found to mark; given up on");
+                        return Ok(());
+                    }
+                    waiting = left;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
                 Err(e) if e.is_transient() => {
                     failures = failures.saturating_add(1);
                     let delay: Duration = self.backoff.delay(failures);
-                    tracing::warn!(rows = ids.len(), failures, ?delay, error = %e, "marking published outbox rows failed; retrying");
+                    tracing::warn!(rows = waiting.len(), failures, ?delay, error = %e, "marking published outbox rows failed; retrying");
                     tokio::time::sleep(delay).await;
                 }
                 Err(e) => return Err(MarkFailed(e)),
             }
         }
     }
+
+    /// Marks what of `ids` is visible and unmarked; returns the ids neither marked now nor
+    /// marked before (not visible yet).
+    async fn mark_visible(&self, ids: &[Uuid]) -> Result<Vec<Uuid>, entrega_core::StoreError> {
+        let marked: Vec<Uuid> = sqlx::query_scalar(
+            "UPDATE outbox SET publicado_en = now() \
+             WHERE id = ANY($1) AND publicado_en IS NULL RETURNING id",
+        )
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(entrega_postgres::classify)?;
+        if marked.len() == ids.len() {
+            return Ok(Vec::new());
+        }
+        let marked: std::collections::HashSet<Uuid> = marked.into_iter().collect();
+        let rest: Vec<Uuid> = ids
+            .iter()
+            .filter(|id| !marked.contains(id))
+            .copied()
+            .collect();
+        // Published again after a restart: marked by the session before.
+        let before: std::collections::HashSet<Uuid> = sqlx::query_scalar(
+            "SELECT id FROM outbox WHERE id = ANY($1) AND publicado_en IS NOT NULL",
+        )
+        .bind(&rest)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(entrega_postgres::classify)?
+        .into_iter()
+        .collect();
+        Ok(rest.into_iter().filter(|id| !before.contains(id)).collect())
+    }
 }
+
+/// How long a published row may stay invisible before the marker gives up on it.
+const VISIBLE_WITHIN: Duration = Duration::from_secs(30);

@@ -244,7 +244,11 @@ impl WalRelay {
                 }
                 Err(session::End::SlotBusy(pid)) => {
                     if !waiting_logged {
-                        tracing::info!(slot, pid, "replication slot is held by another relay; waiting to take over");
+                        tracing::info!(
+                            slot,
+                            pid,
+                            "replication slot is held by another relay; waiting to take over"
+                        );
                         waiting_logged = true;
                     }
                     Duration::from_secs(1)

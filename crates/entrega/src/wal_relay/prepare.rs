@@ -45,9 +45,10 @@ pub(super) async fn plan(pool: &PgPool, name: &str, recreate: bool) -> Result<Pl
         (Some(state), _) if state.is_lost() => Err(End::Fatal(WalError::SlotLost {
             slot: name.to_owned(),
         })),
-        (Some(state), _) if state.plugin.as_deref() != Some("pgoutput") => {
-            Err(foreign(name, format!("its plugin is {:?}, not pgoutput", state.plugin)))
-        }
+        (Some(state), _) if state.plugin.as_deref() != Some("pgoutput") => Err(foreign(
+            name,
+            format!("its plugin is {:?}, not pgoutput", state.plugin),
+        )),
         (Some(state), _) if state.database.as_deref() != Some(database.as_str()) => Err(foreign(
             name,
             format!("it decodes database {:?}, not {database}", state.database),

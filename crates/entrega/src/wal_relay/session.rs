@@ -114,9 +114,7 @@ impl WalRelay {
             }
             .run(),
         );
-        let result = self
-            .pump(&mut client, &jobs, &mut marked, shutdown)
-            .await;
+        let result = self.pump(&mut client, &jobs, &mut marked, shutdown).await;
         self.gauges.set_streaming(false);
         drop(jobs);
         let marked_all = marker.await;
@@ -248,7 +246,9 @@ impl WalRelay {
         let messages = Arc::new(publish::messages(&self.config, &rows).map_err(|e| {
             // A row nothing routes: the stream stops here, and the slot with it, until the
             // routing is fixed; nothing after it is skipped.
-            End::Fatal(WalError::Stream(format!("an outbox row cannot be published: {e}")))
+            End::Fatal(WalError::Stream(format!(
+                "an outbox row cannot be published: {e}"
+            )))
         })?);
         Ok(Some(InFlight {
             task: self.spawn_publish(Arc::clone(&messages), Duration::ZERO),

@@ -62,7 +62,11 @@ impl SlotGauges {
 }
 
 /// Reads the slot every `check_interval` until `stop`, into the gauges and the metrics.
-pub(super) fn spawn_checks(relay: &WalRelay, name: &str, stop: CancellationToken) -> CancellationToken {
+pub(super) fn spawn_checks(
+    relay: &WalRelay,
+    name: &str,
+    stop: CancellationToken,
+) -> CancellationToken {
     let pool = relay.pool.clone();
     let gauges = Arc::clone(&relay.gauges);
     let every = relay.wal.check_interval;
@@ -79,7 +83,9 @@ pub(super) fn spawn_checks(relay: &WalRelay, name: &str, stop: CancellationToken
                     gauges.lag_bytes.store(lag, Ordering::Relaxed);
                     gauges.lost.store(lost, Ordering::Relaxed);
                 }
-                Err(e) => tracing::debug!(slot = %name, error = %e, "reading the replication slot failed"),
+                Err(e) => {
+                    tracing::debug!(slot = %name, error = %e, "reading the replication slot failed")
+                }
             }
             metrics::wal_slot(&name, &gauges);
             tokio::select! {

@@ -56,7 +56,12 @@ fn relay(s: &Setup, publisher: Arc<dyn Publisher>, wal: WalConfig) -> Arc<WalRel
     Arc::new(WalRelay::new(s.fresh.url(), &s.fresh.db, publisher, config, wal).unwrap())
 }
 
-fn start(relay: &Arc<WalRelay>) -> (CancellationToken, tokio::task::JoinHandle<Result<(), WalError>>) {
+fn start(
+    relay: &Arc<WalRelay>,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), WalError>>,
+) {
     let stop = CancellationToken::new();
     let task = tokio::spawn({
         let relay = Arc::clone(relay);
@@ -108,7 +113,11 @@ async fn wait_published(log: &MemoryLog, n: usize) {
         async move { count >= n }
     })
     .await;
-    assert!(seen, "{} of {n} events published", delivered(&log.records(TOPIC)).1.len());
+    assert!(
+        seen,
+        "{} of {n} events published",
+        delivered(&log.records(TOPIC)).1.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,7 +144,10 @@ async fn publishes_rows_before_and_after_the_slot_in_commit_order_and_marks_them
 
     let records = s.log.records(TOPIC);
     let (order, times) = delivered(&records);
-    assert!(times.values().all(|&n| n == 1), "an event was published twice");
+    assert!(
+        times.values().all(|&n| n == 1),
+        "an event was published twice"
+    );
     for (key, ns) in &order {
         let mut sorted = ns.clone();
         sorted.sort_unstable();
@@ -144,18 +156,26 @@ async fn publishes_rows_before_and_after_the_slot_in_commit_order_and_marks_them
     let position = |id: &str| {
         records
             .iter()
-            .position(|r| r.key.as_deref() == Some(id.split(':').next().unwrap())
-                && Envelope::parse(&r.payload).unwrap().data["n"] == json!(1))
+            .position(|r| {
+                r.key.as_deref() == Some(id.split(':').next().unwrap())
+                    && Envelope::parse(&r.payload).unwrap().data["n"] == json!(1)
+            })
             .unwrap()
     };
-    assert!(position("B:1") < position("A:1"), "commit order: B's event first");
+    assert!(
+        position("B:1") < position("A:1"),
+        "commit order: B's event first"
+    );
     // The same record the polling relay publishes: the seed's headers and envelope.
     let first = &records[0];
     assert!(first.headers.get("id_evento").is_some());
     assert_eq!(first.headers.get("tipo"), Some("pedido.creado"));
     assert_eq!(Envelope::parse(&first.payload).unwrap().source, "pedidos");
 
-    let marked = wait_until(Duration::from_secs(10), || async { unpublished(db).await == 0 }).await;
+    let marked = wait_until(Duration::from_secs(10), || async {
+        unpublished(db).await == 0
+    })
+    .await;
     assert!(marked, "{} rows left unmarked", unpublished(db).await);
     stop.cancel();
     task.await.unwrap().unwrap();
@@ -169,7 +189,11 @@ async fn publishes_rows_before_and_after_the_slot_in_commit_order_and_marks_them
     wait_published(&again, 1).await;
     stop.cancel();
     task.await.unwrap().unwrap();
-    assert_eq!(delivered(&again.records(TOPIC)).1.len(), 1, "only the new row");
+    assert_eq!(
+        delivered(&again.records(TOPIC)).1.len(),
+        1,
+        "only the new row"
+    );
     s.fresh.finish().await;
 }
 
@@ -196,7 +220,10 @@ async fn the_broker_away_holds_the_slot_and_everything_drains_after() {
     assert_eq!(unpublished(db).await, 398);
     flaky.set(Fault::None);
     wait_published(&s.log, 399).await;
-    let drained = wait_until(Duration::from_secs(10), || async { unpublished(db).await == 0 }).await;
+    let drained = wait_until(Duration::from_secs(10), || async {
+        unpublished(db).await == 0
+    })
+    .await;
     assert!(drained);
     let (order, times) = delivered(&s.log.records(TOPIC));
     assert_eq!(times.len(), 399);
@@ -230,20 +257,29 @@ async fn a_dropped_slot_stops_the_relay_and_the_polling_relay_finishes() {
         .await
         .unwrap();
     let (_stop, task) = start(&relay);
-    let stopped = tokio::time::timeout(Duration::from_secs(20), task).await.unwrap().unwrap();
+    let stopped = tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(
         matches!(stopped, Err(WalError::SlotDropped { ref slot }) if slot == relay.slot()),
         "{stopped:?}"
     );
-    let exists: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)")
-            .bind(relay.slot())
-            .fetch_one(pool)
-            .await
-            .unwrap();
+    let exists: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)",
+    )
+    .bind(relay.slot())
+    .fetch_one(pool)
+    .await
+    .unwrap();
     assert!(!exists, "a new slot was created silently");
     // The table is the truth: the polling relay publishes exactly what is left.
-    let polling = Relay::new(db.outbox(), s.log.clone(), Arc::new(SystemClock), config("poll"));
+    let polling = Relay::new(
+        db.outbox(),
+        s.log.clone(),
+        Arc::new(SystemClock),
+        config("poll"),
+    );
     while polling.drain_once().await.unwrap() > 0 {}
     assert_eq!(unpublished(db).await, 0);
     let (order, times) = delivered(&s.log.records(TOPIC));

@@ -112,7 +112,13 @@ impl Component for Inventario {
             format!("{instance}-reservas"),
         );
         let commands = consumer_worker(system, &broker, commands.router(), names, &db);
-        let relay = outbox_relay(system, &db, &broker, (SOURCE, routing()), instance);
+        let relay = outbox_relay(
+            system,
+            (&db, &DATABASE),
+            &broker,
+            (SOURCE, routing()),
+            instance,
+        )?;
         let workers = vec![(GROUP, orders.stats()), (COMMANDS_GROUP, commands.stats())];
         tracing::info!(
             instance,

@@ -129,11 +129,11 @@ impl Component for Pagos {
 
         let relay = outbox_relay(
             system,
-            store.db(),
+            (store.db(), &DATABASE),
             &broker,
             (SOURCE, super::routing()),
             &instance,
-        );
+        )?;
         tracing::info!(%instance, gateway = %entrega_core::redact_url(url), "pagos started");
         let child = start.stop.child_token();
         let (c1, c2, c3, c4) = (child.clone(), child.clone(), child.clone(), child.clone());

@@ -156,7 +156,13 @@ impl Component for OutboxRelay {
             .context("opening the pedidos database")?;
         let broker = system.broker().await.context("opening the broker")?;
         ensure_topics(&broker).await?;
-        let relay = outbox_relay(system, pedidos.db(), &broker, (SOURCE, routing()), instance);
+        let relay = outbox_relay(
+            system,
+            (pedidos.db(), &DATABASE),
+            &broker,
+            (SOURCE, routing()),
+            instance,
+        )?;
         tracing::info!(instance, "relay started");
         let stats = relay.stats();
         let stop = start.stop.clone();

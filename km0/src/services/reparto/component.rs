@@ -102,7 +102,13 @@ impl Component for Reparto {
         let names = (COMMANDS_GROUP, COMMANDS_TOPIC, format!("{member}-comandos"));
         let commands = consumer_worker(system, &broker, commands.router(), names, &db);
         let routing = TopicRouting::new().route(DELIVERY_AGGREGATE, EVENTS_TOPIC);
-        let relay = outbox_relay(system, &db, &broker, ("reparto", routing), &member);
+        let relay = outbox_relay(
+            system,
+            (&db, &DATABASE),
+            &broker,
+            ("reparto", routing),
+            &member,
+        )?;
         let coverage = RpcServer::new(
             broker.rpc(1),
             Arc::new(CoverageAnswers::new(store.clone())),
