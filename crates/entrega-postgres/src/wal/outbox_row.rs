@@ -103,6 +103,7 @@ impl OutboxColumns {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::wal::pgoutput::{tests as wire, Change, Decoder};

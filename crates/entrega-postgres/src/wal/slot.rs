@@ -225,6 +225,7 @@ pub fn slot_name_for(database: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

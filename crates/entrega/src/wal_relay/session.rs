@@ -108,7 +108,7 @@ impl WalRelay {
             Marker {
                 pool: self.pool.clone(),
                 stats: Arc::clone(&self.stats),
-                backoff: self.config.backoff.clone(),
+                backoff: self.config.backoff,
                 jobs: queue,
                 marked: marked_tx,
             }

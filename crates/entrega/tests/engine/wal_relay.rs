@@ -95,7 +95,7 @@ fn delivered(records: &[Record]) -> (HashMap<String, Vec<u64>>, HashMap<Uuid, us
     let mut times: HashMap<Uuid, usize> = HashMap::new();
     for r in records {
         let e = Envelope::parse(&r.payload).unwrap();
-        let first = times.get(&e.id).is_none();
+        let first = !times.contains_key(&e.id);
         *times.entry(e.id).or_default() += 1;
         if first {
             order

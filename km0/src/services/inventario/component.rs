@@ -140,7 +140,7 @@ impl Component for Inventario {
                 ),
                 (
                     "inventario relay",
-                    async move { Ok(relay.run(c3).await?) }.boxed(),
+                    async move { relay.run(c3).await }.boxed(),
                 ),
             ],
             child,

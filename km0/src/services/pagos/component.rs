@@ -151,10 +151,7 @@ impl Component for Pagos {
                     "pagos authorisations",
                     async move { Ok(server.run(c3).await?) }.boxed(),
                 ),
-                (
-                    "pagos relay",
-                    async move { Ok(relay.run(c4).await?) }.boxed(),
-                ),
+                ("pagos relay", async move { relay.run(c4).await }.boxed()),
             ],
             child,
         );

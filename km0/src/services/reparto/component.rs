@@ -127,10 +127,7 @@ impl Component for Reparto {
                     "reparto commands",
                     async move { Ok(commands.run(c2).await?) }.boxed(),
                 ),
-                (
-                    "reparto relay",
-                    async move { Ok(relay.run(c3).await?) }.boxed(),
-                ),
+                ("reparto relay", async move { relay.run(c3).await }.boxed()),
                 (
                     "reparto coverage",
                     async move { Ok(coverage.run(c4).await?) }.boxed(),
