@@ -82,7 +82,8 @@ impl OwnPostgres {
         let data = self.dir.join("data");
         let log = self.dir.join("server.log");
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off \
+             -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10",
             self.port,
             self.dir.display()
         );

@@ -320,7 +320,7 @@ impl Drop for Deployment {
 }
 
 /// `run <component> --instance <instance> --http 127.0.0.1:0`.
-fn run_args(component: &str, instance: &str) -> Vec<String> {
+pub fn run_args(component: &str, instance: &str) -> Vec<String> {
     [
         "run",
         component,

@@ -27,3 +27,4 @@ mod readme_by_hand;
 mod schema_registry;
 mod trace_order;
 mod up_saga;
+mod wal_relay;

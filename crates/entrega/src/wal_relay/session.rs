@@ -118,9 +118,13 @@ impl WalRelay {
         self.gauges.set_streaming(false);
         drop(jobs);
         let marked_all = marker.await;
-        // What the marker completed is reported before the session closes.
-        client.update_applied_lsn(Lsn(*marked.borrow()));
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        // What the marker completed is reported before the session closes; after a shutdown
+        // the relay waits (briefly) for the server to have it, so the next one starts there.
+        let upto = *marked.borrow();
+        client.update_applied_lsn(Lsn(upto));
+        if result.is_ok() && upto > 0 {
+            self.await_confirmed(name, upto).await;
+        }
         client.stop();
         let _ = tokio::time::timeout(Duration::from_secs(2), client.shutdown()).await;
         match marked_all {
@@ -129,6 +133,27 @@ impl WalRelay {
             Err(e) => return Err(End::Transient(format!("the marker task failed: {e}"))),
         }
         result
+    }
+
+    /// Waits until the server shows the slot confirmed at `upto` or later, for at most a few
+    /// status intervals.
+    async fn await_confirmed(&self, name: &str, upto: u64) {
+        let deadline =
+            tokio::time::Instant::now() + self.wal.status_interval * 3 + Duration::from_secs(1);
+        while tokio::time::Instant::now() < deadline {
+            let confirmed: Result<Option<i64>, _> = sqlx::query_scalar(
+                "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots \
+                 WHERE slot_name = $1",
+            )
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await;
+            match confirmed {
+                Ok(Some(at)) if u64::try_from(at).unwrap_or(0) >= upto => return,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(_) => return,
+            }
+        }
     }
 
     /// The session's loop; returns after a shutdown (the batch in flight settled) or when the

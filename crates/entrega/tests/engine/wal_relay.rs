@@ -309,7 +309,11 @@ async fn a_second_relay_waits_and_takes_over_when_the_first_stops() {
     let second = relay(&s, s.log.clone(), wal_config());
     let (stop_second, second_task) = start(&second);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(first.gauges().streaming() && !second.gauges().streaming());
+    assert!(first.gauges().streaming(), "the first relay streams");
+    assert!(
+        !second.gauges().streaming(),
+        "two relays stream from one slot"
+    );
     stop_first.cancel();
     first_task.await.unwrap().unwrap();
     let took_over = wait_until(Duration::from_secs(20), || {
@@ -320,8 +324,60 @@ async fn a_second_relay_waits_and_takes_over_when_the_first_stops() {
     assert!(took_over, "the second relay did not take over");
     commit(db, &[event("A", 1)]).await;
     wait_published(&s.log, 2).await;
-    assert_eq!(second.stats().published(), 1);
+    let marked = wait_until(Duration::from_secs(10), || {
+        let second = Arc::clone(&second);
+        async move { second.stats().published() == 1 }
+    })
+    .await;
+    assert!(marked, "the second relay published and marked the new row");
+    assert_eq!(first.stats().published(), 1);
     stop_second.cancel();
     second_task.await.unwrap().unwrap();
+    s.fresh.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_transaction_of_fifty_thousand_rows_is_published_once_in_order() {
+    const ROWS: u32 = 50_000;
+    let s = setup().await;
+    let db = &s.fresh.db;
+    let relay = relay(&s, s.log.clone(), wal_config());
+    let (stop, task) = start(&relay);
+    commit(db, &[event("before", 0)]).await;
+    wait_published(&s.log, 1).await;
+    let big: Vec<NewEvent> = (0..ROWS)
+        .map(|n| event(&format!("K{}", n % 97), n))
+        .collect();
+    commit(db, &big).await;
+    commit(db, &[event("after", 0)]).await;
+    let seen = wait_until(Duration::from_secs(120), || {
+        let count = delivered(&s.log.records(TOPIC)).1.len();
+        async move { count >= ROWS as usize + 2 }
+    })
+    .await;
+    assert!(
+        seen,
+        "{} events published",
+        delivered(&s.log.records(TOPIC)).1.len()
+    );
+    let records = s.log.records(TOPIC);
+    let (order, times) = delivered(&records);
+    assert_eq!(times.len(), ROWS as usize + 2);
+    assert!(
+        times.values().all(|&n| n == 1),
+        "an event was published twice"
+    );
+    for (key, ns) in &order {
+        let mut sorted = ns.clone();
+        sorted.sort_unstable();
+        assert_eq!(ns, &sorted, "order of {key}");
+    }
+    let marked = wait_until(Duration::from_secs(30), || async {
+        unpublished(db).await == 0
+    })
+    .await;
+    assert!(marked, "{} rows left unmarked", unpublished(db).await);
+    stop.cancel();
+    task.await.unwrap().unwrap();
     s.fresh.finish().await;
 }

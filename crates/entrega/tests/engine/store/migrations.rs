@@ -32,6 +32,7 @@ const EVERY_STEP: &[(&str, i64)] = &[
     ("outbox", 2),
     ("outbox", 3),
     ("outbox", 4),
+    ("outbox", 5),
     ("rpc", 1),
     ("rpc", 2),
     ("rpc", 3),
@@ -197,7 +198,7 @@ async fn a_newer_schema_is_refused_without_changes(backend: Backend) {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 4
+                supported: 5
             }
         ),
         "{err:?}"
