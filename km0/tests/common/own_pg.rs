@@ -22,19 +22,36 @@ fn bin_dir() -> PathBuf {
 }
 
 fn as_postgres(program: &Path, args: &[&str]) {
+    as_postgres_logged(program, args, None);
+}
+
+/// [`as_postgres`], with the end of the server's log in the failure.
+fn as_postgres_logged(program: &Path, args: &[&str], log: Option<&Path>) {
     let out = Command::new("runuser")
         .args(["-u", "postgres", "--"])
         .arg(program)
         .args(args)
         .output()
         .expect("run runuser");
-    assert!(
-        out.status.success(),
-        "{} {args:?}: {}{}",
-        program.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if !out.status.success() {
+        let tail = log
+            .and_then(|log| std::fs::read_to_string(log).ok())
+            .map(|text| {
+                // Without the refusals of clients reconnecting meanwhile.
+                let lines: Vec<&str> = text
+                    .lines()
+                    .filter(|l| !l.contains("the database system is shutting down"))
+                    .collect();
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            })
+            .unwrap_or_default();
+        panic!(
+            "{} {args:?}: {}{}\nserver log:\n{tail}",
+            program.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// A running server owned by one test.
@@ -92,7 +109,7 @@ impl OwnPostgres {
         if action.contains(&"start") || action.contains(&"restart") {
             args.extend(["-l", log.to_str().expect("utf-8 path"), "-o", &options]);
         }
-        as_postgres(&self.bin.join("pg_ctl"), &args);
+        as_postgres_logged(&self.bin.join("pg_ctl"), &args, Some(&log));
     }
 
     /// `postgres://postgres@127.0.0.1:<port>`.

@@ -83,7 +83,9 @@ impl Marker {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
-                Err(e) if e.is_transient() => {
+                // A few quick tries; then the session ends (releasing the slot, see
+                // `session`) and the rows are published and marked again by the next one.
+                Err(e) if e.is_transient() && failures < MARK_TRIES => {
                     failures = failures.saturating_add(1);
                     let delay: Duration = self.backoff.delay(failures);
                     tracing::warn!(rows = waiting.len(), failures, ?delay, error = %e, "marking published outbox rows failed; retrying");
@@ -127,6 +129,9 @@ impl Marker {
         Ok(rest.into_iter().filter(|id| !before.contains(id)).collect())
     }
 }
+
+/// Attempts at a mark that fails transiently before the session gives up.
+const MARK_TRIES: u32 = 3;
 
 /// How long a published row may stay invisible before the marker gives up on it.
 const VISIBLE_WITHIN: Duration = Duration::from_secs(30);

@@ -230,6 +230,7 @@ impl WalRelay {
         let mut recreate = self.wal.recreate_slot;
         let mut waiting_logged = false;
         while !shutdown.is_cancelled() {
+            let published = self.stats.published();
             let outcome = match prepare::plan(&self.pool, slot, recreate).await {
                 Ok(plan) => self.session(slot, plan, shutdown).await,
                 Err(e) => Err(e),
@@ -254,6 +255,10 @@ impl WalRelay {
                     Duration::from_secs(1)
                 }
                 Err(session::End::Transient(why)) => {
+                    // A session that got something through starts the backoff over.
+                    if self.stats.published() > published {
+                        failures = 0;
+                    }
                     failures = failures.saturating_add(1);
                     let delay = self.config.backoff.delay(failures);
                     tracing::warn!(slot, failures, ?delay, error = %why, "WAL relay session ended; reconnecting");

@@ -55,12 +55,10 @@ pub(super) fn stream_error(e: PgWireError) -> End {
     End::Transient(text)
 }
 
-/// The publish in flight: its task, what it carries, and the messages to send again.
+/// The publish in flight: its task and what it carries.
 struct InFlight {
     task: JoinHandle<Result<(), TransportError>>,
     confirmed: Confirmed,
-    messages: Arc<Vec<OutgoingMessage>>,
-    failures: u32,
 }
 
 /// What was read from the stream and not yet handed to a publish.
@@ -73,6 +71,8 @@ struct Reading {
     upto: Option<u64>,
     /// Transaction ends read but not yet confirmed, with their commit times (Unix ms).
     commits: VecDeque<(u64, i64)>,
+    /// Between a transaction's begin and its commit.
+    in_transaction: bool,
 }
 
 impl WalRelay {
@@ -191,6 +191,7 @@ impl WalRelay {
                     while reading.commits.front().is_some_and(|(lsn, _)| *lsn <= upto) {
                         reading.commits.pop_front();
                     }
+                    self.gauges.set_oldest_unconfirmed(reading.commits.front().map(|(_, at)| *at));
                 }
                 done = async { (&mut in_flight.as_mut().map(|f| &mut f.task)?).await.ok() }, if in_flight.is_some() => {
                     let Some(mut flight) = in_flight.take() else { continue };
@@ -209,11 +210,15 @@ impl WalRelay {
                                 // Unpublished rows stay unconfirmed: the next session reads them again.
                                 return Ok(());
                             }
-                            flight.failures = flight.failures.saturating_add(1);
-                            let delay = self.config.backoff.delay(flight.failures);
-                            tracing::warn!(slot = %self.slot, rows = flight.confirmed.ids.len(), failures = flight.failures, ?delay, error = %why, "WAL relay publish failed; retrying");
-                            flight.task = self.spawn_publish(Arc::clone(&flight.messages), delay);
-                            in_flight = Some(flight);
+                            // The session ends rather than hold the slot while the broker is
+                            // away: a server shutting down waits for its logical senders' last
+                            // position to be confirmed, which an unpublished batch never is.
+                            // The next session reads the batch again from the last confirmed
+                            // position, after the backoff.
+                            return Err(End::Transient(format!(
+                                "publishing {} rows: {why}",
+                                flight.confirmed.ids.len()
+                            )));
                         }
                     }
                 }
@@ -236,8 +241,10 @@ impl WalRelay {
                     });
                 }
                 _ = tick.tick() => {
-                    let oldest = reading.commits.front().map(|(_, at)| *at);
-                    self.gauges.set_oldest_unconfirmed(oldest);
+                    // Kept across sessions: what a failed session read stays unconfirmed.
+                    if let Some((_, at)) = reading.commits.front() {
+                        self.gauges.set_oldest_unconfirmed(Some(*at));
+                    }
                     let due = purged_at.is_none_or(|at| at.elapsed() >= self.config.purge_interval);
                     if due {
                         purged_at = Some(tokio::time::Instant::now());
@@ -276,29 +283,21 @@ impl WalRelay {
             )))
         })?);
         Ok(Some(InFlight {
-            task: self.spawn_publish(Arc::clone(&messages), Duration::ZERO),
+            task: self.spawn_publish(messages),
             confirmed: Confirmed {
                 ids: rows.iter().map(|r| r.id).collect(),
                 upto: reading.upto.take(),
             },
-            messages,
-            failures: 0,
         }))
     }
 
     fn spawn_publish(
         &self,
         messages: Arc<Vec<OutgoingMessage>>,
-        after: Duration,
     ) -> JoinHandle<Result<(), TransportError>> {
         let publisher = Arc::clone(&self.publisher);
         let stats = Arc::clone(&self.stats);
-        tokio::spawn(async move {
-            if !after.is_zero() {
-                tokio::time::sleep(after).await;
-            }
-            publish::publish(publisher, stats, messages).await
-        })
+        tokio::spawn(publish::publish(publisher, stats, messages))
     }
 
     /// Deletes published rows past retention, in the background.
@@ -342,19 +341,34 @@ impl WalRelay {
                     Change::Other(_) => {}
                 }
             }
+            ReplicationEvent::Begin { .. } => reading.in_transaction = true,
             ReplicationEvent::Commit {
                 end_lsn,
                 commit_time_micros,
                 ..
             } => {
+                reading.in_transaction = false;
                 reading.upto = Some(end_lsn.as_u64());
                 let unix_ms = (commit_time_micros + PG_EPOCH_MICROS) / 1000;
+                if reading.commits.is_empty() {
+                    // The first transaction a session reads is the oldest not confirmed.
+                    self.gauges.set_oldest_unconfirmed(Some(unix_ms));
+                }
                 reading.commits.push_back((end_lsn.as_u64(), unix_ms));
             }
             ReplicationEvent::Message { prefix, lsn, .. } if prefix == slot::HEARTBEAT_PREFIX => {
                 // Everything before the heartbeat was read: its position is whole.
                 let at = lsn.as_u64();
                 reading.upto = Some(reading.upto.map_or(at, |u| u.max(at)));
+            }
+            // Everything the server sent before a keepalive was read: between transactions,
+            // its position is whole too. Confirming it lets a server shutting down see its
+            // last WAL confirmed (a logical walsender waits for that before it exits).
+            ReplicationEvent::KeepAlive { wal_end, .. } if !reading.in_transaction => {
+                let at = wal_end.as_u64();
+                if at > reading.upto.unwrap_or(0) {
+                    reading.upto = Some(at);
+                }
             }
             _ => {}
         }
