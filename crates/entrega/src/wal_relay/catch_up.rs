@@ -30,7 +30,7 @@ type Row = (
 );
 
 const ROW_COLUMNS: &str = "id, agregado, agregado_id, tipo, version, carga::text, \
-     (extract(epoch FROM creado_en) * 1000)::bigint, seq, headers::text";
+     floor(extract(epoch FROM creado_en) * 1000)::bigint, seq, headers::text";
 
 impl WalRelay {
     /// Creates the slot and publishes the rows its stream will not carry. Only one relay does

@@ -21,6 +21,7 @@ mod relay_crash;
 mod relay_pipeline;
 mod relay_refused;
 mod relay_rounds;
+mod relay_sources;
 mod rpc_batches;
 mod saga;
 mod store;
