@@ -308,6 +308,7 @@ async fn point(common: &Common, args: &CurveArgs, value: u32) -> anyhow::Result<
                 relays: vec![n],
                 batch: 100,
                 timeout: 600,
+                ..RelayArgs::polling()
             };
             let report = relay::run(common, &relay_args).await?;
             (

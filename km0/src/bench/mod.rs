@@ -17,6 +17,8 @@ mod plot;
 mod poison;
 mod progress;
 mod relay;
+mod relay_steady;
+mod relay_wal;
 mod report;
 mod rpc;
 mod seed;

@@ -19,6 +19,7 @@ use super::timed_reader::{ReaderTimes, TimedReader};
 use super::workload::{outbox_events, prefill_outbox};
 use super::{progress, BenchRun, Common};
 use crate::services::pedidos::{AGGREGATE, SOURCE};
+use crate::wiring::relay::RelaySource;
 use crate::wiring::{ensure_topic_and_dlq, Broker, DEFAULT_LEASE_TTL};
 use entrega::db::{query_each, Db};
 
@@ -43,13 +44,58 @@ pub struct RelayArgs {
     /// Seconds one drain may take before the run fails.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
+    /// Where the relay reads the outbox, comma separated: `poll`, `wal` (PostgreSQL; one
+    /// relay per slot, so with one instance only). Sources alternate within each run.
+    #[arg(long, value_delimiter = ',', default_value = "poll", value_enum)]
+    pub sources: Vec<RelaySource>,
+    /// Also measure each source at this steady rate of single-row transactions (rows/s):
+    /// commit-to-confirmation latency and CPU per 100,000 events. 0: not measured.
+    #[arg(long, default_value_t = 0)]
+    pub steady_rate: u32,
+    /// Seconds of each steady measurement.
+    #[arg(long, default_value_t = 60)]
+    pub steady_seconds: u64,
 }
+
+impl RelayArgs {
+    /// The settings other benches start from: the polling relay only, no steady rate (the
+    /// rest is theirs to set).
+    pub fn polling() -> Self {
+        Self {
+            events: 100_000,
+            aggregates: 10_000,
+            relays: vec![1],
+            batch: 100,
+            timeout: 600,
+            sources: vec![RelaySource::Poll],
+            steady_rate: 0,
+            steady_seconds: 60,
+        }
+    }
+}
+
+/// The WAL relay must drain a backlog at least this many times as fast as the polling relay.
+const WAL_TARGET_RATIO: f64 = 1.5;
 
 /// Runs every configuration `runs` times, alternating engine and ceiling so both see the same
 /// machine weather.
 pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<BenchReport> {
     let timeout = Duration::from_secs(args.timeout);
     let mut rows = Vec::new();
+    let poll = args.sources.contains(&RelaySource::Poll);
+    let wal = args.sources.contains(&RelaySource::Wal);
+    if wal && common.place.postgres_server().is_none() {
+        bail!("--sources wal reads PostgreSQL's WAL: --database must be postgres://");
+    }
+    if wal {
+        rows.extend(wal_backlog(common, args, poll).await?);
+    }
+    if args.steady_rate > 0 {
+        rows.extend(steady_rows(common, args).await?);
+    }
+    if !poll {
+        return Ok(report(common, args, rows));
+    }
     for &relays in &args.relays {
         let relays = relays.max(1);
         let mut engine = Vec::with_capacity(common.runs);
@@ -114,7 +160,11 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
             );
         }
     }
-    Ok(BenchReport {
+    Ok(report(common, args, rows))
+}
+
+fn report(common: &Common, args: &RelayArgs, rows: Vec<Measurement>) -> BenchReport {
+    BenchReport {
         bench: "relay".to_owned(),
         backend: common.place.backend().to_owned(),
         setup: format!(
@@ -133,9 +183,91 @@ pub(crate) async fn run(common: &Common, args: &RelayArgs) -> anyhow::Result<Ben
             "aggregates": args.aggregates,
             "relays": args.relays,
             "batch": args.batch,
+            "sources": args.sources.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "steady_rate": args.steady_rate,
+            "steady_seconds": args.steady_seconds,
         }),
         rows,
-    })
+    }
+}
+
+/// The backlog drained by one WAL relay and (with `poll`) one polling relay, alternating.
+async fn wal_backlog(
+    common: &Common,
+    args: &RelayArgs,
+    poll: bool,
+) -> anyhow::Result<Vec<Measurement>> {
+    let (mut wal, mut polled) = (Vec::new(), Vec::new());
+    for run in 1..=common.runs {
+        progress(format!("relay wal, run {run}/{}", common.runs));
+        let fresh = common.place.fresh();
+        let drained = super::relay_wal::drain(&fresh, args).await;
+        common.cleanup(&fresh).await?;
+        let drained = drained?;
+        progress(format!("relay wal: {:.0} events/s", drained.rate));
+        wal.push(drained.rate);
+        if poll {
+            progress(format!("relay poll, run {run}/{}", common.runs));
+            polled.push(measure(common, args, 1).await?.rate);
+        }
+    }
+    let mut rows = vec![Measurement::new("relay x1 (wal)", "events/s", wal.clone())];
+    if poll {
+        let ratios = wal.iter().zip(&polled).map(|(w, p)| w / p).collect();
+        rows.push(Measurement::new("relay x1 (poll)", "events/s", polled));
+        rows.push(
+            Measurement::new("relay x1: wal / poll", "x", ratios)
+                .with_target(|m| Target::at_least(WAL_TARGET_RATIO, m)),
+        );
+    }
+    Ok(rows)
+}
+
+/// Each source at the steady rate, alternating.
+async fn steady_rows(common: &Common, args: &RelayArgs) -> anyhow::Result<Vec<Measurement>> {
+    let mut by_source: Vec<(RelaySource, Vec<super::relay_steady::Steady>)> =
+        args.sources.iter().map(|s| (*s, Vec::new())).collect();
+    for run in 1..=common.runs {
+        for (source, runs) in &mut by_source {
+            progress(format!(
+                "{} at {}/s, run {run}/{}",
+                source.name(),
+                args.steady_rate,
+                common.runs
+            ));
+            let fresh = common.place.fresh();
+            let steady = super::relay_steady::measure(
+                &fresh,
+                *source,
+                args.steady_rate,
+                args.steady_seconds,
+            )
+            .await;
+            common.cleanup(&fresh).await?;
+            runs.push(steady?);
+        }
+    }
+    let rate = args.steady_rate;
+    let mut rows = Vec::new();
+    for (source, runs) in by_source {
+        let name = source.name();
+        rows.push(Measurement::new(
+            format!("{name} at {rate}/s: commit to broker, p50"),
+            "ms",
+            runs.iter().map(|s| s.p50_ms).collect(),
+        ));
+        rows.push(Measurement::new(
+            format!("{name} at {rate}/s: commit to broker, p99"),
+            "ms",
+            runs.iter().map(|s| s.p99_ms).collect(),
+        ));
+        rows.push(Measurement::new(
+            format!("{name} at {rate}/s: CPU of km0 and PostgreSQL per 100k events"),
+            "s",
+            runs.iter().map(|s| s.cpu_s_per_100k).collect(),
+        ));
+    }
+    Ok(rows)
 }
 
 /// What one drain measured.
@@ -279,7 +411,7 @@ pub(crate) async fn drain_prefilled(
 }
 
 /// When the last outbox row was marked published, in epoch ms.
-async fn last_mark_ms(db: &Db) -> anyhow::Result<i64> {
+pub(crate) async fn last_mark_ms(db: &Db) -> anyhow::Result<i64> {
     let last: Option<Option<i64>> = db
         .scalar(query_each(
             "SELECT CAST(round((julianday(max(publicado_en)) - 2440587.5) * 86400000.0)

@@ -186,6 +186,7 @@ async fn compare_relays(
         relays: vec![1],
         batch: 100,
         timeout: args.timeout,
+        ..RelayArgs::polling()
     };
     drain_prefilled(run, pedidos.db(), &broker, &relay_args, 1).await?;
     let ours = span_rate(pool, "outbox", "publicado_en", None).await?;
