@@ -315,3 +315,67 @@ async fn the_seed_consumer_refuses_envelopes_that_break_the_contract() {
     )
     .await;
 }
+
+/// The seed's own `crear_pedido` (its INSERT into the outbox, no column of entrega's named)
+/// writes into km0's pedidos database while km0's WAL relay streams from its slot: every row
+/// is decoded, published and marked, and km0's inventario applies each order once.
+#[tokio::test]
+async fn the_wal_relay_publishes_the_seeds_own_inserts() {
+    const ORDERS: i64 = 20;
+    let broker = KafkaNamespace::new();
+    let km0 = Km0Kafka::new(&broker);
+    let mut dbs = Databases::new();
+    let pedidos_db = km0.db(&mut dbs, "pedidos").await;
+    let inventario_db = km0.db(&mut dbs, "inventario").await;
+    let relay = km0
+        .start_with("relay", &[("KM0_RELAY_SOURCE", "wal")])
+        .await;
+    let inventario = km0.start("inventario").await;
+    eventually(CONSUMED_WITHIN, "the WAL relay streaming", || async {
+        let active: Option<bool> = sqlx::query_scalar(
+            "SELECT active FROM pg_replication_slots WHERE database = current_database()",
+        )
+        .fetch_optional(&pedidos_db)
+        .await
+        .expect("slot");
+        (active == Some(true)).then_some(())
+    })
+    .await;
+
+    let pedidos_url = km0.url("pedidos").await;
+    let created = run_ok(
+        "seed_producer.py",
+        &argv(&format!(
+            "--dsn {pedidos_url} --orders {ORDERS} --id-prefix P-WAL-"
+        )),
+    )
+    .await;
+    assert_eq!(created["created"], ORDERS, "{created}");
+    eventually(
+        CONSUMED_WITHIN,
+        "every seed row marked published",
+        || async { (pending(&pedidos_db).await == 0).then_some(()) },
+    )
+    .await;
+    eventually(
+        CONSUMED_WITHIN,
+        "km0 inventario to commit every message",
+        || async { caught_up(&topic_stats(&broker, TOPIC, GROUP).await).then_some(()) },
+    )
+    .await;
+    let order_ids: Vec<String> = (1..=ORDERS).map(|i| format!("P-WAL-{i:06}")).collect();
+    let seed_ids = outbox_ids(&pedidos_db, &order_ids).await;
+    assert_eq!(seed_ids.len(), usize::try_from(ORDERS).unwrap());
+    assert_eq!(
+        processed_keys(&inventario_db).await,
+        seed_ids,
+        "each of the seed's rows applied once"
+    );
+    let stats = topic_stats(&broker, TOPIC, GROUP).await;
+    assert_eq!(stats["distinct_ids"], ORDERS, "{stats}");
+
+    inventario.terminate().await;
+    relay.terminate().await;
+    pedidos_db.close().await;
+    inventario_db.close().await;
+}

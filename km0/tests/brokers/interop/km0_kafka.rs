@@ -82,10 +82,26 @@ impl Km0Kafka {
         PgPool::connect(&url).await.expect("connect")
     }
 
+    /// The URL of `service`'s database (made by [`Km0Kafka::db`]).
+    pub async fn url(&self, service: &str) -> String {
+        entrega_postgres::ensure_database(
+            &common::pg_server(),
+            &format!("{}{service}", self.prefix),
+        )
+        .await
+        .expect("database URL")
+    }
+
     /// `km0 run <component>`, waiting (bounded) for its ready line.
     pub async fn start(&self, component: &str) -> Km0 {
+        self.start_with(component, &[]).await
+    }
+
+    /// [`Km0Kafka::start`] with `env` set in the process.
+    pub async fn start_with(&self, component: &str, env: &[(&str, &str)]) -> Km0 {
         let log = std::fs::File::create(self.logs.join(format!("{component}.log"))).expect("log");
         let mut child = Command::new(env!("CARGO_BIN_EXE_km0"))
+            .envs(env.iter().copied())
             // Test deployments migrate as they open (production runs `km0 migrate` first).
             .env("KM0_MIGRATE", "true")
             // The seed's first flow unless a test asks for the saga (`--saga` wins).
