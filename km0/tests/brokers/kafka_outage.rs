@@ -12,7 +12,8 @@
 //! (`common::kafka_state::checks`), by the same processes, still running.
 //!
 //! The largest backlog and the times from restore to drained outbox and to consumed topic are
-//! printed and written to `target/km0-measurements/kafka_outage.json`.
+//! printed and written to `target/km0-measurements/kafka_outage.json` (`kafka_outage_wal.json`
+//! for the same outage under the WAL relay, whose slot is checked to hold the outage's WAL).
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -113,7 +114,7 @@ where
 }
 
 /// Prints `report` and writes it to `target/km0-measurements/kafka_outage.json`.
-fn write_measurements(report: &serde_json::Value) {
+fn write_measurements(name: &str, report: &serde_json::Value) {
     eprintln!("kafka outage: {report}");
     let dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
@@ -121,7 +122,7 @@ fn write_measurements(report: &serde_json::Value) {
         .join("km0-measurements");
     std::fs::create_dir_all(&dir).expect("measurements directory");
     std::fs::write(
-        dir.join("kafka_outage.json"),
+        dir.join(format!("{name}.json")),
         serde_json::to_string_pretty(report).expect("json"),
     )
     .expect("write measurements");
@@ -180,6 +181,30 @@ async fn cut_for(outage: Duration, proxy: &Proxy, state: &DbState, relay: &Km0) 
 // were queued during the outage once the broker is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
+    through_an_outage(&[]).await;
+}
+
+/// The same with the WAL relay: its slot holds the WAL of every event committed during the
+/// outage (none confirmed), and it drains in order after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_relay_through_a_broker_outage_holds_the_slot_then_drains() {
+    through_an_outage(&[("KM0_RELAY_SOURCE", "wal")]).await;
+}
+
+/// WAL written past the position pedidos' slot confirmed, in bytes (`None`: no slot).
+async fn slot_lag_bytes(state: &DbState) -> Option<i64> {
+    state
+        .pedidos
+        .scalar::<i64>(entrega::db::query(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint \
+             FROM pg_replication_slots WHERE database = current_database()",
+        ))
+        .await
+        .unwrap()
+}
+
+async fn through_an_outage(relay_env: &[(&str, &str)]) {
+    let wal = !relay_env.is_empty();
     let outage = outage();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind proxy");
     let proxy_addr = listener.local_addr().expect("proxy addr");
@@ -192,7 +217,9 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let start = fill_stock(&state).await;
 
     let mut pedidos = deployment.start("pedidos", "pedidos-1").await;
-    let mut relay = deployment.start("relay", "relay-1").await;
+    let mut relay = deployment
+        .start_with_env("relay", "relay-1", relay_env)
+        .await;
     let mut consumer = deployment.start("inventario", "inventario-1").await;
     let (addr, db) = (pedidos.http_addr(), state.pedidos.clone());
     let warm_up = Load::start(addr, db.clone(), "P-WARM", PER_SECOND, 20, 1).finish();
@@ -208,8 +235,10 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
     let load = Load::start(addr, db, "P-OUT", PER_SECOND, usize::MAX, 0x6b6d_3047);
     tokio::time::sleep(BEFORE_CUT).await;
     assert_eq!(proxy.refused(), 0, "connections refused before the cut");
+    let lag_before = slot_lag_bytes(&state).await;
     let during = cut_for(outage, &proxy, &state, &relay).await;
     let cut_at = during.cut_at;
+    let lag_at_restore = slot_lag_bytes(&state).await;
     proxy.restore();
     let restored_at = Instant::now();
     let outcomes: Vec<Outcome> = load.stop().await;
@@ -223,21 +252,39 @@ async fn orders_accepted_through_a_broker_outage_then_applied_once_in_order() {
         .iter()
         .filter(|o| o.sent >= cut_at && o.answered <= restored_at)
         .count();
-    write_measurements(&json!({
-        "outage_secs": outage.as_secs(),
-        "orders_per_second": PER_SECOND,
-        "orders": placed.len() + outcomes.len(),
-        "orders_during_outage": in_outage,
-        "largest_backlog_events": during.largest_backlog,
-        "backlog_at_restore_events": during.backlog_at_restore,
-        "restore_to_outbox_drained_ms": drained.map(|d| d.as_millis()),
-        "restore_to_all_consumed_ms": consumed.map(|d| d.as_millis()),
-        "refused_connections": during.refused,
-        "refused_connections_second_half": during.refused_second_half,
-        "refused_connections_bound": bound,
-        "refused_connections_second_half_bound": half_bound,
-        "relay_cpu_ms_during_outage": during.relay_cpu.as_millis(),
-    }));
+    let name = if wal {
+        "kafka_outage_wal"
+    } else {
+        "kafka_outage"
+    };
+    write_measurements(
+        name,
+        &json!({
+            "outage_secs": outage.as_secs(),
+            "orders_per_second": PER_SECOND,
+            "orders": placed.len() + outcomes.len(),
+            "orders_during_outage": in_outage,
+            "largest_backlog_events": during.largest_backlog,
+            "backlog_at_restore_events": during.backlog_at_restore,
+            "restore_to_outbox_drained_ms": drained.map(|d| d.as_millis()),
+            "restore_to_all_consumed_ms": consumed.map(|d| d.as_millis()),
+            "refused_connections": during.refused,
+            "refused_connections_second_half": during.refused_second_half,
+            "refused_connections_bound": bound,
+            "refused_connections_second_half_bound": half_bound,
+            "relay_cpu_ms_during_outage": during.relay_cpu.as_millis(),
+        }),
+    );
+    if wal {
+        // The slot held the outage's WAL: its confirmed position did not move past the events
+        // the broker never confirmed.
+        let (before, at_restore) = (lag_before.unwrap_or(0), lag_at_restore.unwrap_or(0));
+        assert!(
+            at_restore > before,
+            "the slot's lag did not grow during the outage ({before} -> {at_restore} bytes)"
+        );
+        eprintln!("WAL relay slot lag: {before} bytes before the cut, {at_restore} at the restore");
+    }
     // Orders placed while the proxy was cut: all accepted.
     assert!(in_outage > 0, "no order was placed during the outage");
     placed.extend(all_accepted(&outcomes));
