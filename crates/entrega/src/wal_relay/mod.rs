@@ -55,6 +55,10 @@ pub struct WalConfig {
     pub status_interval: Duration,
     /// How often the slot's state and WAL are read for the gauges (and a lost slot noticed).
     pub check_interval: Duration,
+    /// Longest wait before a new session after one ended on a failure (the broker or the
+    /// database away). Sessions end rather than hold the slot while nothing can be published,
+    /// so this bounds how long after the broker's return the relay resumes.
+    pub reconnect_max: Duration,
     /// Create the slot again when entrega's record says it existed: the deliberate recovery
     /// after an operator dropped it or PostgreSQL invalidated it. The rows still pending are
     /// published first, then the new slot's stream; rows published and marked meanwhile by
@@ -64,13 +68,14 @@ pub struct WalConfig {
 
 impl Default for WalConfig {
     /// The database's default slot, a heartbeat every 10 s, positions reported within 1 s,
-    /// the slot read every 5 s.
+    /// the slot read every 5 s, sessions started again within 5 s of a failure.
     fn default() -> Self {
         Self {
             slot: None,
             heartbeat_interval: Duration::from_secs(10),
             status_interval: Duration::from_secs(1),
             check_interval: Duration::from_secs(5),
+            reconnect_max: Duration::from_secs(5),
             recreate_slot: false,
         }
     }
@@ -260,7 +265,11 @@ impl WalRelay {
                         failures = 0;
                     }
                     failures = failures.saturating_add(1);
-                    let delay = self.config.backoff.delay(failures);
+                    let delay = self
+                        .config
+                        .backoff
+                        .delay(failures)
+                        .min(self.wal.reconnect_max);
                     tracing::warn!(slot, failures, ?delay, error = %why, "WAL relay session ended; reconnecting");
                     delay
                 }
