@@ -266,6 +266,11 @@ async fn steady_rows(common: &Common, args: &RelayArgs) -> anyhow::Result<Vec<Me
             "s",
             runs.iter().map(|s| s.cpu_s_per_100k).collect(),
         ));
+        rows.push(Measurement::new(
+            format!("{name} at {rate}/s: of which PostgreSQL's"),
+            "s",
+            runs.iter().map(|s| s.postgres_s_per_100k).collect(),
+        ));
     }
     Ok(rows)
 }

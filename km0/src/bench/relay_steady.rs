@@ -34,6 +34,8 @@ pub(crate) struct Steady {
     pub(crate) p99_ms: f64,
     /// CPU seconds of the bench process and PostgreSQL per 100,000 events.
     pub(crate) cpu_s_per_100k: f64,
+    /// Of which PostgreSQL's.
+    pub(crate) postgres_s_per_100k: f64,
 }
 
 /// Notes when the broker confirmed each event.
@@ -176,18 +178,21 @@ async fn steady(
             histogram.record(u64::try_from((ack - commit).max(1))?)?;
         }
     }
-    let cpu_s = (used.of("postgres") + used.of("km0")) / 100.0 * window;
+    let per_100k = |percent: f64| percent / 100.0 * window / measured as f64 * 100_000.0;
     let steady = Steady {
         p50_ms: histogram.value_at_quantile(0.5) as f64 / 1000.0,
         p99_ms: histogram.value_at_quantile(0.99) as f64 / 1000.0,
-        cpu_s_per_100k: cpu_s / measured as f64 * 100_000.0,
+        cpu_s_per_100k: per_100k(used.of("postgres") + used.of("km0")),
+        postgres_s_per_100k: per_100k(used.of("postgres")),
     };
     progress(format!(
-        "{} at {rate}/s: p50 {:.1} ms, p99 {:.1} ms, {:.1} CPU s per 100k events",
+        "{} at {rate}/s: p50 {:.1} ms, p99 {:.1} ms, {:.1} CPU s per 100k events ({:.1} of \
+         them PostgreSQL's)",
         source.name(),
         steady.p50_ms,
         steady.p99_ms,
-        steady.cpu_s_per_100k
+        steady.cpu_s_per_100k,
+        steady.postgres_s_per_100k
     ));
     Ok(steady)
 }

@@ -121,7 +121,7 @@ impl WalRelay {
 
     /// Publishes and marks `ids` batch by batch, in order, retrying transient failures.
     async fn publish_pending(&self, ids: &[Uuid], shutdown: &CancellationToken) -> Result<(), End> {
-        for chunk in ids.chunks(self.config.batch_size.max(1)) {
+        for chunk in ids.chunks(self.wal.max_batch.max(1)) {
             let rows = self.rows(chunk).await?;
             if rows.is_empty() {
                 continue;

@@ -28,6 +28,8 @@ pub(super) struct Marker {
     pub(super) backoff: Backoff,
     pub(super) jobs: mpsc::Receiver<Confirmed>,
     pub(super) marked: watch::Sender<u64>,
+    /// Shortest time between two marks.
+    pub(super) every: Duration,
 }
 
 /// Why the marker stopped before its queue ended.
@@ -35,17 +37,36 @@ pub(super) struct Marker {
 pub(super) struct MarkFailed(pub(super) entrega_core::StoreError);
 
 impl Marker {
-    /// Marks each arriving batch (those waiting are merged into one statement), then reports
-    /// the position it completed. Transient failures are retried with backoff; the queue
+    /// Marks the arriving batches, those that arrive within `every` of the last mark merged
+    /// into one statement, then reports the position it completed. Transient failures are retried with backoff; the queue
     /// ending ends the marker once everything in it was marked.
     pub(super) async fn run(mut self) -> Result<(), MarkFailed> {
+        let mut marked_at: Option<tokio::time::Instant> = None;
         while let Some(first) = self.jobs.recv().await {
             let mut ids = first.ids;
             let mut upto = first.upto;
+            // One statement (and one commit) per `every` at most: what arrives meanwhile joins
+            // it. Confirmations wait as long; publishing does not.
+            if let Some(at) = marked_at {
+                let until = at + self.every;
+                loop {
+                    tokio::select! {
+                        more = self.jobs.recv() => match more {
+                            Some(more) => {
+                                ids.extend(more.ids);
+                                upto = more.upto.or(upto);
+                            }
+                            None => break,
+                        },
+                        () = tokio::time::sleep_until(until) => break,
+                    }
+                }
+            }
             while let Ok(more) = self.jobs.try_recv() {
                 ids.extend(more.ids);
                 upto = more.upto.or(upto);
             }
+            marked_at = Some(tokio::time::Instant::now());
             if !ids.is_empty() {
                 self.mark(&ids).await?;
                 bump(&self.stats.published, ids.len() as u64);

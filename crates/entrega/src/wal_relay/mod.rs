@@ -55,6 +55,15 @@ pub struct WalConfig {
     pub status_interval: Duration,
     /// How often the slot's state and WAL are read for the gauges (and a lost slot noticed).
     pub check_interval: Duration,
+    /// Most rows one publish carries. While a publish waits for the broker, the stream is
+    /// read into the next one up to this many rows: under a backlog every publish is this
+    /// big, while a lone row still goes out at once. (`RelayConfig::batch_size` is the polling
+    /// relay's per lane; the WAL has no lanes.)
+    pub max_batch: usize,
+    /// Shortest time between two marks of published rows: at a steady low rate one
+    /// statement (and one commit) marks what several publishes confirmed. Positions are
+    /// confirmed to PostgreSQL at most this much later; publishing does not wait.
+    pub mark_every: Duration,
     /// Longest wait before a new session after one ended on a failure (the broker or the
     /// database away). Sessions end rather than hold the slot while nothing can be published,
     /// so this bounds how long after the broker's return the relay resumes.
@@ -68,7 +77,8 @@ pub struct WalConfig {
 
 impl Default for WalConfig {
     /// The database's default slot, a heartbeat every 10 s, positions reported within 1 s,
-    /// the slot read every 5 s, sessions started again within 5 s of a failure.
+    /// the slot read every 5 s, sessions started again within 5 s of a failure, publishes of at
+    /// most 5,000 rows, marks at most every 100 ms.
     fn default() -> Self {
         Self {
             slot: None,
@@ -76,6 +86,8 @@ impl Default for WalConfig {
             status_interval: Duration::from_secs(1),
             check_interval: Duration::from_secs(5),
             reconnect_max: Duration::from_secs(5),
+            max_batch: 5_000,
+            mark_every: Duration::from_millis(100),
             recreate_slot: false,
         }
     }

@@ -111,6 +111,7 @@ impl WalRelay {
                 backoff: self.config.backoff,
                 jobs: queue,
                 marked: marked_tx,
+                every: self.wal.mark_every,
             }
             .run(),
         );
@@ -178,7 +179,7 @@ impl WalRelay {
             if draining && in_flight.is_none() {
                 return Ok(());
             }
-            let room = reading.rows.len() < self.config.batch_size;
+            let room = reading.rows.len() < self.wal.max_batch.max(1);
             tokio::select! {
                 biased;
                 () = shutdown.cancelled(), if !draining => draining = true,
