@@ -1,5 +1,5 @@
 //! An outbox row from an inserted tuple of the replication stream: the same [`OutboxRow`] the
-//! polling relay reads with SQL, built from the columns' text output.
+//! polling relay reads with SQL, built from the columns' text or binary output.
 
 use entrega_core::{Headers, OutboxRow, RawJson};
 use uuid::Uuid;
@@ -24,6 +24,15 @@ pub struct OutboxColumns {
     seq: usize,
     published_at: usize,
     headers: Option<usize>,
+    payload_jsonb: bool,
+    headers_jsonb: bool,
+}
+
+fn is_jsonb(relation: &Relation, column: &str) -> bool {
+    relation
+        .position(column)
+        .and_then(|at| relation.types.get(at))
+        .is_some_and(|t| *t == JSONB)
 }
 
 impl OutboxColumns {
@@ -48,57 +57,130 @@ impl OutboxColumns {
             seq: at("seq")?,
             published_at: at("publicado_en")?,
             headers: relation.position("headers"),
+            payload_jsonb: is_jsonb(relation, "carga"),
+            headers_jsonb: is_jsonb(relation, "headers"),
         })
     }
 
     /// The row an insert carries; `None` for a row inserted already published (nothing to
-    /// do, as for the polling relay).
+    /// do, as for the polling relay). Values come in text form, or in binary form when the
+    /// stream was asked for it (uuid, integers, `timestamptz`, `jsonb` and text each read in
+    /// theirs).
     pub fn row(&self, values: &[Value]) -> Result<Option<OutboxRow>, RowError> {
         if !matches!(values.get(self.published_at), Some(Value::Null)) {
             return Ok(None);
         }
-        let text = |at: usize, name: &str| -> Result<&str, RowError> {
-            match values.get(at) {
-                Some(Value::Text(bytes)) => std::str::from_utf8(bytes)
-                    .map_err(|_| RowError(format!("`{name}` is not UTF-8"))),
-                Some(Value::Null) => Err(RowError(format!("`{name}` is NULL"))),
-                _ => Err(RowError(format!("`{name}` is not in text form"))),
-            }
-        };
-        let id_text = text(self.id, "id")?;
-        let id = Uuid::parse_str(id_text)
-            .map_err(|e| RowError(format!("id `{id_text}` is not a UUID: {e}")))?;
-        let number = |at: usize, name: &str| -> Result<i64, RowError> {
-            let t = text(at, name)?;
-            t.parse::<i64>()
-                .map_err(|_| RowError(format!("row {id}: `{name}` = `{t}` is not an integer")))
-        };
-        let version = u32::try_from(number(self.version, "version")?)
+        let id = uuid(values, self.id)?;
+        let named = |e: RowError| RowError(format!("row {id}: {}", e.0));
+        let version = u32::try_from(integer(values, self.version, "version").map_err(named)?)
             .map_err(|_| RowError(format!("row {id}: version out of range")))?;
-        let created = text(self.created_at, "creado_en")?;
-        let created_at_ms = entrega_core::utc::parse_utc_ms(created).ok_or_else(|| {
-            RowError(format!(
-                "row {id}: creado_en `{created}` is not a UTC timestamp"
-            ))
-        })?;
-        let payload = RawJson::parse(text(self.payload, "carga")?.to_owned())
+        let created_at_ms = time_ms(values, self.created_at).map_err(named)?;
+        let payload = RawJson::parse(json(values, self.payload, self.payload_jsonb, "carga").map_err(named)?)
             .map_err(|e| RowError(format!("row {id}: carga is not JSON: {e}")))?;
-        let headers = match self.headers.and_then(|at| values.get(at)) {
-            Some(Value::Text(bytes)) => Headers::from_json_object(&String::from_utf8_lossy(bytes)),
+        let headers = match self.headers {
+            Some(at) if !matches!(values.get(at), Some(Value::Null) | None) => {
+                Headers::from_json_object(&json(values, at, self.headers_jsonb, "headers").map_err(named)?)
+            }
             _ => Headers::new(),
         };
         Ok(Some(OutboxRow {
             id,
-            aggregate: text(self.aggregate, "agregado")?.to_owned(),
-            aggregate_id: text(self.aggregate_id, "agregado_id")?.to_owned(),
-            kind: text(self.kind, "tipo")?.to_owned(),
+            aggregate: text(values, self.aggregate, "agregado").map_err(named)?,
+            aggregate_id: text(values, self.aggregate_id, "agregado_id").map_err(named)?,
+            kind: text(values, self.kind, "tipo").map_err(named)?,
             version,
             payload,
             created_at_ms,
-            seq: number(self.seq, "seq")?,
+            seq: integer(values, self.seq, "seq").map_err(named)?,
             attempts: 0,
             headers,
         }))
+    }
+}
+
+/// PostgreSQL's `jsonb` type OID: its binary form is a version byte, then the text.
+const JSONB: u32 = 3802;
+
+/// Microseconds from the Unix epoch to PostgreSQL's (2000-01-01).
+const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+
+fn value<'a>(values: &'a [Value], at: usize, name: &str) -> Result<&'a Value, RowError> {
+    match values.get(at) {
+        Some(Value::Null) => Err(RowError(format!("`{name}` is NULL"))),
+        Some(Value::Unchanged) | None => Err(RowError(format!("`{name}` is missing"))),
+        Some(v) => Ok(v),
+    }
+}
+
+fn utf8(bytes: &[u8], name: &str) -> Result<String, RowError> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| RowError(format!("`{name}` is not UTF-8")))
+}
+
+/// A text column (its binary form is the text too).
+fn text(values: &[Value], at: usize, name: &str) -> Result<String, RowError> {
+    match value(values, at, name)? {
+        Value::Text(b) | Value::Binary(b) => utf8(b, name),
+        _ => Err(RowError(format!("`{name}` is unreadable"))),
+    }
+}
+
+fn uuid(values: &[Value], at: usize) -> Result<Uuid, RowError> {
+    match value(values, at, "id")? {
+        Value::Text(b) => {
+            let t = utf8(b, "id")?;
+            Uuid::parse_str(&t).map_err(|e| RowError(format!("id `{t}` is not a UUID: {e}")))
+        }
+        Value::Binary(b) => {
+            Uuid::from_slice(b).map_err(|e| RowError(format!("id is not a UUID: {e}")))
+        }
+        _ => Err(RowError("`id` is unreadable".into())),
+    }
+}
+
+/// An integer column of any width (`int2`, `int4`, `int8`).
+fn integer(values: &[Value], at: usize, name: &str) -> Result<i64, RowError> {
+    match value(values, at, name)? {
+        Value::Text(b) => {
+            let t = utf8(b, name)?;
+            t.parse()
+                .map_err(|_| RowError(format!("`{name}` = `{t}` is not an integer")))
+        }
+        Value::Binary(b) => match b.len() {
+            2 => Ok(i64::from(i16::from_be_bytes([b[0], b[1]]))),
+            4 => Ok(i64::from(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))),
+            8 => Ok(i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
+            n => Err(RowError(format!("`{name}` is a {n}-byte integer"))),
+        },
+        _ => Err(RowError(format!("`{name}` is unreadable"))),
+    }
+}
+
+/// `creado_en` in epoch ms (truncated, as the polling relay reads it).
+fn time_ms(values: &[Value], at: usize) -> Result<i64, RowError> {
+    match value(values, at, "creado_en")? {
+        Value::Text(b) => {
+            let t = utf8(b, "creado_en")?;
+            entrega_core::utc::parse_utc_ms(&t)
+                .ok_or_else(|| RowError(format!("creado_en `{t}` is not a UTC timestamp")))
+        }
+        Value::Binary(b) if b.len() == 8 => {
+            let micros = i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            Ok(micros.saturating_add(PG_EPOCH_MICROS).div_euclid(1_000))
+        }
+        _ => Err(RowError("`creado_en` is not a timestamp".into())),
+    }
+}
+
+/// A `jsonb` (or `json`) column's text.
+fn json(values: &[Value], at: usize, jsonb: bool, name: &str) -> Result<String, RowError> {
+    match value(values, at, name)? {
+        Value::Text(b) => utf8(b, name),
+        Value::Binary(b) if jsonb => match b.split_first() {
+            Some((1, text)) => utf8(text, name),
+            _ => Err(RowError(format!("`{name}` is jsonb of an unknown version"))),
+        },
+        Value::Binary(b) => utf8(b, name),
+        _ => Err(RowError(format!("`{name}` is unreadable"))),
     }
 }
 
@@ -179,5 +261,53 @@ mod tests {
         values[4] = Some("1");
         values[0] = Some("nope");
         assert!(decoded(&values).unwrap_err().0.contains("UUID"));
+    }
+
+    #[test]
+    fn binary_values_read_as_their_text_forms_do() {
+        let typed = [
+            ("id", 2950),
+            ("agregado", 25),
+            ("agregado_id", 25),
+            ("tipo", 25),
+            ("version", 23),
+            ("carga", 3802),
+            ("creado_en", 1184),
+            ("publicado_en", 1184),
+            ("seq", 20),
+            ("headers", 3802),
+        ];
+        let mut d = Decoder::new();
+        let Change::Relation(relation) =
+            d.decode(&wire::relation_typed(4, "outbox", &typed)).unwrap()
+        else {
+            panic!("not a relation")
+        };
+        let id = Uuid::parse_str("6f1c1f0e-2d7b-4f6a-9a53-9a3f8e1b2c3d").unwrap();
+        // 2026-12-07 05:07:19.123456 UTC in microseconds since 2000-01-01.
+        let micros: i64 = 1_796_620_039_123_456 - 946_684_800_000_000;
+        let jsonb = |t: &str| [&[1u8][..], t.as_bytes()].concat();
+        let values = [
+            Some(id.as_bytes().to_vec()),
+            Some(b"pedido".to_vec()),
+            Some(b"p-1".to_vec()),
+            Some(b"pedido.creado".to_vec()),
+            Some(2i32.to_be_bytes().to_vec()),
+            Some(jsonb(r#"{"total": 10}"#)),
+            Some(micros.to_be_bytes().to_vec()),
+            None,
+            Some(42i64.to_be_bytes().to_vec()),
+            Some(jsonb(r#"{"traceparent": "00-abc"}"#)),
+        ];
+        let Change::Insert { values, .. } = d.decode(&wire::insert_binary(4, &values)).unwrap()
+        else {
+            panic!("not an insert")
+        };
+        let row = OutboxColumns::of(&relation).unwrap().row(&values).unwrap().unwrap();
+        assert_eq!(row.id, id);
+        assert_eq!((row.version, row.seq), (2, 42));
+        assert_eq!(row.payload.as_str(), r#"{"total": 10}"#);
+        assert_eq!(row.created_at_ms, 1_796_620_039_123);
+        assert_eq!(row.headers.get("traceparent"), Some("00-abc"));
     }
 }

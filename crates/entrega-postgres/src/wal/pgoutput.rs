@@ -69,6 +69,8 @@ pub struct Relation {
     pub name: String,
     /// Its column names, in tuple order.
     pub columns: Vec<String>,
+    /// Each column's type OID, in the same order.
+    pub types: Vec<u32>,
 }
 
 impl Relation {
@@ -147,10 +149,11 @@ pub fn decode(data: &[u8]) -> Result<Change, DecodeError> {
             let _replica_identity = r.u8()?;
             let count = r.u16()?;
             let mut columns = Vec::with_capacity(usize::from(count));
+            let mut types = Vec::with_capacity(usize::from(count));
             for _ in 0..count {
                 let _flags = r.u8()?;
                 columns.push(r.string()?);
-                let _type = r.u32()?;
+                types.push(r.u32()?);
                 let _modifier = r.u32()?;
             }
             Ok(Change::Relation(Relation {
@@ -158,6 +161,7 @@ pub fn decode(data: &[u8]) -> Result<Change, DecodeError> {
                 namespace,
                 name,
                 columns,
+                types,
             }))
         }
         b'I' => {
@@ -254,6 +258,11 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn relation(id: u32, name: &str, columns: &[&str]) -> Vec<u8> {
+        let typed: Vec<(&str, u32)> = columns.iter().map(|c| (*c, 25)).collect();
+        relation_typed(id, name, &typed)
+    }
+
+    pub(crate) fn relation_typed(id: u32, name: &str, columns: &[(&str, u32)]) -> Vec<u8> {
         let mut m = vec![b'R'];
         m.extend(id.to_be_bytes());
         m.extend(b"public\0");
@@ -261,12 +270,30 @@ pub(crate) mod tests {
         m.push(0);
         m.push(b'd');
         m.extend((columns.len() as u16).to_be_bytes());
-        for c in columns {
+        for (c, oid) in columns {
             m.push(0);
             m.extend(c.as_bytes());
             m.push(0);
-            m.extend(25u32.to_be_bytes());
+            m.extend(oid.to_be_bytes());
             m.extend(u32::MAX.to_be_bytes());
+        }
+        m
+    }
+
+    pub(crate) fn insert_binary(id: u32, values: &[Option<Vec<u8>>]) -> Vec<u8> {
+        let mut m = vec![b'I'];
+        m.extend(id.to_be_bytes());
+        m.push(b'N');
+        m.extend((values.len() as u16).to_be_bytes());
+        for v in values {
+            match v {
+                None => m.push(b'n'),
+                Some(bytes) => {
+                    m.push(b'b');
+                    m.extend((bytes.len() as u32).to_be_bytes());
+                    m.extend(bytes);
+                }
+            }
         }
         m
     }

@@ -64,6 +64,9 @@ pub struct WalConfig {
     /// statement (and one commit) marks what several publishes confirmed. Positions are
     /// confirmed to PostgreSQL at most this much later; publishing does not wait.
     pub mark_every: Duration,
+    /// Read the stream's values in binary form (PostgreSQL 14+): the server skips the text
+    /// output of uuids, integers and timestamps, and the relay their parsing.
+    pub binary: bool,
     /// Longest wait before a new session after one ended on a failure (the broker or the
     /// database away). Sessions end rather than hold the slot while nothing can be published,
     /// so this bounds how long after the broker's return the relay resumes.
@@ -78,7 +81,7 @@ pub struct WalConfig {
 impl Default for WalConfig {
     /// The database's default slot, a heartbeat every 10 s, positions reported within 1 s,
     /// the slot read every 5 s, sessions started again within 5 s of a failure, publishes of at
-    /// most 5,000 rows, marks at most every 100 ms.
+    /// most 5,000 rows, marks at most every 100 ms, values in binary form.
     fn default() -> Self {
         Self {
             slot: None,
@@ -88,6 +91,7 @@ impl Default for WalConfig {
             reconnect_max: Duration::from_secs(5),
             max_batch: 5_000,
             mark_every: Duration::from_millis(100),
+            binary: true,
             recreate_slot: false,
         }
     }

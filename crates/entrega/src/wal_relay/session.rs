@@ -95,7 +95,8 @@ impl WalRelay {
     async fn stream(&self, name: &str, shutdown: &CancellationToken) -> Result<(), End> {
         let config =
             replication_config(&self.url, name, slot::PUBLICATION, self.wal.status_interval)
-                .map_err(store)?;
+                .map_err(store)?
+                .with_binary(self.wal.binary);
         let mut client = ReplicationClient::connect(config)
             .await
             .map_err(stream_error)?;
