@@ -75,11 +75,14 @@ impl OutboxColumns {
         let version = u32::try_from(integer(values, self.version, "version").map_err(named)?)
             .map_err(|_| RowError(format!("row {id}: version out of range")))?;
         let created_at_ms = time_ms(values, self.created_at).map_err(named)?;
-        let payload = RawJson::parse(json(values, self.payload, self.payload_jsonb, "carga").map_err(named)?)
-            .map_err(|e| RowError(format!("row {id}: carga is not JSON: {e}")))?;
+        let payload =
+            RawJson::parse(json(values, self.payload, self.payload_jsonb, "carga").map_err(named)?)
+                .map_err(|e| RowError(format!("row {id}: carga is not JSON: {e}")))?;
         let headers = match self.headers {
             Some(at) if !matches!(values.get(at), Some(Value::Null) | None) => {
-                Headers::from_json_object(&json(values, at, self.headers_jsonb, "headers").map_err(named)?)
+                Headers::from_json_object(
+                    &json(values, at, self.headers_jsonb, "headers").map_err(named)?,
+                )
             }
             _ => Headers::new(),
         };
@@ -148,7 +151,9 @@ fn integer(values: &[Value], at: usize, name: &str) -> Result<i64, RowError> {
         Value::Binary(b) => match b.len() {
             2 => Ok(i64::from(i16::from_be_bytes([b[0], b[1]]))),
             4 => Ok(i64::from(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))),
-            8 => Ok(i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
+            8 => Ok(i64::from_be_bytes([
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+            ])),
             n => Err(RowError(format!("`{name}` is a {n}-byte integer"))),
         },
         _ => Err(RowError(format!("`{name}` is unreadable"))),
@@ -278,8 +283,9 @@ mod tests {
             ("headers", 3802),
         ];
         let mut d = Decoder::new();
-        let Change::Relation(relation) =
-            d.decode(&wire::relation_typed(4, "outbox", &typed)).unwrap()
+        let Change::Relation(relation) = d
+            .decode(&wire::relation_typed(4, "outbox", &typed))
+            .unwrap()
         else {
             panic!("not a relation")
         };
@@ -303,7 +309,11 @@ mod tests {
         else {
             panic!("not an insert")
         };
-        let row = OutboxColumns::of(&relation).unwrap().row(&values).unwrap().unwrap();
+        let row = OutboxColumns::of(&relation)
+            .unwrap()
+            .row(&values)
+            .unwrap()
+            .unwrap();
         assert_eq!(row.id, id);
         assert_eq!((row.version, row.seq), (2, 42));
         assert_eq!(row.payload.as_str(), r#"{"total": 10}"#);

@@ -280,7 +280,20 @@ pub(crate) mod tests {
         m
     }
 
+    pub(crate) fn insert(id: u32, values: &[Option<&str>]) -> Vec<u8> {
+        let values: Vec<Option<Vec<u8>>> = values
+            .iter()
+            .map(|v| v.map(|t| t.as_bytes().to_vec()))
+            .collect();
+        tuple(id, b't', &values)
+    }
+
     pub(crate) fn insert_binary(id: u32, values: &[Option<Vec<u8>>]) -> Vec<u8> {
+        tuple(id, b'b', values)
+    }
+
+    /// An insert whose values are all of `kind` (`t` text, `b` binary) or null.
+    fn tuple(id: u32, kind: u8, values: &[Option<Vec<u8>>]) -> Vec<u8> {
         let mut m = vec![b'I'];
         m.extend(id.to_be_bytes());
         m.push(b'N');
@@ -289,27 +302,9 @@ pub(crate) mod tests {
             match v {
                 None => m.push(b'n'),
                 Some(bytes) => {
-                    m.push(b'b');
+                    m.push(kind);
                     m.extend((bytes.len() as u32).to_be_bytes());
                     m.extend(bytes);
-                }
-            }
-        }
-        m
-    }
-
-    pub(crate) fn insert(id: u32, values: &[Option<&str>]) -> Vec<u8> {
-        let mut m = vec![b'I'];
-        m.extend(id.to_be_bytes());
-        m.push(b'N');
-        m.extend((values.len() as u16).to_be_bytes());
-        for v in values {
-            match v {
-                None => m.push(b'n'),
-                Some(text) => {
-                    m.push(b't');
-                    m.extend((text.len() as u32).to_be_bytes());
-                    m.extend(text.as_bytes());
                 }
             }
         }

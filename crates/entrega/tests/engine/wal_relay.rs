@@ -107,6 +107,15 @@ fn delivered(records: &[Record]) -> (HashMap<String, Vec<u64>>, HashMap<Uuid, us
     (order, times)
 }
 
+/// Each key's events came in their `datos.n` order.
+fn assert_in_order(order: &HashMap<String, Vec<u64>>) {
+    for (key, ns) in order {
+        let mut sorted = ns.clone();
+        sorted.sort_unstable();
+        assert_eq!(ns, &sorted, "order of {key}");
+    }
+}
+
 async fn wait_published(log: &MemoryLog, n: usize) {
     let seen = wait_until(Duration::from_secs(30), || {
         let count = delivered(&log.records(TOPIC)).1.len();
@@ -148,11 +157,7 @@ async fn publishes_rows_before_and_after_the_slot_in_commit_order_and_marks_them
         times.values().all(|&n| n == 1),
         "an event was published twice"
     );
-    for (key, ns) in &order {
-        let mut sorted = ns.clone();
-        sorted.sort_unstable();
-        assert_eq!(ns, &sorted, "order of {key}");
-    }
+    assert_in_order(&order);
     let position = |id: &str| {
         records
             .iter()
@@ -227,11 +232,7 @@ async fn the_broker_away_holds_the_slot_and_everything_drains_after() {
     assert!(drained);
     let (order, times) = delivered(&s.log.records(TOPIC));
     assert_eq!(times.len(), 399);
-    for (key, ns) in &order {
-        let mut sorted = ns.clone();
-        sorted.sort_unstable();
-        assert_eq!(ns, &sorted, "order of {key}");
-    }
+    assert_in_order(&order);
     stop.cancel();
     task.await.unwrap().unwrap();
     s.fresh.finish().await;
@@ -367,11 +368,7 @@ async fn one_transaction_of_fifty_thousand_rows_is_published_once_in_order() {
         times.values().all(|&n| n == 1),
         "an event was published twice"
     );
-    for (key, ns) in &order {
-        let mut sorted = ns.clone();
-        sorted.sort_unstable();
-        assert_eq!(ns, &sorted, "order of {key}");
-    }
+    assert_in_order(&order);
     let marked = wait_until(Duration::from_secs(30), || async {
         unpublished(db).await == 0
     })
