@@ -143,27 +143,37 @@ pub async fn slot_record(pool: &PgPool, name: &str) -> Result<Option<bool>, Stor
         .map_err(classify)
 }
 
-/// Records that slot `name` is being created (its catch-up not yet done).
-pub async fn record_slot_creation(pool: &PgPool, name: &str) -> Result<(), StoreError> {
-    sqlx::query(
+/// Records that slot `name` is being created (its catch-up not yet done); returns this
+/// creation's generation, which [`record_caught_up`] names.
+pub async fn record_slot_creation(pool: &PgPool, name: &str) -> Result<String, StoreError> {
+    sqlx::query_scalar(
         "INSERT INTO entrega_wal_slots (slot) VALUES ($1) \
-         ON CONFLICT (slot) DO UPDATE SET created_at = now(), caught_up_at = NULL",
+         ON CONFLICT (slot) DO UPDATE SET created_at = clock_timestamp(), caught_up_at = NULL \
+         RETURNING created_at::text",
     )
     .bind(name)
+    .fetch_one(pool)
+    .await
+    .map_err(classify)
+}
+
+/// Records that every row committed before slot `name` was published, if the recorded
+/// creation is still `generation`; `false` when another creation replaced it.
+pub async fn record_caught_up(
+    pool: &PgPool,
+    name: &str,
+    generation: &str,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE entrega_wal_slots SET caught_up_at = now() \
+         WHERE slot = $1 AND created_at::text = $2",
+    )
+    .bind(name)
+    .bind(generation)
     .execute(pool)
     .await
     .map_err(classify)?;
-    Ok(())
-}
-
-/// Records that every row committed before slot `name` was published.
-pub async fn record_caught_up(pool: &PgPool, name: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE entrega_wal_slots SET caught_up_at = now() WHERE slot = $1")
-        .bind(name)
-        .execute(pool)
-        .await
-        .map_err(classify)?;
-    Ok(())
+    Ok(done.rows_affected() == 1)
 }
 
 /// Forgets slot `name` (an operator's deliberate reset) and drops it if it still exists and

@@ -85,8 +85,8 @@ impl Marker {
     /// Marks `ids`. The stream can carry a transaction before its commit is visible to other
     /// sessions (the walsender decodes the commit record; the transaction becomes visible a
     /// moment later), so a row the statement did not find and that is not marked already is
-    /// looked for again, briefly, until it is visible. A row gone for good (deleted by hand)
-    /// is given up on after [`VISIBLE_WITHIN`], with a warning.
+    /// looked for again, briefly, until it is visible. One still not visible after
+    /// [`VISIBLE_WITHIN`] fails the mark, so its position is never confirmed.
     async fn mark(&self, ids: &[Uuid]) -> Result<(), MarkFailed> {
         let mut waiting: Vec<Uuid> = ids.to_vec();
         let started = std::time::Instant::now();
@@ -97,8 +97,14 @@ impl Marker {
                 Ok(left) if left.is_empty() => return Ok(()),
                 Ok(left) => {
                     if started.elapsed() > VISIBLE_WITHIN {
-                        tracing::warn!(rows = left.len(), first = %left[0], "published outbox rows not found to mark; given up on");
-                        return Ok(());
+                        // Their position is not confirmed: the session ends, and the next one
+                        // reads, publishes and marks them again.
+                        let first = left.first().map(Uuid::to_string).unwrap_or_default();
+                        return Err(MarkFailed(entrega_core::StoreError::unavailable(format!(
+                            "{} published outbox rows (the first {first}) not visible to mark \
+                             after {VISIBLE_WITHIN:?}",
+                            left.len()
+                        ))));
                     }
                     waiting = left;
                     tokio::time::sleep(pause).await;
@@ -154,5 +160,5 @@ impl Marker {
 /// Attempts at a mark that fails transiently before the session gives up.
 const MARK_TRIES: u32 = 3;
 
-/// How long a published row may stay invisible before the marker gives up on it.
+/// How long a published row may stay invisible before the mark fails.
 const VISIBLE_WITHIN: Duration = Duration::from_secs(30);

@@ -13,9 +13,12 @@ use super::WalError;
 pub(super) enum Plan {
     /// Stream from the existing slot.
     Stream,
-    /// Create the slot, publish the rows committed before it, then end the session (the
-    /// next one streams).
-    Create,
+    /// Create the slot (dropping the existing one when `recreate`), publish the rows
+    /// committed before it, then end the session (the next one streams).
+    Create {
+        /// The operator asked for a new slot.
+        recreate: bool,
+    },
 }
 
 /// Reads the server's setting, the publication, the slot and entrega's record of it.
@@ -33,8 +36,8 @@ pub(super) async fn plan(pool: &PgPool, name: &str, recreate: bool) -> Result<Pl
         }
     }
     if recreate {
-        slot::forget_slot(pool, name).await.map_err(store)?;
-        return Ok(Plan::Create);
+        // Dropped under the creation's lock (`catch_up`), never here.
+        return Ok(Plan::Create { recreate: true });
     }
     let record = slot::slot_record(pool, name).await.map_err(store)?;
     let database: String = sqlx::query_scalar("SELECT current_database()::text")
@@ -60,7 +63,9 @@ pub(super) async fn plan(pool: &PgPool, name: &str, recreate: bool) -> Result<Pl
         (Some(_), Some(true)) => Ok(Plan::Stream),
         // Its creation was cut before the rows committed earlier were published: nothing was
         // streamed from it, so it is made again with a new snapshot.
-        (Some(_), Some(false)) | (None, Some(false)) | (None, None) => Ok(Plan::Create),
+        (Some(_), Some(false)) | (None, Some(false)) | (None, None) => {
+            Ok(Plan::Create { recreate: false })
+        }
         (None, Some(true)) => Err(End::Fatal(WalError::SlotDropped {
             slot: name.to_owned(),
         })),

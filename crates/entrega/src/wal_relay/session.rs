@@ -44,7 +44,7 @@ pub(super) enum End {
 /// anything else is retried (a missing slot is then found by the next plan).
 pub(super) fn stream_error(e: PgWireError) -> End {
     let text = e.to_string();
-    if text.contains("is active for PID") {
+    if text.contains("is active for PID") || text.contains("55006") {
         let pid = text
             .rsplit(' ')
             .next()
@@ -59,6 +59,14 @@ pub(super) fn stream_error(e: PgWireError) -> End {
 struct InFlight {
     task: JoinHandle<Result<(), TransportError>>,
     confirmed: Confirmed,
+}
+
+impl Drop for InFlight {
+    /// A publish left behind by a session that ended is stopped: the next session publishes
+    /// the same rows again, and two publishes of them must not run at once.
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// What was read from the stream and not yet handed to a publish.
@@ -84,8 +92,8 @@ impl WalRelay {
         shutdown: &CancellationToken,
     ) -> Result<(), End> {
         match plan {
-            Plan::Create => {
-                self.create(name, shutdown).await?;
+            Plan::Create { recreate } => {
+                self.create(name, recreate, shutdown).await?;
                 Err(End::Created)
             }
             Plan::Stream => self.stream(name, shutdown).await,
@@ -169,7 +177,8 @@ impl WalRelay {
     ) -> Result<(), End> {
         let mut reading = Reading::default();
         let mut in_flight: Option<InFlight> = None;
-        let mut heartbeat = tokio::time::interval(self.wal.heartbeat_interval);
+        let mut heartbeat =
+            tokio::time::interval(self.wal.heartbeat_interval.max(Duration::from_millis(1)));
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut purged_at: Option<tokio::time::Instant> = None;
         let mut draining = false;

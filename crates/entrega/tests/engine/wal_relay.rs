@@ -246,6 +246,13 @@ async fn a_dropped_slot_stops_the_relay_and_the_polling_relay_finishes() {
     let (stop, task) = start(&relay);
     commit(db, &[event("A", 0), event("B", 0)]).await;
     wait_published(&s.log, 2).await;
+    // Its creation complete (a creation cut short is made again, not reported as dropped).
+    let streaming = wait_until(Duration::from_secs(30), || {
+        let relay = Arc::clone(&relay);
+        async move { relay.gauges().streaming() }
+    })
+    .await;
+    assert!(streaming, "the relay does not stream");
     stop.cancel();
     task.await.unwrap().unwrap();
     // Written while no relay runs, then the operator drops the slot.
@@ -307,6 +314,12 @@ async fn a_second_relay_waits_and_takes_over_when_the_first_stops() {
     let (stop_first, first_task) = start(&first);
     commit(db, &[event("A", 0)]).await;
     wait_published(&s.log, 1).await;
+    let streaming = wait_until(Duration::from_secs(20), || {
+        let first = Arc::clone(&first);
+        async move { first.gauges().streaming() }
+    })
+    .await;
+    assert!(streaming, "the first relay does not stream");
     let second = relay(&s, s.log.clone(), wal_config());
     let (stop_second, second_task) = start(&second);
     tokio::time::sleep(Duration::from_secs(1)).await;
