@@ -74,6 +74,10 @@ impl RelayArgs {
     }
 }
 
+/// CPU seconds per 100k events a relay may spend at a steady rate, with PostgreSQL's share:
+/// what a Debezium 3.6 connector in Kafka Connect spent here at 500 rows/s.
+const RELAY_CPU_TARGET_S: f64 = 45.0;
+
 /// The WAL relay must drain a backlog at least this many times as fast as the polling relay.
 const WAL_TARGET_RATIO: f64 = 1.5;
 
@@ -223,17 +227,19 @@ async fn wal_backlog(
     Ok(rows)
 }
 
-/// Each source at the steady rate, alternating.
+/// The writer alone, then each source, at the steady rate, alternating.
 async fn steady_rows(common: &Common, args: &RelayArgs) -> anyhow::Result<Vec<Measurement>> {
-    let mut by_source: Vec<(RelaySource, Vec<super::relay_steady::Steady>)> =
-        args.sources.iter().map(|s| (*s, Vec::new())).collect();
+    let mut by_source: Vec<(Option<RelaySource>, Vec<super::relay_steady::Steady>)> =
+        std::iter::once(None)
+            .chain(args.sources.iter().map(|s| Some(*s)))
+            .map(|s| (s, Vec::new()))
+            .collect();
     for run in 1..=common.runs {
         for (source, runs) in &mut by_source {
+            let name = source.map_or("the writer alone", RelaySource::name);
             progress(format!(
-                "{} at {}/s, run {run}/{}",
-                source.name(),
-                args.steady_rate,
-                common.runs
+                "{name} at {}/s, run {run}/{}",
+                args.steady_rate, common.runs
             ));
             let fresh = common.place.fresh();
             let steady = super::relay_steady::measure(
@@ -248,8 +254,17 @@ async fn steady_rows(common: &Common, args: &RelayArgs) -> anyhow::Result<Vec<Me
         }
     }
     let rate = args.steady_rate;
-    let mut rows = Vec::new();
-    for (source, runs) in by_source {
+    let alone: Vec<f64> = by_source
+        .first()
+        .map(|(_, runs)| runs.iter().map(|s| s.cpu_s_per_100k).collect())
+        .unwrap_or_default();
+    let mut rows = vec![Measurement::new(
+        format!("the writer alone at {rate}/s: CPU of km0 and PostgreSQL per 100k events"),
+        "s",
+        alone.clone(),
+    )];
+    for (source, runs) in by_source.into_iter().skip(1) {
+        let Some(source) = source else { continue };
         let name = source.name();
         rows.push(Measurement::new(
             format!("{name} at {rate}/s: commit to broker, p50"),
@@ -271,6 +286,20 @@ async fn steady_rows(common: &Common, args: &RelayArgs) -> anyhow::Result<Vec<Me
             "s",
             runs.iter().map(|s| s.postgres_s_per_100k).collect(),
         ));
+        // Each run against the writer alone of the same round.
+        let own = runs
+            .iter()
+            .zip(&alone)
+            .map(|(s, a)| s.cpu_s_per_100k - a)
+            .collect();
+        rows.push(
+            Measurement::new(
+                format!("{name} at {rate}/s: the relay's own CPU (less the writer alone)"),
+                "s",
+                own,
+            )
+            .with_target(|m| Target::at_most(RELAY_CPU_TARGET_S, m)),
+        );
     }
     Ok(rows)
 }

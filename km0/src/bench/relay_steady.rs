@@ -63,10 +63,12 @@ impl Publisher for Acks {
     }
 }
 
-/// One steady run of `source` at `rate` rows/s for `seconds` (after a second of warm-up).
+/// One steady run of `source` at `rate` rows/s for `seconds` (after a second of warm-up);
+/// with no source, the writer alone (no relay runs, nothing is published: its CPU is what the
+/// sources' runs spend besides the relay).
 pub(crate) async fn measure(
     run: &BenchRun,
-    source: RelaySource,
+    source: Option<RelaySource>,
     rate: u32,
     seconds: u64,
 ) -> anyhow::Result<Steady> {
@@ -94,12 +96,13 @@ async fn steady(
     run: &BenchRun,
     db: &Db,
     acks: Arc<Acks>,
-    source: RelaySource,
+    source: Option<RelaySource>,
     (rate, seconds): (u32, u64),
 ) -> anyhow::Result<Steady> {
     let stop = CancellationToken::new();
     let task = match source {
-        RelaySource::Poll => {
+        None => tokio::spawn(async { Ok::<_, anyhow::Error>(()) }),
+        Some(RelaySource::Poll) => {
             let mut config =
                 RelayConfig::new(SOURCE, TopicRouting::new().route(AGGREGATE, &run.topic));
             config.poll_interval = crate::wiring::RELAY_POLL;
@@ -107,7 +110,7 @@ async fn steady(
             let stop = stop.clone();
             tokio::spawn(async move { Ok::<_, anyhow::Error>(relay.run(stop).await?) })
         }
-        RelaySource::Wal => {
+        Some(RelaySource::Wal) => {
             let relay = wal_relay(run, db, acks.clone(), 100)?;
             make_slot(&relay).await?;
             let stop = stop.clone();
@@ -150,7 +153,7 @@ async fn steady(
         writer.await.context("writer task")??;
     }
     let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    while source.is_some() {
         let done = {
             let at = acks.at.lock().unwrap_or_else(PoisonError::into_inner);
             events.iter().all(|e| at.contains_key(&e.id))
@@ -188,7 +191,7 @@ async fn steady(
     progress(format!(
         "{} at {rate}/s: p50 {:.1} ms, p99 {:.1} ms, {:.1} CPU s per 100k events ({:.1} of \
          them PostgreSQL's)",
-        source.name(),
+        source.map_or("the writer alone", RelaySource::name),
         steady.p50_ms,
         steady.p99_ms,
         steady.cpu_s_per_100k,
