@@ -9,12 +9,22 @@ pub fn server_url() -> String {
 }
 
 /// Drops a PostgreSQL database made for a test.
+/// A WAL relay that just stopped may still have its sender on the database's slot for a
+/// moment (`55006`): the drop is tried again for a while.
 pub async fn drop_database(name: &str) {
     let mut admin = PgConnection::connect(&server_url()).await.expect("admin");
-    sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
-        .execute(&mut admin)
-        .await
-        .expect("drop database");
+    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+    for attempt in 0.. {
+        match sqlx::query(&sql).execute(&mut admin).await {
+            Ok(_) => return,
+            Err(sqlx::Error::Database(e))
+                if e.code().as_deref() == Some("55006") && attempt < 100 =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("drop database: {e}"),
+        }
+    }
 }
 
 /// A fresh database of either backend: a SQLite file in `dir`, or a PostgreSQL database of
