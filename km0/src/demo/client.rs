@@ -24,7 +24,7 @@ pub struct Placed {
     pub failed: u64,
     /// Cancels the API took (202: the saga compensates).
     pub cancels_taken: u64,
-    /// Cancels refused because the order was already paid (409).
+    /// Cancels refused as too late (409).
     pub cancels_too_late: u64,
 }
 
@@ -87,7 +87,8 @@ pub async fn place_all(
 }
 
 /// The customer's cancel, retried on transient failures: `true` when taken (202), `false`
-/// when the order was already paid (409) or the API never took it.
+/// when it was too late (409: charged with its courier asked for, or paid) or the API never
+/// took it.
 async fn cancel_order(client: &reqwest::Client, orders_url: &str, id: &str) -> bool {
     let url = format!("{orders_url}/{id}/cancelacion");
     for attempt in 0..ATTEMPTS {

@@ -119,7 +119,8 @@ pub struct SagaSummary {
     pub unfinished: u64,
     /// Customer cancels the API took (202).
     pub cancels_taken: u64,
-    /// Customer cancels refused because the order was already paid (409).
+    /// Customer cancels refused because the order was past its point of no return: charged
+    /// with its courier asked for, or paid (409).
     pub cancels_too_late: u64,
     /// Approved charges in the ledger for the run's orders.
     pub charges: u64,

@@ -323,7 +323,7 @@ fn saga_rows(report: &DemoReport, saga: &SagaSummary, rate: f64) -> Vec<(&'stati
         (
             "customer cancels",
             format!(
-                "{} taken, {} too late (already paid)",
+                "{} taken, {} too late (charged, courier asked for)",
                 saga.cancels_taken, saga.cancels_too_late
             ),
         ),

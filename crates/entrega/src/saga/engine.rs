@@ -48,6 +48,9 @@ pub enum CancelOutcome {
     AlreadyCancelled,
     /// It completed: too late to cancel, nothing changed.
     Completed,
+    /// The step in flight has no compensation: its effect could not be undone, so the saga
+    /// goes forward and nothing changed (its point of no return).
+    PastPointOfNoReturn,
 }
 
 /// The sagas of one [`SagaFlow`] in one database.
@@ -187,8 +190,8 @@ impl Sagas {
     }
 
     /// Cancels saga `id` in the caller's transaction: a running saga compensates every step
-    /// that may have taken effect, the one in flight included; a completed one is not
-    /// touched. Either outcome, never both.
+    /// that may have taken effect, the one in flight included; a completed one, or one whose
+    /// step in flight has no compensation, is not touched. Either outcome, never both.
     pub async fn cancel_in(
         &self,
         tx: &mut Tx,
@@ -213,6 +216,7 @@ impl Sagas {
         if t.effect == Effect::Refused {
             return Ok(match status {
                 SagaStatus::Completed => CancelOutcome::Completed,
+                SagaStatus::Running => CancelOutcome::PastPointOfNoReturn,
                 _ => CancelOutcome::AlreadyCancelled,
             });
         }

@@ -392,11 +392,17 @@ impl Machine<'_> {
 
     fn cancel(&mut self, reason: &str) {
         let rec = &self.t.record;
-        if rec.status != SagaStatus::Running {
+        let step = rec.step;
+        // A step without a compensation cannot be undone: once its command is out, the saga
+        // goes forward (a deadline or a refusal still ends it compensated).
+        let undoable = self
+            .steps
+            .get(step)
+            .is_some_and(|s| s.compensation.is_some());
+        if rec.status != SagaStatus::Running || !undoable {
             self.t.effect = Effect::Refused;
             return;
         }
-        let step = rec.step;
         self.note(
             EventKind::CancelRequested,
             Some(step),

@@ -373,6 +373,25 @@ fn a_cancel_after_completion_is_refused() {
 }
 
 #[test]
+fn a_cancel_while_a_step_without_compensation_is_out_is_refused() {
+    let t = on(started(), &done("reserva", "reserva-P1"), T0);
+    let t = on(t, &done("cobro", "cobro-P1"), T0);
+    assert_eq!(t.sends, sent(2, Phase::Action, "reparto-P1"));
+    let refused = apply(
+        &steps(),
+        t.record.clone(),
+        Input::Cancel { reason: "cliente" },
+        T0 + 1,
+    );
+    assert_eq!(refused.effect, Effect::Refused);
+    assert!(refused.sends.is_empty() && refused.history.is_empty());
+    assert_eq!(refused.record.status, SagaStatus::Running);
+    // The courier's answer still completes it.
+    let t = on(refused, &done("reparto", "reparto-P1"), T0 + 2);
+    assert_eq!(t.ending, Some(Ending::Completed));
+}
+
+#[test]
 fn an_operator_retry_of_a_saga_not_waiting_is_refused() {
     let t = apply(
         &steps(),

@@ -19,7 +19,8 @@
 //!   [`Sagas::retry`] it.
 //! - Replies that are late, repeated or under another key are recorded and ignored; a
 //!   cancel while the saga runs compensates, a cancel after it completed is refused: one
-//!   outcome, never both.
+//!   outcome, never both. A step without a compensation is the point of no return: a cancel
+//!   while its command is out is refused too, since its effect could not be undone.
 //! - Several orchestrators may share the tables: a saga row is locked while it changes
 //!   (PostgreSQL), timers skip rows another one holds, and every write checks the version it
 //!   read.

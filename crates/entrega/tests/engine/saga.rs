@@ -509,9 +509,17 @@ async fn a_cancel_gives_one_outcome(backend: Backend) {
     assert_eq!(f.count("SELECT COUNT(*) FROM finales").await, 1);
 
     f.start("P2").await;
-    for step in ["reserva", "cobro", "envio"] {
+    for step in ["reserva", "cobro"] {
         f.sagas.handle(&done(step, "P2")).await.unwrap();
     }
+    // The shipment has no compensation: once asked for, a cancel is refused and the saga
+    // goes forward.
+    assert_eq!(
+        f.sagas.cancel("P2", "cliente").await.unwrap(),
+        CancelOutcome::PastPointOfNoReturn
+    );
+    assert_eq!(f.saga("P2").await.status, SagaStatus::Running);
+    f.sagas.handle(&done("envio", "P2")).await.unwrap();
     assert_eq!(
         f.sagas.cancel("P2", "cliente").await.unwrap(),
         CancelOutcome::Completed

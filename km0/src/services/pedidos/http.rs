@@ -351,8 +351,8 @@ async fn create_order(
 }
 
 /// `POST /pedidos/{id}/cancelacion`: 202 while the saga undoes what it did, 200 once it has
-/// (a cancel asked again answers with the final state), 409 once the order is paid (too
-/// late), 404 for an unknown order, 501 without the order saga.
+/// (a cancel asked again answers with the final state), 409 once the order is charged and
+/// its courier asked for, or paid (too late), 404 for an unknown order, 501 without the order saga.
 #[utoipa::path(
     post,
     path = "/pedidos/{id}/cancelacion",
@@ -362,7 +362,7 @@ async fn create_order(
         (status = 202, description = "The saga undoes what it did (`cancelando`).", body = Cancelling),
         (status = 200, description = "Cancelled already (`cancelado`): asked again, the final state.", body = Cancelling),
         (status = 404, description = "No such order.", body = ErrorBody),
-        (status = 409, description = "Paid already: too late to cancel.", body = ErrorBody),
+        (status = 409, description = "Charged with its courier asked for, or paid: too late to cancel.", body = ErrorBody),
         (status = 501, description = "pedidos runs without the order saga.", body = ErrorBody),
         (status = 503, description = "The database is unavailable; retry.", body = ErrorBody),
     )
@@ -407,6 +407,10 @@ async fn cancel_order(
         Ok(CancelOutcome::Completed) => Err(ApiError::new(
             StatusCode::CONFLICT,
             format!("order {id} is paid already"),
+        )),
+        Ok(CancelOutcome::PastPointOfNoReturn) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            format!("order {id} is charged and its courier is being assigned: too late to cancel"),
         )),
         Err(SagaError::NotFound { .. }) => Err(ApiError::new(
             StatusCode::NOT_FOUND,
