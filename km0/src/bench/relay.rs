@@ -396,28 +396,14 @@ pub(crate) async fn drain_prefilled(
         let (relay, stop) = (Arc::clone(relay), stop.clone());
         tasks.push(tokio::spawn(async move { relay.run(stop).await }));
     }
-    let want = u64::try_from(args.events)?;
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let progress = super::progress::Progress::new(&format!("relay x{instances}"), want);
-    let drained = loop {
-        let published: u64 = relays.iter().map(|r| r.stats().published()).sum();
-        progress.set(published);
-        if published >= want {
-            break Ok(());
-        }
-        if tasks.iter().any(|t| t.is_finished()) {
-            break Err(anyhow::anyhow!("a relay stopped during the drain"));
-        }
-        if Instant::now() >= deadline {
-            break Err(anyhow::anyhow!(
-                "{published} of {want} events after the timeout"
-            ));
-        }
-        // In-process counters: looking costs nothing, so look often.
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
+    let drained = wait_published(
+        &format!("relay x{instances}"),
+        args,
+        || relays.iter().map(|r| r.stats().published()).sum(),
+        || tasks.iter().any(|t| t.is_finished()),
+    )
+    .await;
     let drain_us = started.elapsed().as_micros() as f64;
-    drop(progress);
     stop.cancel();
     for task in tasks {
         task.await.context("relay task")?.context("relay")?;
@@ -427,6 +413,52 @@ pub(crate) async fn drain_prefilled(
         100.0 * us.load(Ordering::Relaxed) as f64 / (drain_us * instances as f64).max(1.0)
     };
 
+    let end_ms = all_published(run, pedidos, broker, args).await?;
+    Ok(Drained {
+        rate: rate(args.events, start_ms, end_ms),
+        publish_percent: share(&busy_us),
+        read_percent: share(&times.read_us),
+        mark_percent: share(&times.mark_us),
+    })
+}
+
+/// Waits until `published()` reaches the run's events, showing progress as `label`; an
+/// error when `stopped()` (a relay task ended) or the run's timeout passes first.
+pub(crate) async fn wait_published(
+    label: &str,
+    args: &RelayArgs,
+    published: impl Fn() -> u64,
+    stopped: impl Fn() -> bool,
+) -> anyhow::Result<()> {
+    let want = u64::try_from(args.events)?;
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let progress = super::progress::Progress::new(label, want);
+    loop {
+        let published = published();
+        progress.set(published);
+        if published >= want {
+            return Ok(());
+        }
+        if stopped() {
+            bail!("a relay stopped during the drain");
+        }
+        if Instant::now() >= deadline {
+            bail!("{published} of {want} events after the timeout");
+        }
+        // In-process counters: looking costs nothing, so look often.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Checks after a drain that no outbox row is pending and the run's topic holds every
+/// event; returns when the last row was marked published, in epoch ms.
+pub(crate) async fn all_published(
+    run: &BenchRun,
+    pedidos: &Db,
+    broker: &Broker,
+    args: &RelayArgs,
+) -> anyhow::Result<i64> {
+    let want = u64::try_from(args.events)?;
     let status = pedidos.outbox().maintenance.status(now_ms()).await?;
     let on_topic = broker.topic_total(&run.topic).await?;
     if status.pending != 0 || on_topic < want {
@@ -435,13 +467,7 @@ pub(crate) async fn drain_prefilled(
             status.pending
         );
     }
-    let end_ms = last_mark_ms(pedidos).await?;
-    Ok(Drained {
-        rate: rate(args.events, start_ms, end_ms),
-        publish_percent: share(&busy_us),
-        read_percent: share(&times.read_us),
-        mark_percent: share(&times.mark_us),
-    })
+    last_mark_ms(pedidos).await
 }
 
 /// When the last outbox row was marked published, in epoch ms.

@@ -10,7 +10,7 @@ use entrega::{CancellationToken, RelayConfig, TopicRouting, WalConfig, WalRelay}
 use entrega_core::{now_ms, Publisher};
 
 use super::pgbench::rate;
-use super::relay::{last_mark_ms, Drained, RelayArgs};
+use super::relay::{all_published, wait_published, Drained, RelayArgs};
 use super::timed_publisher::TimedPublisher;
 use super::workload::{outbox_events, prefill_outbox};
 use super::BenchRun;
@@ -85,7 +85,6 @@ async fn drain_in(
     // Written after the slot: the backlog is in the WAL, read from the stream.
     prefill_outbox(pedidos, &outbox_events(args.events, args.aggregates)?).await?;
     let relay = wal_relay(run, pedidos, publisher, args.batch)?;
-    let want = u64::try_from(args.events)?;
     let stop = CancellationToken::new();
     let start_ms = now_ms();
     let started = Instant::now();
@@ -93,38 +92,18 @@ async fn drain_in(
         let (relay, stop) = (Arc::clone(&relay), stop.clone());
         async move { relay.run(stop).await }
     });
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
-    let progress = super::progress::Progress::new("relay wal", want);
-    let drained = loop {
-        let published = relay.stats().published();
-        progress.set(published);
-        if published >= want {
-            break Ok(());
-        }
-        if task.is_finished() {
-            break Err(anyhow::anyhow!("the WAL relay stopped during the drain"));
-        }
-        if Instant::now() >= deadline {
-            break Err(anyhow::anyhow!(
-                "{published} of {want} events after the timeout"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    };
+    let drained = wait_published(
+        "relay wal",
+        args,
+        || relay.stats().published(),
+        || task.is_finished(),
+    )
+    .await;
     let drain_us = started.elapsed().as_micros() as f64;
-    drop(progress);
     stop.cancel();
     task.await.context("WAL relay task")??;
     drained?;
-    let status = pedidos.outbox().maintenance.status(now_ms()).await?;
-    let on_topic = broker.topic_total(&run.topic).await?;
-    if status.pending != 0 || on_topic < want {
-        bail!(
-            "after the drain: {} pending, {on_topic} on the topic",
-            status.pending
-        );
-    }
-    let end_ms = last_mark_ms(pedidos).await?;
+    let end_ms = all_published(run, pedidos, broker, args).await?;
     let busy = busy_us.load(std::sync::atomic::Ordering::Relaxed) as f64;
     Ok(Drained {
         rate: rate(args.events, start_ms, end_ms),

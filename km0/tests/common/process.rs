@@ -108,6 +108,14 @@ impl Deployment {
         DbState::open(&self.system).await
     }
 
+    /// The deployment's rows, with the stock filled for a stream of orders; the stock it
+    /// starts from.
+    pub async fn stocked_state(&self) -> (DbState, std::collections::BTreeMap<String, i64>) {
+        let state = self.state().await;
+        let start = super::kafka_state::orders::fill_stock(&state).await;
+        (state, start)
+    }
+
     /// Starts `km0 run <component> --instance <instance>` with `failpoints` (empty: none)
     /// in `ENTREGA_FAILPOINTS`, without waiting for it to be ready.
     pub fn spawn(&self, component: &str, instance: &str, failpoints: &str) -> Km0 {

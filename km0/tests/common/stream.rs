@@ -26,7 +26,7 @@ const POSTERS: usize = 4;
 
 /// `n` orders of 1 to 3 products, each with the pause before it (up to `max_pause_ms`), all
 /// from `seed`.
-pub fn plan_orders(seed: u64, n: usize, max_pause_ms: u64) -> Vec<(Lines, Duration)> {
+fn plan_orders(seed: u64, n: usize, max_pause_ms: u64) -> Vec<(Lines, Duration)> {
     let mut rng = StdRng::seed_from_u64(seed);
     let products: Vec<&'static str> = INITIAL_STOCK.iter().map(|(p, _)| *p).collect();
     (0..n)
@@ -41,9 +41,56 @@ pub fn plan_orders(seed: u64, n: usize, max_pause_ms: u64) -> Vec<(Lines, Durati
         .collect()
 }
 
+/// A stream of planned orders being posted while a test injects faults.
+pub struct Posting {
+    /// The plan: each order's lines and the pause before it.
+    pub orders: Arc<Vec<(Lines, Duration)>>,
+    answered: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<Vec<Option<String>>>,
+}
+
+impl Posting {
+    /// Starts posting `n` orders planned from `seed` (pauses up to `max_pause_ms`) to the
+    /// pedidos at `addr`, with ids `<prefix>-NNNN`.
+    pub fn start(
+        addr: std::net::SocketAddr,
+        prefix: &'static str,
+        seed: u64,
+        n: usize,
+        max_pause_ms: u64,
+    ) -> Self {
+        let orders = Arc::new(plan_orders(seed, n, max_pause_ms));
+        let answered = Arc::new(AtomicUsize::new(0));
+        let task = post_all(addr, prefix, orders.clone(), answered.clone());
+        Self {
+            orders,
+            answered,
+            task,
+        }
+    }
+
+    /// Orders answered so far, accepted or not.
+    pub fn answered(&self) -> usize {
+        self.answered.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` orders are answered, failing after `within`.
+    pub async fn answered_at_least(&self, n: usize, within: Duration) {
+        eventually(within, "orders answered", || async {
+            (self.answered() >= n).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits for every order to be answered; per order, its `id_evento` when accepted.
+    pub async fn accepted(self) -> Vec<Option<String>> {
+        self.task.await.expect("posting orders")
+    }
+}
+
 /// Posts every order (ids `<prefix>-NNNN`) from several clients; returns per order its
 /// `id_evento` when it was accepted. `answered` counts the answers so far (accepted or not).
-pub fn post_all(
+fn post_all(
     addr: std::net::SocketAddr,
     prefix: &'static str,
     orders: Arc<Vec<(Lines, Duration)>>,

@@ -12,13 +12,10 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::process::{Deployment, Km0};
-use common::state::eventually;
-use common::stream::{assert_applied_once, plan_orders, post_all};
+use common::stream::{assert_applied_once, Posting};
 use entrega_testkit::wait_until;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -93,32 +90,21 @@ fn plan_kills(seed: u64, size: Size) -> Vec<Kill> {
 
 async fn every_accepted_order_is_applied_exactly_once(backend: &str, seed: u64, size: Size) {
     eprintln!("{backend}: chaos seed {seed} ({size:?})");
-    let orders = Arc::new(plan_orders(seed, size.orders, 100));
     let kills = plan_kills(seed, size);
 
     let deployment = Deployment::new(backend, LEASE_TTL_MS);
-    let state = deployment.state().await;
-    let start = common::kafka_state::orders::fill_stock(&state).await;
+    let (state, start) = deployment.stocked_state().await;
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let mut relay: Option<Km0> = Some(deployment.start("relay", "relay-0").await);
     let mut consumer: Option<Km0> = Some(deployment.start("inventario", "inventario-0").await);
-    let answered = Arc::new(AtomicUsize::new(0));
-    let posting = post_all(
-        pedidos.http_addr(),
-        PREFIX,
-        orders.clone(),
-        answered.clone(),
-    );
+    let posting = Posting::start(pedidos.http_addr(), PREFIX, seed, size.orders, 100);
 
     let mut busy_kills = 0;
     for (k, kill) in kills.iter().enumerate() {
-        eventually(
-            Duration::from_secs(60),
-            &format!("{} orders answered", kill.after_orders),
-            || async { (answered.load(Ordering::SeqCst) >= kill.after_orders).then_some(()) },
-        )
-        .await;
+        posting
+            .answered_at_least(kill.after_orders, Duration::from_secs(60))
+            .await;
         // Aim at a process with work in hand: a kill while idle proves little.
         let busy = wait_until(BUSY_WITHIN, || async {
             match kill.target {
@@ -137,7 +123,8 @@ async fn every_accepted_order_is_applied_exactly_once(backend: &str, seed: u64, 
         tokio::time::sleep(kill.restart_after).await;
         *slot = Some(deployment.start(kill.target.component(), &instance).await);
     }
-    let accepted = posting.await.unwrap();
+    let orders = posting.orders.clone();
+    let accepted = posting.accepted().await;
     let answered_201 = accepted.iter().flatten().count();
     assert!(
         answered_201 >= size.orders * 9 / 10,

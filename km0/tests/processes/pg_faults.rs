@@ -14,8 +14,6 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use entrega::db::query;
@@ -23,18 +21,12 @@ use entrega_testkit::wait_until;
 
 use common::own_pg::OwnPostgres;
 use common::process::{Deployment, Km0};
-use common::state::{eventually, DbState};
-use common::stream::{assert_applied_once, plan_orders, post_all};
+use common::state::DbState;
+use common::stream::{assert_applied_once, Posting};
 
 const LEASE_TTL_MS: u64 = 1_000;
 const SETTLE: Duration = Duration::from_secs(60);
 const PREFIX: &str = "P-PGF";
-
-async fn prepare(deployment: &Deployment) -> (DbState, std::collections::BTreeMap<String, i64>) {
-    let state = deployment.state().await;
-    let start = common::kafka_state::orders::fill_stock(&state).await;
-    (state, start)
-}
 
 /// When the server last started, epoch ms.
 async fn started_at(state: &DbState) -> i64 {
@@ -60,25 +52,17 @@ async fn busy(state: &DbState) -> bool {
 async fn postgres_restarted_mid_run_loses_nothing_and_applies_once() {
     let pg = OwnPostgres::start();
     let deployment = Deployment::on_postgres(&pg.url(), LEASE_TTL_MS);
-    let (mut state, start) = prepare(&deployment).await;
+    let (mut state, start) = deployment.stocked_state().await;
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let relay = deployment.start("relay", "relay-1").await;
     let consumer = deployment.start("inventario", "inventario-1").await;
-    let orders = Arc::new(plan_orders(0x7067_7265, 500, 60));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let posting = post_all(
-        pedidos.http_addr(),
-        PREFIX,
-        orders.clone(),
-        answered.clone(),
-    );
+    let posting = Posting::start(pedidos.http_addr(), PREFIX, 0x7067_7265, 500, 60);
 
     let mut restarts_with_work = 0;
     for (after, mode) in [(120, "immediate"), (300, "fast")] {
-        eventually(Duration::from_secs(90), "orders answered", || async {
-            (answered.load(Ordering::SeqCst) >= after).then_some(())
-        })
-        .await;
+        posting
+            .answered_at_least(after, Duration::from_secs(90))
+            .await;
         restarts_with_work += usize::from(busy(&state).await);
         let before = started_at(&state).await;
         state.close().await;
@@ -89,7 +73,8 @@ async fn postgres_restarted_mid_run_loses_nothing_and_applies_once() {
             "the server did not restart"
         );
     }
-    let accepted = posting.await.unwrap();
+    let orders = posting.orders.clone();
+    let accepted = posting.accepted().await;
     assert!(restarts_with_work > 0, "no restart found work in hand");
     let answered_201 = accepted.iter().flatten().count();
     assert!(answered_201 >= 300, "only {answered_201} orders accepted");
@@ -125,7 +110,7 @@ async fn terminate_sessions(admin: &entrega::Db, prefix: &str) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_of_the_relay_and_the_consumer_terminated_mid_run() {
     let deployment = Deployment::new("postgres", LEASE_TTL_MS);
-    let (state, start) = prepare(&deployment).await;
+    let (state, start) = deployment.stocked_state().await;
     let admin = entrega::Db::connect(&format!("{}/postgres", common::pg_server()))
         .await
         .unwrap();
@@ -149,23 +134,17 @@ async fn sessions_of_the_relay_and_the_consumer_terminated_mid_run() {
             ],
         )
         .await;
-    let orders = Arc::new(plan_orders(0x7465_726d, 500, 40));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let posting = post_all(
-        pedidos.http_addr(),
-        PREFIX,
-        orders.clone(),
-        answered.clone(),
-    );
+    let posting = Posting::start(pedidos.http_addr(), PREFIX, 0x7465_726d, 500, 40);
 
     let mut terminated = 0;
     let mut with_work = 0;
-    while answered.load(Ordering::SeqCst) < 400 {
+    while posting.answered() < 400 {
         with_work += usize::from(state.pending().await > 0 || !state.consumer_caught_up().await);
         terminated += terminate_sessions(&admin, &prefix).await;
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let accepted = posting.await.unwrap();
+    let orders = posting.orders.clone();
+    let accepted = posting.accepted().await;
     assert!(terminated > 0, "no session was terminated");
     assert!(with_work > 0, "no termination found work in hand");
     let label = format!("terminations ({prefix})");

@@ -15,8 +15,6 @@
 
 use crate::common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use entrega::db::query;
@@ -25,17 +23,11 @@ use entrega::failpoint::{RELAY_AFTER_PUBLISH, WAL_AFTER_MARK};
 use common::own_pg::OwnPostgres;
 use common::process::{Deployment, Km0};
 use common::state::{eventually, DbState};
-use common::stream::{assert_applied_once, plan_orders, post_all};
+use common::stream::{assert_applied_once, Posting};
 
 const LEASE_TTL_MS: u64 = 1_000;
 const SETTLE: Duration = Duration::from_secs(60);
 const WAL: (&str, &str) = ("KM0_RELAY_SOURCE", "wal");
-
-async fn prepare(deployment: &Deployment) -> (DbState, std::collections::BTreeMap<String, i64>) {
-    let state = deployment.state().await;
-    let start = common::kafka_state::orders::fill_stock(&state).await;
-    (state, start)
-}
 
 async fn wal_relay(deployment: &Deployment, instance: &str) -> Km0 {
     deployment.start_with_env("relay", instance, &[WAL]).await
@@ -58,22 +50,15 @@ async fn slot_active(state: &DbState) -> bool {
 async fn killed_again_and_again_mid_stream_loses_nothing_and_applies_once() {
     const PREFIX: &str = "P-WALK";
     let deployment = Deployment::new("postgres", LEASE_TTL_MS);
-    let (state, start) = prepare(&deployment).await;
+    let (state, start) = deployment.stocked_state().await;
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let consumer = deployment.start("inventario", "inventario-1").await;
     let mut relay = wal_relay(&deployment, "relay-0").await;
-    let orders = Arc::new(plan_orders(0x7761_6c6b, 400, 30));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let posting = post_all(
-        pedidos.http_addr(),
-        PREFIX,
-        orders.clone(),
-        answered.clone(),
-    );
+    let posting = Posting::start(pedidos.http_addr(), PREFIX, 0x7761_6c6b, 400, 30);
 
     let mut kills = 0;
     let mut with_work = 0;
-    while answered.load(Ordering::SeqCst) < 320 {
+    while posting.answered() < 320 {
         tokio::time::sleep(Duration::from_millis(700)).await;
         with_work += usize::from(state.pending().await > 0);
         relay.kill().await;
@@ -96,7 +81,8 @@ async fn killed_again_and_again_mid_stream_loses_nothing_and_applies_once() {
         dying.died_at_failpoint().await;
         relay = wal_relay(&deployment, &format!("relay-after-{n}")).await;
     }
-    let accepted = posting.await.unwrap();
+    let orders = posting.orders.clone();
+    let accepted = posting.accepted().await;
     assert!(kills >= 3, "only {kills} kills");
     assert!(with_work > 0, "no kill found work in hand");
     assert_applied_once(
@@ -121,7 +107,7 @@ async fn killed_again_and_again_mid_stream_loses_nothing_and_applies_once() {
 async fn a_second_relay_takes_over_the_slot_when_the_first_is_killed() {
     const PREFIX: &str = "P-WAL2";
     let deployment = Deployment::new("postgres", LEASE_TTL_MS);
-    let (state, start) = prepare(&deployment).await;
+    let (state, start) = deployment.stocked_state().await;
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let consumer = deployment.start("inventario", "inventario-1").await;
     let first = wal_relay(&deployment, "relay-a").await;
@@ -130,20 +116,11 @@ async fn a_second_relay_takes_over_the_slot_when_the_first_is_killed() {
     })
     .await;
     let second = wal_relay(&deployment, "relay-b").await;
-    let orders = Arc::new(plan_orders(0x7761_6c32, 200, 30));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let posting = post_all(
-        pedidos.http_addr(),
-        PREFIX,
-        orders.clone(),
-        answered.clone(),
-    );
-    eventually(SETTLE, "orders answered", || async {
-        (answered.load(Ordering::SeqCst) >= 60).then_some(())
-    })
-    .await;
+    let posting = Posting::start(pedidos.http_addr(), PREFIX, 0x7761_6c32, 200, 30);
+    posting.answered_at_least(60, SETTLE).await;
     first.kill().await;
-    let accepted = posting.await.unwrap();
+    let orders = posting.orders.clone();
+    let accepted = posting.accepted().await;
     assert_applied_once(
         &state,
         PREFIX,
@@ -167,28 +144,21 @@ async fn postgres_restarted_under_the_wal_relay_loses_nothing_and_applies_once()
     const PREFIX: &str = "P-WALR";
     let pg = OwnPostgres::start();
     let deployment = Deployment::on_postgres(&pg.url(), LEASE_TTL_MS);
-    let (mut state, start) = prepare(&deployment).await;
+    let (mut state, start) = deployment.stocked_state().await;
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let relay = wal_relay(&deployment, "relay-1").await;
     let consumer = deployment.start("inventario", "inventario-1").await;
-    let orders = Arc::new(plan_orders(0x7761_6c72, 400, 60));
-    let answered = Arc::new(AtomicUsize::new(0));
-    let posting = post_all(
-        pedidos.http_addr(),
-        PREFIX,
-        orders.clone(),
-        answered.clone(),
-    );
+    let posting = Posting::start(pedidos.http_addr(), PREFIX, 0x7761_6c72, 400, 60);
     for (after, mode) in [(100, "immediate"), (250, "fast")] {
-        eventually(Duration::from_secs(90), "orders answered", || async {
-            (answered.load(Ordering::SeqCst) >= after).then_some(())
-        })
-        .await;
+        posting
+            .answered_at_least(after, Duration::from_secs(90))
+            .await;
         state.close().await;
         pg.restart(mode);
         state = deployment.state().await;
     }
-    let accepted = posting.await.unwrap();
+    let orders = posting.orders.clone();
+    let accepted = posting.accepted().await;
     let answered_201 = accepted.iter().flatten().count();
     assert!(answered_201 >= 200, "only {answered_201} orders accepted");
     assert_applied_once(

@@ -160,6 +160,8 @@ pub enum WalError {
 /// Publishes the outbox from PostgreSQL's WAL. See the module docs.
 pub struct WalRelay {
     url: String,
+    /// The database the URL names (its slot must decode this one).
+    database: String,
     slot: String,
     pool: PgPool,
     db: Db,
@@ -202,6 +204,7 @@ impl WalRelay {
             .unwrap_or_else(|| entrega_postgres::wal::slot::slot_name_for(&target.database));
         Ok(Self {
             url,
+            database: target.database,
             slot,
             pool,
             db: db.clone(),
@@ -240,7 +243,8 @@ impl WalRelay {
     /// shutdown the batch in flight is published and marked and its position confirmed.
     pub async fn run(&self, shutdown: CancellationToken) -> Result<(), WalError> {
         let slot = self.slot.clone();
-        let checks = status::spawn_checks(self, &slot, shutdown.child_token());
+        let checks = shutdown.child_token();
+        status::spawn_checks(self, &slot, checks.clone());
         let result = self.run_slot(&slot, &shutdown).await;
         checks.cancel();
         result
@@ -252,7 +256,7 @@ impl WalRelay {
         let mut waiting_logged = false;
         while !shutdown.is_cancelled() {
             let published = self.stats.published();
-            let outcome = match prepare::plan(&self.pool, slot, recreate).await {
+            let outcome = match prepare::plan(&self.pool, &self.database, slot, recreate).await {
                 Ok(plan) => self.session(slot, plan, shutdown).await,
                 Err(e) => Err(e),
             };

@@ -21,9 +21,14 @@ pub(super) enum Plan {
     },
 }
 
-/// Reads the server's setting, the publication, the slot and entrega's record of it.
-/// `recreate`: the operator asked for a new slot.
-pub(super) async fn plan(pool: &PgPool, name: &str, recreate: bool) -> Result<Plan, End> {
+/// Reads the server's setting, the publication, the slot and entrega's record of it, for
+/// the relay of `database`. `recreate`: the operator asked for a new slot.
+pub(super) async fn plan(
+    pool: &PgPool,
+    database: &str,
+    name: &str,
+    recreate: bool,
+) -> Result<Plan, End> {
     let level = slot::wal_level(pool).await.map_err(store)?;
     if level != "logical" {
         return Err(End::Fatal(WalError::WalLevel { found: level }));
@@ -40,10 +45,6 @@ pub(super) async fn plan(pool: &PgPool, name: &str, recreate: bool) -> Result<Pl
         return Ok(Plan::Create { recreate: true });
     }
     let record = slot::slot_record(pool, name).await.map_err(store)?;
-    let database: String = sqlx::query_scalar("SELECT current_database()::text")
-        .fetch_one(pool)
-        .await
-        .map_err(|e| store(entrega_postgres::classify(e)))?;
     match (state, record) {
         (Some(state), _) if state.is_lost() => Err(End::Fatal(WalError::SlotLost {
             slot: name.to_owned(),
@@ -52,7 +53,7 @@ pub(super) async fn plan(pool: &PgPool, name: &str, recreate: bool) -> Result<Pl
             name,
             format!("its plugin is {:?}, not pgoutput", state.plugin),
         )),
-        (Some(state), _) if state.database.as_deref() != Some(database.as_str()) => Err(foreign(
+        (Some(state), _) if state.database.as_deref() != Some(database) => Err(foreign(
             name,
             format!("it decodes database {:?}, not {database}", state.database),
         )),

@@ -62,16 +62,11 @@ impl SlotGauges {
 }
 
 /// Reads the slot every `check_interval` until `stop`, into the gauges and the metrics.
-pub(super) fn spawn_checks(
-    relay: &WalRelay,
-    name: &str,
-    stop: CancellationToken,
-) -> CancellationToken {
+pub(super) fn spawn_checks(relay: &WalRelay, name: &str, stop: CancellationToken) {
     let pool = relay.pool.clone();
     let gauges = Arc::clone(&relay.gauges);
     let every = relay.wal.check_interval;
     let name = name.to_owned();
-    let token = stop.clone();
     tokio::spawn(async move {
         loop {
             match slot::slot_state(&pool, &name).await {
@@ -94,5 +89,4 @@ pub(super) fn spawn_checks(
             }
         }
     });
-    token
 }
