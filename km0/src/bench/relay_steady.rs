@@ -27,6 +27,7 @@ use crate::wiring::relay::RelaySource;
 use entrega::Db;
 
 /// What one steady run measured.
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Steady {
     /// Commit to broker confirmation, p50, in ms.
     pub(crate) p50_ms: f64,
