@@ -225,6 +225,7 @@ pub(crate) async fn run(common: &Common, args: &CurveArgs) -> anyhow::Result<Ben
     // Curves compare the engine with itself; the ceilings have their own benches.
     let common = Common {
         pgbench: None,
+        recvlogical: None,
         ..common.clone()
     };
     let (x, _, _) = args.curve.layout();

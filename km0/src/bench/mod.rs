@@ -19,6 +19,7 @@ mod progress;
 mod relay;
 mod relay_steady;
 mod relay_wal;
+mod relay_wal_ceiling;
 mod report;
 mod rpc;
 mod seed;
@@ -66,7 +67,10 @@ pub struct BenchArgs {
     /// The `pgbench` binary used for the ceilings.
     #[arg(long, global = true, default_value = "pgbench")]
     pub pgbench: String,
-    /// Skip the pgbench ceilings.
+    /// The `pg_recvlogical` binary used for the WAL relay's ceiling.
+    #[arg(long, global = true, default_value = "pg_recvlogical")]
+    pub pg_recvlogical: String,
+    /// Skip the ceilings (pgbench, pg_recvlogical).
     #[arg(long, global = true)]
     pub no_ceiling: bool,
 }
@@ -179,6 +183,8 @@ pub(crate) struct Common {
     pub(crate) runs: usize,
     pub(crate) keep: bool,
     pub(crate) pgbench: Option<String>,
+    /// The `pg_recvlogical` binary for the WAL ceiling; `None` without ceilings.
+    pub(crate) recvlogical: Option<String>,
 }
 
 impl Common {
@@ -215,6 +221,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         };
         let common = Common {
             pgbench: None,
+            recvlogical: None,
             place: BenchPlace { place, kafka: None },
             runs: args.runs.max(1),
             keep: args.keep,
@@ -233,6 +240,8 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         let common = Common {
             pgbench: (!args.no_ceiling && place.postgres_server().is_some())
                 .then(|| args.pgbench.clone()),
+            recvlogical: (!args.no_ceiling && place.postgres_server().is_some())
+                .then(|| args.pg_recvlogical.clone()),
             place,
             runs: args.runs.max(1),
             keep: args.keep,

@@ -195,13 +195,14 @@ fn report(common: &Common, args: &RelayArgs, rows: Vec<Measurement>) -> BenchRep
     }
 }
 
-/// The backlog drained by one WAL relay and (with `poll`) one polling relay, alternating.
+/// The backlog drained by one WAL relay, (with `poll`) one polling relay and (with the
+/// ceilings) `pg_recvlogical`, alternating.
 async fn wal_backlog(
     common: &Common,
     args: &RelayArgs,
     poll: bool,
 ) -> anyhow::Result<Vec<Measurement>> {
-    let (mut wal, mut polled) = (Vec::new(), Vec::new());
+    let (mut wal, mut polled, mut ceiling) = (Vec::new(), Vec::new(), Vec::new());
     for run in 1..=common.runs {
         progress(format!("relay wal, run {run}/{}", common.runs));
         let fresh = common.place.fresh();
@@ -214,15 +215,44 @@ async fn wal_backlog(
             progress(format!("relay poll, run {run}/{}", common.runs));
             polled.push(measure(common, args, 1).await?.rate);
         }
+        if let Some(binary) = &common.recvlogical {
+            progress(format!("ceiling pg_recvlogical, run {run}/{}", common.runs));
+            let fresh = common.place.fresh();
+            let drained = super::relay_wal_ceiling::drain(&fresh, args, binary).await;
+            common.cleanup(&fresh).await?;
+            ceiling.push(drained?);
+        }
     }
     let mut rows = vec![Measurement::new("relay x1 (wal)", "events/s", wal.clone())];
+    if !ceiling.is_empty() {
+        let ratios = wal
+            .iter()
+            .zip(&ceiling)
+            .map(|(w, c)| 100.0 * w / c)
+            .collect();
+        rows.push(Measurement::new(
+            "ceiling (pg_recvlogical, the stream alone)",
+            "events/s",
+            ceiling.clone(),
+        ));
+        rows.push(Measurement::new("relay x1 (wal) / ceiling", "%", ratios));
+    }
     if poll {
         let ratios = wal.iter().zip(&polled).map(|(w, p)| w / p).collect();
-        rows.push(Measurement::new("relay x1 (poll)", "events/s", polled));
+        rows.push(Measurement::new(
+            "relay x1 (poll)",
+            "events/s",
+            polled.clone(),
+        ));
         rows.push(
             Measurement::new("relay x1: wal / poll", "x", ratios)
                 .with_target(|m| Target::at_least(WAL_TARGET_RATIO, m)),
         );
+        if !ceiling.is_empty() {
+            // What the target asks for, against what the server's stream alone gives.
+            let ratios = ceiling.iter().zip(&polled).map(|(c, p)| c / p).collect();
+            rows.push(Measurement::new("ceiling / poll", "x", ratios));
+        }
     }
     Ok(rows)
 }
