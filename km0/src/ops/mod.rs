@@ -12,3 +12,4 @@ pub mod queue_lag;
 pub mod saga;
 pub mod stock;
 pub mod terminal;
+pub mod wal_slot;

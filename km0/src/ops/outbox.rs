@@ -8,23 +8,55 @@ use anyhow::Context as _;
 use entrega_core::{now_ms, BlockedRow, OutboxStatus, ReleaseError, StoreError};
 use uuid::Uuid;
 
+use super::wal_slot;
 use crate::wiring::System;
 
 /// `km0 outbox status`: prints every service's backlog as text or, with `json`, as one JSON
 /// object (the totals, every refused row, and each service's own figures).
+/// On PostgreSQL, each service shows the WAL relay's slots too (`wal_slots` in JSON).
 pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
     let all = backlogs(system).await?;
+    let slots = wal_slots(system).await?;
     if json {
-        crate::ops::terminal::println(&all_json(&all).to_string());
+        let mut value = all_json(&all);
+        for (service, views) in &slots {
+            value["services"][*service]["wal_slots"] = wal_slot::to_json(views);
+        }
+        crate::ops::terminal::println(&value.to_string());
     } else {
         let now = now_ms();
         let text: Vec<String> = all
             .iter()
-            .map(|(service, status)| format!("{service}\n{}", indent(&render(status, now))))
+            .map(|(service, status)| {
+                let views = slots
+                    .iter()
+                    .find(|(s, _)| s == service)
+                    .map_or(&[][..], |(_, v)| v.as_slice());
+                let body = format!("{}{}", render(status, now), wal_slot::render(views));
+                format!("{service}\n{}", indent(&body))
+            })
             .collect();
         crate::ops::terminal::print(&text.join("\n"));
     }
     Ok(())
+}
+
+/// The WAL relay's slots of every service's outbox (none on SQLite).
+pub async fn wal_slots(
+    system: &System,
+) -> anyhow::Result<Vec<(&'static str, Vec<wal_slot::SlotView>)>> {
+    let mut all = Vec::new();
+    for database in crate::wiring::databases().into_iter().filter(|d| d.outbox) {
+        let db = system
+            .open(database)
+            .await
+            .with_context(|| format!("opening the {} database", database.name))?;
+        let views = wal_slot::slots_of(&db).await;
+        db.close().await;
+        let views = views.with_context(|| format!("reading the {} WAL slots", database.name))?;
+        all.push((database.name, views));
+    }
+    Ok(all)
 }
 
 /// The backlog of every service's outbox, in the order of km0's databases.

@@ -132,6 +132,24 @@ async fn a_second_relay_takes_over_the_slot_when_the_first_is_killed() {
     )
     .await;
     assert!(slot_active(&state).await, "the second relay streams");
+    // What an operator sees: the slot entrega created, streaming to the second relay's session.
+    let out = deployment.cli(&["outbox", "status", "--json"]).await;
+    assert!(out.status.success(), "{out:?}");
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let slots = status["services"]["pedidos"]["wal_slots"]
+        .as_array()
+        .unwrap();
+    assert_eq!(slots.len(), 1, "{status}");
+    assert_eq!(slots[0]["condition"], "streaming", "{status}");
+    assert_eq!(slots[0]["caught_up"], true, "{status}");
+    let streaming_pid: Option<i64> = state
+        .pedidos
+        .scalar(query(
+            "SELECT active_pid::bigint FROM pg_replication_slots WHERE database = current_database()",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(slots[0]["active_pid"].as_i64(), streaming_pid, "{status}");
     for process in [second, consumer, pedidos] {
         process.terminate().await;
     }
