@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use entrega::Db;
 use entrega_core::{now_ms, BlockedRow, OutboxStatus, ReleaseError, StoreError};
 use uuid::Uuid;
 
@@ -45,32 +46,37 @@ pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
 pub async fn wal_slots(
     system: &System,
 ) -> anyhow::Result<Vec<(&'static str, Vec<wal_slot::SlotView>)>> {
-    let mut all = Vec::new();
-    for database in crate::wiring::databases().into_iter().filter(|d| d.outbox) {
-        let db = system
-            .open(database)
-            .await
-            .with_context(|| format!("opening the {} database", database.name))?;
-        let views = wal_slot::slots_of(&db).await;
-        db.close().await;
-        let views = views.with_context(|| format!("reading the {} WAL slots", database.name))?;
-        all.push((database.name, views));
-    }
-    Ok(all)
+    each_outbox(system, "WAL slots", async |db: &Db| {
+        wal_slot::slots_of(db).await
+    })
+    .await
 }
 
 /// The backlog of every service's outbox, in the order of km0's databases.
 pub async fn backlogs(system: &System) -> anyhow::Result<Vec<(&'static str, OutboxStatus)>> {
+    each_outbox(system, "outbox", async |db: &Db| {
+        db.outbox().maintenance.status(now_ms()).await
+    })
+    .await
+}
+
+/// What `read` finds in each service's database that has an outbox, in the order of km0's
+/// databases; `what` names it in errors.
+async fn each_outbox<T>(
+    system: &System,
+    what: &str,
+    read: impl AsyncFn(&Db) -> Result<T, StoreError>,
+) -> anyhow::Result<Vec<(&'static str, T)>> {
     let mut all = Vec::new();
     for database in crate::wiring::databases().into_iter().filter(|d| d.outbox) {
         let db = system
             .open(database)
             .await
             .with_context(|| format!("opening the {} database", database.name))?;
-        let status = db.outbox().maintenance.status(now_ms()).await;
+        let found = read(&db).await;
         db.close().await;
-        let status = status.with_context(|| format!("reading the {} outbox", database.name))?;
-        all.push((database.name, status));
+        let found = found.with_context(|| format!("reading the {} {what}", database.name))?;
+        all.push((database.name, found));
     }
     Ok(all)
 }
