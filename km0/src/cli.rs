@@ -305,6 +305,13 @@ pub enum Command {
     },
     /// Places orders through the real HTTP API and checks every invariant at the end.
     Demo(DemoArgs),
+    /// The failures the seeds describe, made to happen: each scenario's naive variant beside
+    /// the pattern, with the same fault, and a ledger per side (docs/LAB.md).
+    Lab {
+        /// What to do.
+        #[command(subcommand)]
+        command: crate::lab::LabCommand,
+    },
     /// Benchmarks on fresh databases at `--database`, on a fresh log database or on the
     /// Kafka cluster of `--broker` (see docs/BENCHMARKS.md).
     Bench(crate::bench::BenchArgs),
@@ -756,6 +763,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::bench::run(&cli.database, &cli.broker, &args).await?;
         }
         Command::Lag(args) => crate::ops::lag::run(&system, args).await?,
+        Command::Lab { command } => crate::lab::command(command).await?,
         Command::Stock { command } => crate::ops::stock::run(&system, command).await?,
         Command::Dlq { command } => return crate::ops::dlq::run(&system, command).await,
         Command::Saga { command } => crate::ops::saga::run(&system, command).await?,

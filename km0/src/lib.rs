@@ -17,6 +17,7 @@ pub mod cli;
 pub mod console;
 pub mod contracts;
 pub mod demo;
+pub mod lab;
 pub mod ops;
 pub mod services;
 pub mod telemetry;

@@ -15,9 +15,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = km0::cli::Cli::parse_args();
-    // The demo prints its own progress and report; services log what they do.
+    // The demo, the benches and the lab print their own progress and report; services log
+    // what they do.
     let default_filter = match cli.command {
-        km0::cli::Command::Demo(_) | km0::cli::Command::Bench(_) => "warn",
+        km0::cli::Command::Demo(_)
+        | km0::cli::Command::Bench(_)
+        | km0::cli::Command::Lab { .. } => "warn",
         _ => "warn,km0=info,entrega=info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -125,3 +125,34 @@ async fn run_pedidos_serves_on_the_announced_port_and_stops_cleanly_on_sigterm()
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn km0_lab_run_all_prints_every_ledger_and_succeeds_when_each_point_is_shown() {
+    let out = Command::new(env!("CARGO_BIN_EXE_km0"))
+        .args(["lab", "run", "all", "--json", "--seed", "3"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["seed"], 3);
+    let scenarios = report["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), km0::lab::scenarios().len());
+    for s in scenarios {
+        assert_eq!(s["shown"], true, "{s}");
+        assert!(s["naive"]["placed"].as_u64().unwrap() > 0, "{s}");
+        assert_eq!(s["pattern"]["placed"], s["pattern"]["applied"], "{s}");
+    }
+    // Nothing but the report on stdout; the lab's own logging stays quiet.
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unknown = Command::new(env!("CARGO_BIN_EXE_km0"))
+        .args(["lab", "run", "no-such-scenario"])
+        .output()
+        .unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("km0 lab list"));
+}

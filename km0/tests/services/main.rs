@@ -16,6 +16,7 @@ mod inventario_batch_paths;
 mod inventario_consumer;
 mod inventario_reservas;
 mod inventario_reservas_faults;
+mod lab;
 mod openapi;
 mod otel_ids;
 mod pagos_commands;

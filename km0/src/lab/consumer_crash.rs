@@ -1,0 +1,290 @@
+//! Scenarios 1–3: inventario's consumer of `pedido.creado` killed at one point of its work,
+//! on the embedded default (SQLite and the log transport in SQLite). Each side reads the same
+//! orders with the same kills; only where it acknowledges and where it records the key
+//! differ.
+//!
+//! A kill stops the consumer dead at that point: nothing after it runs, what it had not
+//! committed is gone, and a new instance of the group resumes from the committed offset.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use entrega::db::{query, Db, Migration};
+use entrega::{Broker, MigrationSet};
+use entrega_core::headers::{ID_EVENTO, TIPO};
+use entrega_core::{Envelope, Headers, OutgoingMessage, Record, Subscription};
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use serde_json::json;
+
+use super::{Ledger, Side};
+
+/// Orders each side places.
+const ORDERS: usize = 60;
+/// Kills per side.
+const KILLS: usize = 3;
+const TOPIC: &str = "pedidos.eventos";
+const GROUP: &str = "lab.inventario";
+const CONSUMER: &str = "lab.descuento_stock";
+/// How long a side may take before what is left counts as stuck.
+const WITHIN: Duration = Duration::from_secs(60);
+
+/// The effect: one row per unit of stock taken, in the order they were taken.
+const TABLES: &[Migration] = &[Migration::same(
+    1,
+    "the lab's stock moves",
+    "CREATE TABLE IF NOT EXISTS lab_stock_moves (
+         n        INTEGER PRIMARY KEY AUTOINCREMENT,
+         order_id TEXT NOT NULL
+     );",
+)];
+
+/// Which mistake the naive side makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mistake {
+    /// Scenario 1: the offset is committed before the effect; killed mid-effect.
+    AckFirst,
+    /// Scenario 2: acknowledged after the effect, with no key; killed between the database's
+    /// commit and the acknowledgement.
+    NoKey,
+    /// Scenario 3: the key recorded in a transaction of its own; killed between the key and
+    /// the effect.
+    KeyApart,
+}
+
+impl Mistake {
+    /// The scenario's name.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::AckFirst => "ack-before-processing",
+            Self::NoKey => "no-deduplication",
+            Self::KeyApart => "key-in-another-transaction",
+        }
+    }
+
+    /// Where the kill lands, in words.
+    fn kill_point(self) -> &'static str {
+        match self {
+            Self::AckFirst => "in the middle of the effect",
+            Self::NoKey => "between the database's commit and the acknowledgement",
+            Self::KeyApart => "between recording the key and applying the effect",
+        }
+    }
+}
+
+/// Runs one side of the scenario of `mistake` in `dir` (created empty by the caller).
+pub(super) async fn run(
+    dir: &Path,
+    seed: u64,
+    mistake: Mistake,
+    side: Side,
+) -> anyhow::Result<Ledger> {
+    let db = Db::connect(&format!("sqlite://{}", dir.join("inventario.db").display())).await?;
+    let broker = Broker::connect(
+        &format!("sqlite://{}", dir.join("log.db").display()),
+        Duration::from_secs(10),
+    )
+    .await?;
+    let result = run_on(&db, &broker, seed, mistake, side).await;
+    broker.close().await;
+    db.close().await;
+    result
+}
+
+async fn run_on(
+    db: &Db,
+    broker: &Broker,
+    seed: u64,
+    mistake: Mistake,
+    side: Side,
+) -> anyhow::Result<Ledger> {
+    db.migrate(&[MigrationSet::Inbox]).await?;
+    db.apply_migrations("lab", TABLES).await?;
+    broker.admin().ensure_topic(TOPIC, 1).await?;
+    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
+    broker
+        .publisher()
+        .publish(&orders.iter().map(|o| order_created(o)).collect::<Vec<_>>())
+        .await?;
+    // The same orders are killed on both sides: those at the seed's positions.
+    let mut rng = StdRng::seed_from_u64(seed);
+    let doomed: HashSet<String> = sample(&mut rng, ORDERS, KILLS)
+        .into_iter()
+        .filter_map(|i| orders.get(i).cloned())
+        .collect();
+    let kills = consume(db, broker, mistake, side, &doomed).await?;
+
+    let applied: Vec<String> = db
+        .fetch_all(query("SELECT order_id FROM lab_stock_moves ORDER BY n"))
+        .await?
+        .into_iter()
+        .map(|(order,): (String,)| order)
+        .collect();
+    let mut ledger = Ledger::from_effects(&orders, &applied);
+    ledger.stuck = unread(broker).await?;
+    ledger.fault = format!(
+        "consumer killed {kills} times {} (orders {})",
+        mistake.kill_point(),
+        sorted(&doomed).join(", ")
+    );
+    Ok(ledger)
+}
+
+fn sorted(set: &HashSet<String>) -> Vec<String> {
+    let mut all: Vec<String> = set.iter().cloned().collect();
+    all.sort();
+    all
+}
+
+/// A `pedido.creado` of `order`, keyed by it.
+fn order_created(order: &str) -> OutgoingMessage {
+    let envelope = Envelope::new(
+        "pedido.creado",
+        "pedidos",
+        json!({"id": order, "lineas": [{"producto": "tomate-rosa", "cantidad": 1}]}),
+    );
+    OutgoingMessage {
+        topic: TOPIC.to_owned(),
+        key: Some(order.to_owned()),
+        headers: Headers::new()
+            .with(TIPO, "pedido.creado")
+            .with(ID_EVENTO, envelope.id.to_string()),
+        payload: envelope.to_bytes(),
+    }
+}
+
+/// Records the group has not committed.
+async fn unread(broker: &Broker) -> anyhow::Result<u64> {
+    let end: i64 = broker
+        .end_offsets(TOPIC)
+        .await?
+        .iter()
+        .map(|(_, e)| e)
+        .sum();
+    let committed: i64 = broker
+        .committed(GROUP, TOPIC)
+        .await?
+        .iter()
+        .map(|(_, c)| c)
+        .sum();
+    Ok(u64::try_from(end - committed).unwrap_or(0))
+}
+
+/// Consumes until the group committed every record, killing the consumer the first time it
+/// handles each doomed order; returns how many times it was killed.
+async fn consume(
+    db: &Db,
+    broker: &Broker,
+    mistake: Mistake,
+    side: Side,
+    doomed: &HashSet<String>,
+) -> anyhow::Result<usize> {
+    let deadline = Instant::now() + WITHIN;
+    let mut killed: HashSet<String> = HashSet::new();
+    let mut instance = 0;
+    'instances: while Instant::now() < deadline {
+        let member = format!("lab-{instance}");
+        let mut sub = broker.subscriber().subscribe(GROUP, TOPIC, &member).await?;
+        while Instant::now() < deadline {
+            if unread(broker).await? == 0 {
+                sub.close().await?;
+                break 'instances;
+            }
+            for record in sub.poll(20, Duration::from_millis(100)).await? {
+                let order = record.key.clone().unwrap_or_default();
+                let kill = doomed.contains(&order) && killed.insert(order);
+                let survived = handle(db, sub.as_mut(), &record, mistake, side, kill).await?;
+                if !survived {
+                    // Dead: the next instance starts from what was committed.
+                    sub.close().await?;
+                    instance += 1;
+                    continue 'instances;
+                }
+            }
+        }
+        sub.close().await?;
+    }
+    Ok(killed.len())
+}
+
+/// Handles one record as `side` does; `false` when the consumer was killed on the way.
+async fn handle(
+    db: &Db,
+    sub: &mut dyn Subscription,
+    record: &Record,
+    mistake: Mistake,
+    side: Side,
+    kill: bool,
+) -> anyhow::Result<bool> {
+    let envelope = Envelope::parse(&record.payload).context("the lab's own event")?;
+    let key = envelope.id.to_string();
+    let order = envelope.data["id"]
+        .as_str()
+        .context("the lab's own order id")?
+        .to_owned();
+    let ack = [(record.partition, record.offset + 1)];
+    match (side, mistake) {
+        (Side::Naive, Mistake::AckFirst) => {
+            sub.commit(&ack).await?;
+            if kill {
+                return Ok(false);
+            }
+            take_stock(db, &order).await?;
+        }
+        (Side::Naive, Mistake::NoKey) => {
+            take_stock(db, &order).await?;
+            if kill {
+                return Ok(false);
+            }
+            sub.commit(&ack).await?;
+        }
+        (Side::Naive, Mistake::KeyApart) => {
+            let mut tx = db.begin().await?;
+            let first = tx.claim(CONSUMER, &key).await?;
+            tx.commit().await?;
+            if kill {
+                return Ok(false);
+            }
+            if first {
+                take_stock(db, &order).await?;
+            }
+            sub.commit(&ack).await?;
+        }
+        (Side::Pattern, _) => {
+            // The key and the effect in one transaction, acknowledged after its commit.
+            let mut tx = db.begin().await?;
+            let first = tx.claim(CONSUMER, &key).await?;
+            if kill && mistake != Mistake::NoKey {
+                // Killed inside the transaction: it never commits, key and effect alike.
+                drop(tx);
+                return Ok(false);
+            }
+            if first {
+                tx.execute(
+                    query("INSERT INTO lab_stock_moves (order_id) VALUES ($1)").bind(&order),
+                )
+                .await?;
+            }
+            tx.commit().await?;
+            if kill {
+                return Ok(false);
+            }
+            sub.commit(&ack).await?;
+        }
+    }
+    Ok(true)
+}
+
+/// Takes the stock of `order` in a transaction of its own.
+async fn take_stock(db: &Db, order: &str) -> anyhow::Result<()> {
+    let moved = db
+        .execute(query("INSERT INTO lab_stock_moves (order_id) VALUES ($1)").bind(order))
+        .await?;
+    if moved != 1 {
+        bail!("the stock move of {order} was not written");
+    }
+    Ok(())
+}

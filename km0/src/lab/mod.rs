@@ -1,0 +1,261 @@
+//! `km0 lab`: the failures the seeds describe, made to happen. Each scenario runs a naive
+//! variant and the pattern on the same workload with the same injected fault, and reads one
+//! ledger per side from the real rows: placed, applied, lost, applied twice, out of order,
+//! stuck, and what the fault did. docs/LAB.md reads each one.
+//!
+//! The naive variants live here only; no service can reach them.
+
+mod consumer_crash;
+mod ledger;
+mod render;
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Subcommand;
+use futures::future::BoxFuture;
+use serde::Serialize;
+
+pub use ledger::Ledger;
+
+use consumer_crash::Mistake;
+
+/// `km0 lab ...`.
+#[derive(Debug, Subcommand)]
+pub enum LabCommand {
+    /// The scenarios, with the seed's section each comes from.
+    List {
+        /// One JSON object per scenario, in an array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Runs a scenario (or `all`): the naive variant, then the pattern, with the same fault.
+    Run {
+        /// The scenario's name or number, or `all`.
+        scenario: String,
+        /// Chooses where the faults land; the same seed gives the same run.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// The ledgers as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which variant of a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    /// The mistake the seed warns about.
+    Naive,
+    /// The pattern that prevents it.
+    Pattern,
+}
+
+impl Side {
+    /// `naive` or `pattern`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Naive => "naive",
+            Self::Pattern => "pattern",
+        }
+    }
+}
+
+type Runner = for<'a> fn(&'a Lab, Side) -> BoxFuture<'a, anyhow::Result<Ledger>>;
+
+/// One failure of the seeds, with its naive variant and its pattern.
+#[derive(Serialize)]
+pub struct Scenario {
+    /// Its number in the list.
+    pub number: u32,
+    /// Its name on the command line.
+    pub name: &'static str,
+    /// The seed's section it comes from.
+    pub section: &'static str,
+    /// What the naive side does.
+    pub naive: &'static str,
+    /// What the pattern side does.
+    pub pattern: &'static str,
+    /// Two or three sentences: the fault, what the naive side loses, what the pattern keeps.
+    pub explains: &'static str,
+    #[serde(skip)]
+    run: Runner,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Where a run keeps its files, and the seed of its faults.
+#[derive(Debug)]
+pub struct Lab {
+    dir: PathBuf,
+    seed: u64,
+}
+
+impl Lab {
+    /// A fresh empty directory for one side of `scenario`.
+    fn side_dir(&self, scenario: &str, side: Side) -> anyhow::Result<PathBuf> {
+        let dir = self.dir.join(format!("{scenario}-{}", side.name()));
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
+    }
+}
+
+/// Both sides of one scenario.
+#[derive(Debug, Serialize)]
+pub struct Outcome {
+    /// The scenario.
+    pub scenario: &'static Scenario,
+    /// The naive side's ledger.
+    pub naive: Ledger,
+    /// The pattern's ledger.
+    pub pattern: Ledger,
+}
+
+impl Outcome {
+    /// What a run must show: the fault bit the naive side, and the pattern kept everything.
+    pub fn shows_the_point(&self) -> bool {
+        self.naive.failed() && !self.pattern.failed()
+    }
+}
+
+/// One side of a consumer scenario (1–3), in a directory of its own.
+fn consumer_side(lab: &Lab, side: Side, mistake: Mistake) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir(mistake.name(), side)?;
+        consumer_crash::run(&dir, lab.seed, mistake, side).await
+    })
+}
+
+/// Every scenario, in order.
+pub fn scenarios() -> &'static [Scenario] {
+    static ALL: &[Scenario] = &[
+        Scenario {
+            number: 1,
+            name: "ack-before-processing",
+            section: "1. Garantías de entrega",
+            naive: "commits the offset, then takes the stock",
+            pattern: "takes the stock, then commits the offset",
+            explains: "The consumer is killed in the middle of taking the stock. Acknowledged \
+                       first, the broker never sends those orders again: their stock is never \
+                       taken (at-most-once). Acknowledged after, they come again and are applied.",
+            run: |lab, side| consumer_side(lab, side, Mistake::AckFirst),
+        },
+        Scenario {
+            number: 2,
+            name: "no-deduplication",
+            section: "2. Consumidores idempotentes",
+            naive: "takes the stock and acknowledges after, with no processed-message key",
+            pattern: "records the id_evento in mensajes_procesados in the effect's transaction",
+            explains: "The consumer is killed after its transaction committed and before the \
+                       offset did. The order comes again: without a key its stock is taken a \
+                       second time; with the key in the same transaction the repeat is seen and \
+                       skipped.",
+            run: |lab, side| consumer_side(lab, side, Mistake::NoKey),
+        },
+        Scenario {
+            number: 3,
+            name: "key-in-another-transaction",
+            section: "2. Consumidores idempotentes",
+            naive: "records the key in one transaction, takes the stock in another",
+            pattern: "the key and the stock in one transaction",
+            explains: "The consumer is killed after recording the key and before taking the \
+                       stock. The order comes again, the key says it was done, and its stock is \
+                       never taken. In one transaction the key rolls back with the effect.",
+            run: |lab, side| consumer_side(lab, side, Mistake::KeyApart),
+        },
+    ];
+    ALL
+}
+
+/// The scenario named `name` (or numbered), or every one for `all`.
+pub fn find(name: &str) -> anyhow::Result<Vec<&'static Scenario>> {
+    if name == "all" {
+        return Ok(scenarios().iter().collect());
+    }
+    let found = scenarios()
+        .iter()
+        .find(|s| s.name == name || s.number.to_string() == name);
+    match found {
+        Some(s) => Ok(vec![s]),
+        None => bail!(
+            "no scenario {name:?}; `km0 lab list` names them ({})",
+            scenarios()
+                .iter()
+                .map(|s| s.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Runs both sides of each of `scenarios` with `seed`, in a directory of its own.
+pub async fn run(scenarios: &[&'static Scenario], seed: u64) -> anyhow::Result<Vec<Outcome>> {
+    let dir = std::env::temp_dir().join(format!(
+        "km0-lab-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let lab = Lab { dir, seed };
+    let mut outcomes = Vec::with_capacity(scenarios.len());
+    let result = async {
+        for scenario in scenarios {
+            let naive = (scenario.run)(&lab, Side::Naive).await?;
+            let pattern = (scenario.run)(&lab, Side::Pattern).await?;
+            outcomes.push(Outcome {
+                scenario,
+                naive,
+                pattern,
+            });
+        }
+        Ok::<(), anyhow::Error>(())
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&lab.dir);
+    result.map(|()| outcomes)
+}
+
+/// `km0 lab ...`: lists the scenarios or runs them and prints their ledgers.
+pub async fn command(command: LabCommand) -> anyhow::Result<()> {
+    match command {
+        LabCommand::List { json } => {
+            let all = scenarios();
+            let text = if json {
+                serde_json::to_string_pretty(all)?
+            } else {
+                render::list(all)
+            };
+            crate::ops::terminal::println(&text);
+        }
+        LabCommand::Run {
+            scenario,
+            seed,
+            json,
+        } => {
+            let outcomes = run(&find(&scenario)?, seed).await?;
+            let text = if json {
+                serde_json::to_string_pretty(&render::to_json(&outcomes, seed))?
+            } else {
+                render::ledgers(&outcomes)
+            };
+            crate::ops::terminal::println(&text);
+            if let Some(broken) = outcomes.iter().find(|o| !o.shows_the_point()) {
+                bail!(
+                    "scenario {} did not show its point: the naive side must fail and the \
+                     pattern must not",
+                    broken.scenario.name
+                );
+            }
+        }
+    }
+    Ok(())
+}

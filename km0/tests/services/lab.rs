@@ -1,0 +1,82 @@
+//! `km0 lab`: each scenario's naive side shows the failure the seed describes, read from its
+//! rows, and the pattern, under the very same faults, loses nothing and applies nothing twice.
+//! The same seed gives the same run.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use km0::lab::{find, run, Ledger};
+
+async fn ledgers(name: &str, seed: u64) -> (Ledger, Ledger) {
+    let mut outcomes = run(&find(name).unwrap(), seed).await.unwrap();
+    assert_eq!(outcomes.len(), 1);
+    let outcome = outcomes.remove(0);
+    (outcome.naive, outcome.pattern)
+}
+
+/// The pattern's side: every order applied exactly once, nothing left behind.
+fn kept_everything(name: &str, pattern: &Ledger) {
+    assert!(pattern.placed > 0, "{name}: {pattern:?}");
+    assert_eq!(pattern.applied, pattern.placed, "{name}: {pattern:?}");
+    assert_eq!(
+        (
+            pattern.lost,
+            pattern.doubled,
+            pattern.out_of_order,
+            pattern.stuck
+        ),
+        (0, 0, 0, 0),
+        "{name}: {pattern:?}"
+    );
+}
+
+#[tokio::test]
+async fn acknowledging_first_loses_the_orders_the_kills_hit() {
+    let (naive, pattern) = ledgers("ack-before-processing", 7).await;
+    assert_eq!(naive.lost, 3, "one order lost per kill: {naive:?}");
+    assert_eq!(naive.doubled, 0, "{naive:?}");
+    assert_eq!(naive.applied, naive.placed - 3, "{naive:?}");
+    kept_everything("ack-before-processing", &pattern);
+    assert!(
+        pattern.fault.contains("killed 3 times"),
+        "{}",
+        pattern.fault
+    );
+}
+
+#[tokio::test]
+async fn without_a_key_the_redelivered_orders_take_stock_twice() {
+    let (naive, pattern) = ledgers("no-deduplication", 7).await;
+    assert_eq!(naive.doubled, 3, "one repeat per kill: {naive:?}");
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    assert_eq!(naive.applied, naive.placed + 3, "{naive:?}");
+    kept_everything("no-deduplication", &pattern);
+}
+
+#[tokio::test]
+async fn a_key_in_its_own_transaction_loses_the_effect() {
+    let (naive, pattern) = ledgers("key-in-another-transaction", 7).await;
+    assert_eq!(naive.lost, 3, "{naive:?}");
+    assert_eq!(naive.doubled, 0, "{naive:?}");
+    kept_everything("key-in-another-transaction", &pattern);
+}
+
+#[tokio::test]
+async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
+    let first = ledgers("no-deduplication", 11).await;
+    let again = ledgers("no-deduplication", 11).await;
+    assert_eq!(first, again);
+    let other = ledgers("no-deduplication", 12).await;
+    assert_ne!(first.0.fault, other.0.fault, "the kills land elsewhere");
+}
+
+#[test]
+fn every_scenario_is_found_by_name_and_number_and_all_runs_them_all() {
+    let all = km0::lab::scenarios();
+    for s in all {
+        assert_eq!(find(s.name).unwrap()[0].number, s.number);
+        assert_eq!(find(&s.number.to_string()).unwrap()[0].name, s.name);
+    }
+    assert_eq!(find("all").unwrap().len(), all.len());
+    let err = find("no-such-thing").unwrap_err().to_string();
+    assert!(err.contains("km0 lab list"), "{err}");
+}
