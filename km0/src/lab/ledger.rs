@@ -18,14 +18,16 @@ pub struct Ledger {
     pub out_of_order: u64,
     /// Still waiting when the run ended (not applied, not dead-lettered).
     pub stuck: u64,
+    /// Effects of orders that were never placed (an event whose transaction rolled back).
+    pub ghosts: u64,
     /// What the injected fault did, in words (e.g. "consumer killed 3 times between ...").
     pub fault: String,
 }
 
 impl Ledger {
-    /// Whether anything went wrong: lost, doubled, out of order or stuck.
+    /// Whether anything went wrong: lost, doubled, out of order, stuck or a ghost.
     pub fn failed(&self) -> bool {
-        self.lost + self.doubled + self.out_of_order + self.stuck > 0
+        self.lost + self.doubled + self.out_of_order + self.stuck + self.ghosts > 0
     }
 
     /// The ledger of `placed` orders whose effects, one row per application, name these

@@ -6,6 +6,7 @@
 //! The naive variants live here only; no service can reach them.
 
 mod consumer_crash;
+mod dual_write;
 mod ledger;
 mod render;
 
@@ -19,6 +20,7 @@ use serde::Serialize;
 pub use ledger::Ledger;
 
 use consumer_crash::Mistake;
+use dual_write::Fault;
 
 /// `km0 lab ...`.
 #[derive(Debug, Subcommand)]
@@ -136,6 +138,14 @@ fn consumer_side(lab: &Lab, side: Side, mistake: Mistake) -> BoxFuture<'_, anyho
     })
 }
 
+/// One side of a dual-write scenario (4–5), in a directory of its own.
+fn writer_side(lab: &Lab, side: Side, fault: Fault) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir(fault.name(), side)?;
+        dual_write::run(&dir, lab.seed, fault, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -172,6 +182,29 @@ pub fn scenarios() -> &'static [Scenario] {
                        stock. The order comes again, the key says it was done, and its stock is \
                        never taken. In one transaction the key rolls back with the effect.",
             run: |lab, side| consumer_side(lab, side, Mistake::KeyApart),
+        },
+        Scenario {
+            number: 4,
+            name: "dual-write-crash",
+            section: "3. La escritura dual y el patrón Outbox",
+            naive: "commits the order, then publishes pedido.creado to the broker",
+            pattern: "writes pedido.creado into the outbox in the order's transaction; the relay publishes it",
+            explains: "pedidos is killed right after an order's commit. Published as a second \
+                       write, that order's event never leaves and nobody hears of the order. In \
+                       the outbox the event committed with the order, and the relay publishes it.",
+            run: |lab, side| writer_side(lab, side, Fault::CrashAfterCommit),
+        },
+        Scenario {
+            number: 5,
+            name: "dual-write-rollback",
+            section: "3. La escritura dual y el patrón Outbox",
+            naive: "publishes pedido.creado inside the order's transaction, before its commit",
+            pattern: "writes pedido.creado into the outbox in the order's transaction",
+            explains: "An order's transaction fails after its event left (a line breaks its \
+                       check) and rolls back. The naive side's event is out already: the others \
+                       act on an order that does not exist. The outbox row rolls back with the \
+                       order.",
+            run: |lab, side| writer_side(lab, side, Fault::RollbackAfterPublish),
         },
     ];
     ALL

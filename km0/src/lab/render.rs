@@ -22,16 +22,17 @@ pub(super) fn list(all: &[Scenario]) -> String {
     out
 }
 
-const COLUMNS: [&str; 6] = [
+const COLUMNS: [&str; 7] = [
     "placed",
     "applied",
     "lost",
     "twice",
     "out of order",
     "stuck",
+    "ghosts",
 ];
 
-fn figures(l: &Ledger) -> [u64; 6] {
+fn figures(l: &Ledger) -> [u64; 7] {
     [
         l.placed,
         l.applied,
@@ -39,6 +40,7 @@ fn figures(l: &Ledger) -> [u64; 6] {
         l.doubled,
         l.out_of_order,
         l.stuck,
+        l.ghosts,
     ]
 }
 

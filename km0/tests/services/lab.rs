@@ -61,6 +61,35 @@ async fn a_key_in_its_own_transaction_loses_the_effect() {
 }
 
 #[tokio::test]
+async fn an_order_committed_before_its_publish_is_never_heard_of_without_the_outbox() {
+    let (naive, pattern) = ledgers("dual-write-crash", 7).await;
+    assert_eq!(naive.placed, 60, "every order was stored: {naive:?}");
+    assert_eq!(
+        naive.lost, 3,
+        "no event for the orders the kills hit: {naive:?}"
+    );
+    assert_eq!(naive.ghosts, 0, "{naive:?}");
+    kept_everything("dual-write-crash", &pattern);
+    assert_eq!(pattern.placed, 60);
+}
+
+#[tokio::test]
+async fn an_event_published_inside_a_rolled_back_transaction_is_a_ghost() {
+    let (naive, pattern) = ledgers("dual-write-rollback", 7).await;
+    assert_eq!(
+        naive.placed, 57,
+        "three transactions rolled back: {naive:?}"
+    );
+    assert_eq!(naive.ghosts, 3, "their events went out anyway: {naive:?}");
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    kept_everything("dual-write-rollback", &pattern);
+    assert_eq!(
+        pattern.placed, 57,
+        "the same three rolled back: {pattern:?}"
+    );
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
