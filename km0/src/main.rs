@@ -18,9 +18,9 @@ async fn main() -> ExitCode {
     // The demo, the benches and the lab print their own progress and report; services log
     // what they do.
     let default_filter = match cli.command {
-        km0::cli::Command::Demo(_)
-        | km0::cli::Command::Bench(_)
-        | km0::cli::Command::Lab { .. } => "warn",
+        km0::cli::Command::Demo(_) | km0::cli::Command::Bench(_) => "warn",
+        // The lab's faults are on purpose; its ledgers say what they did.
+        km0::cli::Command::Lab { .. } => "error",
         _ => "warn,km0=info,entrega=info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

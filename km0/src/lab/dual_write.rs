@@ -266,7 +266,7 @@ async fn relay_all(db: &Db, broker: &Broker) -> anyhow::Result<u64> {
 }
 
 /// The order of every `pedido.creado` on the topic, in log order.
-async fn published_orders(broker: &Broker) -> anyhow::Result<Vec<String>> {
+pub(super) async fn published_orders(broker: &Broker) -> anyhow::Result<Vec<String>> {
     let mut orders = Vec::new();
     for (partition, end) in broker.end_offsets(TOPIC).await? {
         let mut from = 0;

@@ -8,6 +8,7 @@
 mod consumer_crash;
 mod dual_write;
 mod ledger;
+mod relay_mark;
 mod render;
 
 use std::path::PathBuf;
@@ -146,6 +147,14 @@ fn writer_side(lab: &Lab, side: Side, fault: Fault) -> BoxFuture<'_, anyhow::Res
     })
 }
 
+/// One side of the relay scenario (6), in a directory of its own.
+fn relay_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir("mark-before-confirm", side)?;
+        relay_mark::run(&dir, lab.seed, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -205,6 +214,18 @@ pub fn scenarios() -> &'static [Scenario] {
                        act on an order that does not exist. The outbox row rolls back with the \
                        order.",
             run: |lab, side| writer_side(lab, side, Fault::RollbackAfterPublish),
+        },
+        Scenario {
+            number: 6,
+            name: "mark-before-confirm",
+            section: "3. La escritura dual y el patrón Outbox",
+            naive: "a relay that marks its rows published, then publishes them",
+            pattern: "entrega's relay: publishes, waits for the broker's confirmation, then marks",
+            explains: "The broker refuses, once, each batch carrying one of three chosen \
+                       orders. The naive relay had marked those batches' rows already: nobody \
+                       publishes them again, and every order in them is lost. Marking after the \
+                       confirmation leaves them pending, and the next round publishes them.",
+            run: relay_side,
         },
     ];
     ALL

@@ -90,6 +90,24 @@ async fn an_event_published_inside_a_rolled_back_transaction_is_a_ghost() {
 }
 
 #[tokio::test]
+async fn a_relay_marking_before_the_confirmation_loses_the_refused_batches() {
+    let (naive, pattern) = ledgers("mark-before-confirm", 7).await;
+    // Every order of a refused batch is lost, not only the chosen ones: at least one batch.
+    assert!(naive.lost >= 3, "{naive:?}");
+    assert_eq!(naive.applied + naive.lost, naive.placed, "{naive:?}");
+    assert_eq!(
+        naive.stuck, 0,
+        "the lost rows are marked published: {naive:?}"
+    );
+    kept_everything("mark-before-confirm", &pattern);
+    assert!(
+        pattern.fault.contains("refused 1 publish"),
+        "{}",
+        pattern.fault
+    );
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
