@@ -10,6 +10,7 @@ mod dual_write;
 mod ledger;
 mod relay_mark;
 mod render;
+mod retry_key;
 
 use std::path::PathBuf;
 
@@ -155,6 +156,14 @@ fn relay_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
     })
 }
 
+/// One side of the payment scenario (7), in a directory of its own.
+fn payment_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir("key-per-attempt", side)?;
+        retry_key::run(&dir, lab.seed, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -226,6 +235,18 @@ pub fn scenarios() -> &'static [Scenario] {
                        publishes them again, and every order in them is lost. Marking after the \
                        confirmation leaves them pending, and the next round publishes them.",
             run: relay_side,
+        },
+        Scenario {
+            number: 7,
+            name: "key-per-attempt",
+            section: "10. Errores comunes y consejos",
+            naive: "pagos retries a charge under a new Idempotency-Key each attempt",
+            pattern: "pagos retries under the key it made first (cobro-<pedido>)",
+            explains: "The gateway charges three orders and their answers are lost; pagos times \
+                       out and tries again. Under a new key the gateway sees a new charge and the \
+                       customer pays twice. Under the same key it answers with the charge it \
+                       made.",
+            run: payment_side,
         },
     ];
     ALL

@@ -108,6 +108,17 @@ async fn a_relay_marking_before_the_confirmation_loses_the_refused_batches() {
 }
 
 #[tokio::test]
+async fn a_new_idempotency_key_per_attempt_charges_the_customer_twice() {
+    let (naive, pattern) = ledgers("key-per-attempt", 7).await;
+    assert_eq!(
+        naive.doubled, 3,
+        "one extra charge per lost answer: {naive:?}"
+    );
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    kept_everything("key-per-attempt", &pattern);
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
