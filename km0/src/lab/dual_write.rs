@@ -241,28 +241,48 @@ async fn write_with_outbox(db: &Db, order: &str, fault: Fault, hit: bool) -> any
 /// Runs the relay until the outbox is drained; returns the rows still pending after
 /// [`WITHIN`].
 async fn relay_all(db: &Db, broker: &Broker) -> anyhow::Result<u64> {
-    let relay = Relay::new(
-        db.outbox(),
-        broker.publisher(),
-        Arc::new(SystemClock),
-        RelayConfig::new("pedidos", TopicRouting::new().route("pedido", TOPIC)),
-    );
-    let stop = CancellationToken::new();
-    let task = tokio::spawn({
-        let stop = stop.clone();
-        async move { relay.run(stop).await }
-    });
-    let deadline = Instant::now() + WITHIN;
-    let pending = loop {
-        let pending = db.outbox().maintenance.status(now_ms()).await?.pending;
-        if pending == 0 || Instant::now() >= deadline || task.is_finished() {
-            break pending;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    stop.cancel();
-    task.await.context("the lab's relay")??;
-    Ok(pending)
+    let relay = RunningRelay::start(db, broker.publisher());
+    relay.drain(db).await
+}
+
+/// entrega's relay of the lab's outbox, running in the background.
+pub(super) struct RunningRelay {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), entrega::RelayError>>,
+}
+
+impl RunningRelay {
+    /// Starts relaying `db`'s outbox to [`TOPIC`] through `publisher`.
+    pub(super) fn start(db: &Db, publisher: Arc<dyn entrega_core::Publisher>) -> Self {
+        let relay = Relay::new(
+            db.outbox(),
+            publisher,
+            Arc::new(SystemClock),
+            RelayConfig::new("pedidos", TopicRouting::new().route("pedido", TOPIC)),
+        );
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move { relay.run(stop).await }
+        });
+        Self { stop, task }
+    }
+
+    /// Waits until the outbox is drained (for [`WITHIN`] at most), then stops the relay;
+    /// returns the rows still pending.
+    pub(super) async fn drain(self, db: &Db) -> anyhow::Result<u64> {
+        let deadline = Instant::now() + WITHIN;
+        let pending = loop {
+            let pending = db.outbox().maintenance.status(now_ms()).await?.pending;
+            if pending == 0 || Instant::now() >= deadline || self.task.is_finished() {
+                break pending;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        self.stop.cancel();
+        self.task.await.context("the lab's relay")??;
+        Ok(pending)
+    }
 }
 
 /// The order of every `pedido.creado` on the topic, in log order.

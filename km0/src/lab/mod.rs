@@ -8,6 +8,7 @@
 mod consumer_crash;
 mod dual_write;
 mod ledger;
+mod outage;
 mod relay_mark;
 mod render;
 mod retry_key;
@@ -164,6 +165,14 @@ fn payment_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> 
     })
 }
 
+/// One side of the broker outage scenario (8), in a directory of its own.
+fn outage_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir("broker-down", side)?;
+        outage::run(&dir, lab.seed, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -247,6 +256,18 @@ pub fn scenarios() -> &'static [Scenario] {
                        customer pays twice. Under the same key it answers with the charge it \
                        made.",
             run: payment_side,
+        },
+        Scenario {
+            number: 8,
+            name: "broker-down",
+            section: "3. La escritura dual y el patrón Outbox",
+            naive: "pedidos stores the order, then publishes pedido.creado from the request path",
+            pattern: "pedidos writes pedido.creado into the outbox; the relay publishes it",
+            explains: "The broker is down while a dozen orders come in. Publishing from the \
+                       request path, those customers get errors for orders that were stored and \
+                       that nobody downstream ever hears of. With the outbox every order is \
+                       accepted, and the relay drains them when the broker is back.",
+            run: outage_side,
         },
     ];
     ALL

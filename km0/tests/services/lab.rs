@@ -119,6 +119,29 @@ async fn a_new_idempotency_key_per_attempt_charges_the_customer_twice() {
 }
 
 #[tokio::test]
+async fn publishing_from_the_request_path_loses_what_comes_in_while_the_broker_is_down() {
+    let (naive, pattern) = ledgers("broker-down", 7).await;
+    assert_eq!(naive.lost, 12, "every order of the outage: {naive:?}");
+    assert!(
+        naive.fault.contains("12 requests answered with an error"),
+        "{}",
+        naive.fault
+    );
+    kept_everything("broker-down", &pattern);
+    assert!(
+        pattern.fault.contains("0 requests answered with an error"),
+        "{}",
+        pattern.fault
+    );
+    // The relay met the outage too, and drained after it.
+    assert!(
+        !pattern.fault.contains(": 0 publishes refused"),
+        "{}",
+        pattern.fault
+    );
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
