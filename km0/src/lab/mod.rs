@@ -5,6 +5,7 @@
 //!
 //! The naive variants live here only; no service can reach them.
 
+mod compensation;
 mod consumer_crash;
 mod dual_write;
 mod ledger;
@@ -173,6 +174,14 @@ fn outage_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
     })
 }
 
+/// One side of the saga compensation scenario (9), in a directory of its own.
+fn compensation_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir("compensation-twice", side)?;
+        compensation::run(&dir, lab.seed, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -268,6 +277,18 @@ pub fn scenarios() -> &'static [Scenario] {
                        that nobody downstream ever hears of. With the outbox every order is \
                        accepted, and the relay drains them when the broker is back.",
             run: outage_side,
+        },
+        Scenario {
+            number: 9,
+            name: "compensation-twice",
+            section: "second seed, Patrón Saga y Compensaciones",
+            naive: "inventario releases a cancelled order's stock once per message (id_evento)",
+            pattern: "once per deterministic key (liberacion-<pedido>), whatever the message",
+            explains: "The saga's timer sends three releases again while the first are on their \
+                       way; each resend is a new message with the same key. Deduplicated by \
+                       message, the stock comes back twice. Deduplicated by the compensation's \
+                       key, it comes back once.",
+            run: compensation_side,
         },
     ];
     ALL

@@ -142,6 +142,14 @@ async fn publishing_from_the_request_path_loses_what_comes_in_while_the_broker_i
 }
 
 #[tokio::test]
+async fn a_compensation_deduplicated_by_message_gives_the_stock_back_twice() {
+    let (naive, pattern) = ledgers("compensation-twice", 7).await;
+    assert_eq!(naive.doubled, 3, "one extra release per resend: {naive:?}");
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    kept_everything("compensation-twice", &pattern);
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
