@@ -10,6 +10,7 @@ mod consumer_crash;
 mod dual_write;
 mod ledger;
 mod outage;
+mod poison;
 mod relay_mark;
 mod render;
 mod retry_key;
@@ -182,6 +183,14 @@ fn compensation_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledg
     })
 }
 
+/// One side of the poison message scenario (10), in a directory of its own.
+fn poison_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir("poison-in-place", side)?;
+        poison::run(&dir, lab.seed, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -289,6 +298,18 @@ pub fn scenarios() -> &'static [Scenario] {
                        message, the stock comes back twice. Deduplicated by the compensation's \
                        key, it comes back once.",
             run: compensation_side,
+        },
+        Scenario {
+            number: 10,
+            name: "poison-in-place",
+            section: "6. Mensajes envenenados",
+            naive: "retries whatever fails, in place, with a pause that doubles",
+            pattern: "entrega's worker: a permanent failure goes to pedidos.eventos.dlq at once, with its reason",
+            explains: "Two messages on the partition are malformed JSON: no wait fixes them. \
+                       Retried in place, the first one holds the partition for the whole run and \
+                       every order behind it is stuck. Classified as permanent, both go to the \
+                       dead letters at the first try and the partition goes on.",
+            run: poison_side,
         },
     ];
     ALL

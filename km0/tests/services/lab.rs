@@ -150,6 +150,23 @@ async fn a_compensation_deduplicated_by_message_gives_the_stock_back_twice() {
 }
 
 #[tokio::test]
+async fn a_poison_message_retried_in_place_holds_its_partition() {
+    let (naive, pattern) = ledgers("poison-in-place", 7).await;
+    assert!(
+        naive.stuck > 0,
+        "orders behind the poison waited: {naive:?}"
+    );
+    assert_eq!(naive.applied + naive.stuck, naive.placed, "{naive:?}");
+    assert!(naive.fault.contains("0 dead-lettered"), "{}", naive.fault);
+    kept_everything("poison-in-place", &pattern);
+    assert!(
+        pattern.fault.contains("2 dead-lettered"),
+        "{}",
+        pattern.fault
+    );
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
