@@ -20,14 +20,16 @@ pub struct Ledger {
     pub stuck: u64,
     /// Effects of orders that were never placed (an event whose transaction rolled back).
     pub ghosts: u64,
+    /// Effects applied with a wrong value (a field read with a meaning it no longer has).
+    pub wrong: u64,
     /// What the injected fault did, in words (e.g. "consumer killed 3 times between ...").
     pub fault: String,
 }
 
 impl Ledger {
-    /// Whether anything went wrong: lost, doubled, out of order, stuck or a ghost.
+    /// Whether anything went wrong: lost, doubled, out of order, stuck, a ghost or a wrong value.
     pub fn failed(&self) -> bool {
-        self.lost + self.doubled + self.out_of_order + self.stuck + self.ghosts > 0
+        self.lost + self.doubled + self.out_of_order + self.stuck + self.ghosts + self.wrong > 0
     }
 
     /// The ledger of `placed` orders whose effects, one row per application, name these

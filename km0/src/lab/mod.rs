@@ -9,6 +9,7 @@ mod compensation;
 mod consumer_crash;
 mod dual_write;
 mod ledger;
+mod meaning;
 mod outage;
 mod poison;
 mod relay_mark;
@@ -191,6 +192,14 @@ fn poison_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
     })
 }
 
+/// One side of the versioning scenario (11), in a directory of its own.
+fn meaning_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
+    Box::pin(async move {
+        let dir = lab.side_dir("meaning-without-version", side)?;
+        meaning::run(&dir, lab.seed, side).await
+    })
+}
+
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -310,6 +319,18 @@ pub fn scenarios() -> &'static [Scenario] {
                        every order behind it is stuck. Classified as permanent, both go to the \
                        dead letters at the first try and the partition goes on.",
             run: poison_side,
+        },
+        Scenario {
+            number: 11,
+            name: "meaning-without-version",
+            section: "8. Esquemas de eventos y versionado",
+            naive: "a new release sends importe in euros under the same field and version 1",
+            pattern: "the new meaning is version 2 with its own field (importe_euros)",
+            explains: "Mid-run pedidos starts sending euros where it sent cents. Nothing fails: \
+                       analitica reads every event, and every order from the release on is \
+                       booked at a hundredth of its price. Versioned, the change is visible to \
+                       the consumer, which reads each version by its contract.",
+            run: meaning_side,
         },
     ];
     ALL

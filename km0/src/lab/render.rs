@@ -22,7 +22,7 @@ pub(super) fn list(all: &[Scenario]) -> String {
     out
 }
 
-const COLUMNS: [&str; 7] = [
+const COLUMNS: [&str; 8] = [
     "placed",
     "applied",
     "lost",
@@ -30,9 +30,10 @@ const COLUMNS: [&str; 7] = [
     "out of order",
     "stuck",
     "ghosts",
+    "wrong",
 ];
 
-fn figures(l: &Ledger) -> [u64; 7] {
+fn figures(l: &Ledger) -> [u64; 8] {
     [
         l.placed,
         l.applied,
@@ -41,6 +42,7 @@ fn figures(l: &Ledger) -> [u64; 7] {
         l.out_of_order,
         l.stuck,
         l.ghosts,
+        l.wrong,
     ]
 }
 

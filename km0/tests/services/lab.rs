@@ -167,6 +167,19 @@ async fn a_poison_message_retried_in_place_holds_its_partition() {
 }
 
 #[tokio::test]
+async fn a_meaning_changed_without_a_new_version_is_read_wrong_without_an_error() {
+    let (naive, pattern) = ledgers("meaning-without-version", 7).await;
+    assert!(naive.wrong > 0, "{naive:?}");
+    // Silently: every event read and applied once.
+    assert_eq!(
+        (naive.applied, naive.lost, naive.doubled, naive.stuck),
+        (naive.placed, 0, 0, 0),
+        "{naive:?}"
+    );
+    kept_everything("meaning-without-version", &pattern);
+}
+
+#[tokio::test]
 async fn the_same_seed_gives_the_same_run_and_another_seed_other_kills() {
     let first = ledgers("no-deduplication", 11).await;
     let again = ledgers("no-deduplication", 11).await;
