@@ -6,20 +6,16 @@
 //! The naive inventario deduplicates by `id_evento`, as a consumer of events does; the pattern
 //! deduplicates a command by its deterministic key.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use entrega::db::{query, Db, Migration};
 use entrega::{Broker, MigrationSet};
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Envelope, Headers, OutgoingMessage};
-use rand::rngs::StdRng;
-use rand::seq::index::sample;
-use rand::SeedableRng;
+use entrega_core::{Envelope, OutgoingMessage};
 use serde_json::json;
 
+use super::embedded::{applied, event, listed, order_ids, picked, with_embedded};
 use super::{Ledger, Side};
 
 /// Cancelled orders whose stock comes back.
@@ -44,45 +40,24 @@ const TABLES: &[Migration] = &[Migration::same(
 
 /// Runs one side in `dir` (created empty by the caller).
 pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("inventario.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "inventario", async |db, broker| {
+        run_on(db, broker, seed, side).await
+    })
+    .await
 }
 
 fn release(order: &str) -> OutgoingMessage {
     // Each send is a message of its own: a new id_evento, the same key.
-    let envelope = Envelope::new(
-        "inventario.liberar",
-        "pedidos",
-        json!({"pedido_id": order, "clave": format!("liberacion-{order}"), "unidades": 2}),
-    );
-    OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order.to_owned()),
-        headers: Headers::new()
-            .with(TIPO, "inventario.liberar")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload: envelope.to_bytes(),
-    }
+    let data = json!({"pedido_id": order, "clave": format!("liberacion-{order}"), "unidades": 2});
+    event(TOPIC, "inventario.liberar", order, data)
 }
 
 async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Result<Ledger> {
     db.migrate(&[MigrationSet::Inbox]).await?;
     db.apply_migrations("lab", TABLES).await?;
     broker.admin().ensure_topic(TOPIC, 1).await?;
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let resent: HashSet<String> = sample(&mut rng, ORDERS, RESENT)
-        .into_iter()
-        .filter_map(|i| orders.get(i).cloned())
-        .collect();
+    let orders = order_ids(ORDERS);
+    let resent = picked(seed, &orders, RESENT);
     let mut messages: Vec<OutgoingMessage> = orders.iter().map(|o| release(o)).collect();
     // The timer's resends, after the first sends.
     let mut again: Vec<&String> = resent.iter().collect();
@@ -121,22 +96,12 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
         }
     }
     sub.close().await?;
-    let applied: Vec<String> = db
-        .fetch_all(query("SELECT order_id FROM lab_releases ORDER BY n"))
-        .await?
-        .into_iter()
-        .map(|(order,): (String,)| order)
-        .collect();
-    let mut ledger = Ledger::from_effects(&orders, &applied);
+    let mut ledger = Ledger::from_effects(&orders, &applied(db, "lab_releases").await?);
     ledger.stuck = u64::try_from(sent.saturating_sub(handled))?;
     ledger.fault = format!(
         "the orchestrator's timer sent {RESENT} releases again while the first were on their \
          way (orders {}): new id_evento, same clave",
-        again
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        listed(&resent)
     );
     Ok(ledger)
 }

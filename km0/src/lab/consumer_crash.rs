@@ -11,36 +11,24 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use entrega::db::{query, Db, Migration};
+use entrega::db::{query, Db};
 use entrega::{Broker, MigrationSet};
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Envelope, Headers, OutgoingMessage, Record, Subscription};
-use rand::rngs::StdRng;
-use rand::seq::index::sample;
-use rand::SeedableRng;
+use entrega_core::{Envelope, OutgoingMessage, Record, Subscription};
 use serde_json::json;
 
+use super::embedded::{
+    applied, event, listed, order_ids, picked, with_embedded, STOCK_MOVES, TOPIC,
+};
 use super::{Ledger, Side};
 
 /// Orders each side places.
 const ORDERS: usize = 60;
 /// Kills per side.
 const KILLS: usize = 3;
-const TOPIC: &str = "pedidos.eventos";
 const GROUP: &str = "lab.inventario";
 const CONSUMER: &str = "lab.descuento_stock";
 /// How long a side may take before what is left counts as stuck.
 const WITHIN: Duration = Duration::from_secs(60);
-
-/// The effect: one row per unit of stock taken, in the order they were taken.
-const TABLES: &[Migration] = &[Migration::same(
-    1,
-    "the lab's stock moves",
-    "CREATE TABLE IF NOT EXISTS lab_stock_moves (
-         n        INTEGER PRIMARY KEY AUTOINCREMENT,
-         order_id TEXT NOT NULL
-     );",
-)];
 
 /// Which mistake the naive side makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,15 +44,6 @@ pub(super) enum Mistake {
 }
 
 impl Mistake {
-    /// The scenario's name.
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Self::AckFirst => "ack-before-processing",
-            Self::NoKey => "no-deduplication",
-            Self::KeyApart => "key-in-another-transaction",
-        }
-    }
-
     /// Where the kill lands, in words.
     fn kill_point(self) -> &'static str {
         match self {
@@ -82,16 +61,10 @@ pub(super) async fn run(
     mistake: Mistake,
     side: Side,
 ) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("inventario.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, mistake, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "inventario", async |db, broker| {
+        run_on(db, broker, seed, mistake, side).await
+    })
+    .await
 }
 
 async fn run_on(
@@ -102,58 +75,29 @@ async fn run_on(
     side: Side,
 ) -> anyhow::Result<Ledger> {
     db.migrate(&[MigrationSet::Inbox]).await?;
-    db.apply_migrations("lab", TABLES).await?;
+    db.apply_migrations("lab", STOCK_MOVES).await?;
     broker.admin().ensure_topic(TOPIC, 1).await?;
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
-    broker
-        .publisher()
-        .publish(&orders.iter().map(|o| order_created(o)).collect::<Vec<_>>())
-        .await?;
-    // The same orders are killed on both sides: those at the seed's positions.
-    let mut rng = StdRng::seed_from_u64(seed);
-    let doomed: HashSet<String> = sample(&mut rng, ORDERS, KILLS)
-        .into_iter()
-        .filter_map(|i| orders.get(i).cloned())
+    let orders = order_ids(ORDERS);
+    let created: Vec<OutgoingMessage> = orders
+        .iter()
+        .map(|o| {
+            let data = json!({"id": o, "lineas": [{"producto": "tomate-rosa", "cantidad": 1}]});
+            event(TOPIC, "pedido.creado", o, data)
+        })
         .collect();
+    broker.publisher().publish(&created).await?;
+    // The same orders are killed on both sides: those the seed picks.
+    let doomed = picked(seed, &orders, KILLS);
     let kills = consume(db, broker, mistake, side, &doomed).await?;
 
-    let applied: Vec<String> = db
-        .fetch_all(query("SELECT order_id FROM lab_stock_moves ORDER BY n"))
-        .await?
-        .into_iter()
-        .map(|(order,): (String,)| order)
-        .collect();
-    let mut ledger = Ledger::from_effects(&orders, &applied);
+    let mut ledger = Ledger::from_effects(&orders, &applied(db, "lab_stock_moves").await?);
     ledger.stuck = unread(broker).await?;
     ledger.fault = format!(
         "consumer killed {kills} times {} (orders {})",
         mistake.kill_point(),
-        sorted(&doomed).join(", ")
+        listed(&doomed)
     );
     Ok(ledger)
-}
-
-fn sorted(set: &HashSet<String>) -> Vec<String> {
-    let mut all: Vec<String> = set.iter().cloned().collect();
-    all.sort();
-    all
-}
-
-/// A `pedido.creado` of `order`, keyed by it.
-fn order_created(order: &str) -> OutgoingMessage {
-    let envelope = Envelope::new(
-        "pedido.creado",
-        "pedidos",
-        json!({"id": order, "lineas": [{"producto": "tomate-rosa", "cantidad": 1}]}),
-    );
-    OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order.to_owned()),
-        headers: Headers::new()
-            .with(TIPO, "pedido.creado")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload: envelope.to_bytes(),
-    }
 }
 
 /// Records the group has not committed.

@@ -17,20 +17,16 @@ use entrega::{
     Broker, CancellationToken, MigrationSet, NewEvent, Relay, RelayConfig, SystemClock,
     TopicRouting,
 };
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{now_ms, Envelope, Headers, OutgoingMessage};
-use rand::rngs::StdRng;
-use rand::seq::index::sample;
-use rand::SeedableRng;
+use entrega_core::{now_ms, Envelope};
 use serde_json::json;
 
+use super::embedded::{event, listed, order_ids, picked, with_embedded, TOPIC};
 use super::{Ledger, Side};
 
 /// Orders the workload places.
 const ORDERS: usize = 60;
 /// Orders the fault hits.
 const HIT: usize = 3;
-const TOPIC: &str = "pedidos.eventos";
 /// How long the relay may take to drain before what is left counts as stuck.
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -56,28 +52,12 @@ pub(super) enum Fault {
     RollbackAfterPublish,
 }
 
-impl Fault {
-    /// The scenario's name.
-    pub(super) fn name(self) -> &'static str {
-        match self {
-            Self::CrashAfterCommit => "dual-write-crash",
-            Self::RollbackAfterPublish => "dual-write-rollback",
-        }
-    }
-}
-
 /// Runs one side of the scenario of `fault` in `dir` (created empty by the caller).
 pub(super) async fn run(dir: &Path, seed: u64, fault: Fault, side: Side) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("pedidos.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, fault, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "pedidos", async |db, broker| {
+        run_on(db, broker, seed, fault, side).await
+    })
+    .await
 }
 
 async fn run_on(
@@ -90,12 +70,8 @@ async fn run_on(
     db.migrate(&[MigrationSet::Outbox]).await?;
     db.apply_migrations("lab", TABLES).await?;
     broker.admin().ensure_topic(TOPIC, 1).await?;
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let hit: HashSet<String> = sample(&mut rng, ORDERS, HIT)
-        .into_iter()
-        .filter_map(|i| orders.get(i).cloned())
-        .collect();
+    let orders = order_ids(ORDERS);
+    let hit = picked(seed, &orders, HIT);
     for order in &orders {
         let hit = hit.contains(order);
         match side {
@@ -107,12 +83,7 @@ async fn run_on(
         Side::Naive => 0,
         Side::Pattern => relay_all(db, broker).await?,
     };
-    let stored: Vec<String> = db
-        .fetch_all(query("SELECT id FROM lab_orders ORDER BY id"))
-        .await?
-        .into_iter()
-        .map(|(id,): (String,)| id)
-        .collect();
+    let stored = stored_orders(db).await?;
     let published = published_orders(broker).await?;
     let stored_set: HashSet<&String> = stored.iter().collect();
     let ghosts = published.iter().filter(|o| !stored_set.contains(o)).count() as u64;
@@ -120,17 +91,14 @@ async fn run_on(
     // An event of an order never stored is neither lost nor a repeat: a ghost.
     ledger.ghosts = ghosts;
     ledger.stuck = stuck;
-    let mut names: Vec<&String> = hit.iter().collect();
-    names.sort();
-    let names: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
     ledger.fault = match fault {
         Fault::CrashAfterCommit => format!(
             "writer killed {HIT} times right after an order's commit (orders {})",
-            names.join(", ")
+            listed(&hit)
         ),
         Fault::RollbackAfterPublish => format!(
             "{HIT} orders' transactions rolled back by a line breaking its check (orders {})",
-            names.join(", ")
+            listed(&hit)
         ),
     };
     Ok(ledger)
@@ -167,7 +135,7 @@ async fn insert_lines(
     Ok(())
 }
 
-fn event(order: &str) -> NewEvent {
+fn outbox_event(order: &str) -> NewEvent {
     NewEvent::new("pedido", order, "pedido.creado", json!({"id": order}))
 }
 
@@ -208,15 +176,7 @@ async fn write_naive(
 }
 
 async fn publish(broker: &Broker, order: &str) -> anyhow::Result<()> {
-    let envelope = Envelope::new("pedido.creado", "pedidos", json!({"id": order}));
-    let message = OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order.to_owned()),
-        headers: Headers::new()
-            .with(TIPO, "pedido.creado")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload: envelope.to_bytes(),
-    };
+    let message = event(TOPIC, "pedido.creado", order, json!({"id": order}));
     broker.publisher().publish(&[message]).await?;
     Ok(())
 }
@@ -226,7 +186,7 @@ async fn publish(broker: &Broker, order: &str) -> anyhow::Result<()> {
 async fn write_with_outbox(db: &Db, order: &str, fault: Fault, hit: bool) -> anyhow::Result<()> {
     let mut tx = db.begin().await?;
     insert_order(&mut tx, order).await?;
-    tx.enqueue(&event(order)).await?;
+    tx.enqueue(&outbox_event(order)).await?;
     let broken = hit && fault == Fault::RollbackAfterPublish;
     match insert_lines(&mut tx, order, broken).await {
         Ok(()) => tx.commit().await?,
@@ -283,6 +243,16 @@ impl RunningRelay {
         self.task.await.context("the lab's relay")??;
         Ok(pending)
     }
+}
+
+/// The orders stored in `lab_orders`, by id.
+pub(super) async fn stored_orders(db: &Db) -> anyhow::Result<Vec<String>> {
+    Ok(db
+        .fetch_all(query("SELECT id FROM lab_orders ORDER BY id"))
+        .await?
+        .into_iter()
+        .map(|(id,): (String,)| id)
+        .collect())
 }
 
 /// The order of every `pedido.creado` on the topic, in log order.

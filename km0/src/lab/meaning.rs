@@ -13,17 +13,16 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use entrega::db::{query, Db, Migration};
 use entrega::Broker;
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Envelope, Headers, OutgoingMessage};
+use entrega_core::{Envelope, OutgoingMessage};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
+use super::embedded::{order_ids, wire, with_embedded, TOPIC};
 use super::{Ledger, Side};
 
 /// Orders placed.
 const ORDERS: usize = 40;
-const TOPIC: &str = "pedidos.eventos";
 const GROUP: &str = "lab.analitica";
 
 const TABLES: &[Migration] = &[Migration::same(
@@ -42,16 +41,10 @@ fn price_cents(n: usize) -> i64 {
 
 /// Runs one side in `dir` (created empty by the caller).
 pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("analitica.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "analitica", async |db, broker| {
+        run_on(db, broker, seed, side).await
+    })
+    .await
 }
 
 /// `pedido.creado` of order `n` as the release at hand writes it.
@@ -68,14 +61,7 @@ fn order_created(n: usize, new_release: bool, side: Side) -> OutgoingMessage {
     };
     let mut envelope = Envelope::new("pedido.creado", "pedidos", data);
     envelope.version = version;
-    OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order),
-        headers: Headers::new()
-            .with(TIPO, "pedido.creado")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload: envelope.to_bytes(),
-    }
+    wire(TOPIC, &order, &envelope, envelope.to_bytes())
 }
 
 async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Result<Ledger> {
@@ -107,7 +93,7 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
     }
     sub.close().await?;
 
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
+    let orders = order_ids(ORDERS);
     let rows: Vec<(String, i64)> = db
         .fetch_all(query("SELECT order_id, cents FROM lab_revenue"))
         .await?;

@@ -8,6 +8,7 @@
 mod compensation;
 mod consumer_crash;
 mod dual_write;
+mod embedded;
 mod ledger;
 mod meaning;
 mod outage;
@@ -16,7 +17,7 @@ mod relay_mark;
 mod render;
 mod retry_key;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::bail;
 use clap::Subcommand;
@@ -70,7 +71,8 @@ impl Side {
     }
 }
 
-type Runner = for<'a> fn(&'a Lab, Side) -> BoxFuture<'a, anyhow::Result<Ledger>>;
+/// Runs one side of a scenario in its empty directory, with the run's seed.
+type Runner = for<'a> fn(&'a Path, u64, Side) -> BoxFuture<'a, anyhow::Result<Ledger>>;
 
 /// One failure of the seeds, with its naive variant and its pattern.
 #[derive(Serialize)]
@@ -99,11 +101,10 @@ impl std::fmt::Debug for Scenario {
     }
 }
 
-/// Where a run keeps its files, and the seed of its faults.
+/// Where a run keeps its files.
 #[derive(Debug)]
-pub struct Lab {
+struct Lab {
     dir: PathBuf,
-    seed: u64,
 }
 
 impl Lab {
@@ -136,70 +137,6 @@ impl Outcome {
     }
 }
 
-/// One side of a consumer scenario (1–3), in a directory of its own.
-fn consumer_side(lab: &Lab, side: Side, mistake: Mistake) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir(mistake.name(), side)?;
-        consumer_crash::run(&dir, lab.seed, mistake, side).await
-    })
-}
-
-/// One side of a dual-write scenario (4–5), in a directory of its own.
-fn writer_side(lab: &Lab, side: Side, fault: Fault) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir(fault.name(), side)?;
-        dual_write::run(&dir, lab.seed, fault, side).await
-    })
-}
-
-/// One side of the relay scenario (6), in a directory of its own.
-fn relay_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir("mark-before-confirm", side)?;
-        relay_mark::run(&dir, lab.seed, side).await
-    })
-}
-
-/// One side of the payment scenario (7), in a directory of its own.
-fn payment_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir("key-per-attempt", side)?;
-        retry_key::run(&dir, lab.seed, side).await
-    })
-}
-
-/// One side of the broker outage scenario (8), in a directory of its own.
-fn outage_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir("broker-down", side)?;
-        outage::run(&dir, lab.seed, side).await
-    })
-}
-
-/// One side of the saga compensation scenario (9), in a directory of its own.
-fn compensation_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir("compensation-twice", side)?;
-        compensation::run(&dir, lab.seed, side).await
-    })
-}
-
-/// One side of the poison message scenario (10), in a directory of its own.
-fn poison_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir("poison-in-place", side)?;
-        poison::run(&dir, lab.seed, side).await
-    })
-}
-
-/// One side of the versioning scenario (11), in a directory of its own.
-fn meaning_side(lab: &Lab, side: Side) -> BoxFuture<'_, anyhow::Result<Ledger>> {
-    Box::pin(async move {
-        let dir = lab.side_dir("meaning-without-version", side)?;
-        meaning::run(&dir, lab.seed, side).await
-    })
-}
-
 /// Every scenario, in order.
 pub fn scenarios() -> &'static [Scenario] {
     static ALL: &[Scenario] = &[
@@ -212,7 +149,7 @@ pub fn scenarios() -> &'static [Scenario] {
             explains: "The consumer is killed in the middle of taking the stock. Acknowledged \
                        first, the broker never sends those orders again: their stock is never \
                        taken (at-most-once). Acknowledged after, they come again and are applied.",
-            run: |lab, side| consumer_side(lab, side, Mistake::AckFirst),
+            run: |dir, seed, side| Box::pin(consumer_crash::run(dir, seed, Mistake::AckFirst, side)),
         },
         Scenario {
             number: 2,
@@ -224,7 +161,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        offset did. The order comes again: without a key its stock is taken a \
                        second time; with the key in the same transaction the repeat is seen and \
                        skipped.",
-            run: |lab, side| consumer_side(lab, side, Mistake::NoKey),
+            run: |dir, seed, side| Box::pin(consumer_crash::run(dir, seed, Mistake::NoKey, side)),
         },
         Scenario {
             number: 3,
@@ -235,7 +172,7 @@ pub fn scenarios() -> &'static [Scenario] {
             explains: "The consumer is killed after recording the key and before taking the \
                        stock. The order comes again, the key says it was done, and its stock is \
                        never taken. In one transaction the key rolls back with the effect.",
-            run: |lab, side| consumer_side(lab, side, Mistake::KeyApart),
+            run: |dir, seed, side| Box::pin(consumer_crash::run(dir, seed, Mistake::KeyApart, side)),
         },
         Scenario {
             number: 4,
@@ -246,7 +183,7 @@ pub fn scenarios() -> &'static [Scenario] {
             explains: "pedidos is killed right after an order's commit. Published as a second \
                        write, that order's event never leaves and nobody hears of the order. In \
                        the outbox the event committed with the order, and the relay publishes it.",
-            run: |lab, side| writer_side(lab, side, Fault::CrashAfterCommit),
+            run: |dir, seed, side| Box::pin(dual_write::run(dir, seed, Fault::CrashAfterCommit, side)),
         },
         Scenario {
             number: 5,
@@ -258,7 +195,9 @@ pub fn scenarios() -> &'static [Scenario] {
                        check) and rolls back. The naive side's event is out already: the others \
                        act on an order that does not exist. The outbox row rolls back with the \
                        order.",
-            run: |lab, side| writer_side(lab, side, Fault::RollbackAfterPublish),
+            run: |dir, seed, side| {
+                Box::pin(dual_write::run(dir, seed, Fault::RollbackAfterPublish, side))
+            },
         },
         Scenario {
             number: 6,
@@ -270,7 +209,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        orders. The naive relay had marked those batches' rows already: nobody \
                        publishes them again, and every order in them is lost. Marking after the \
                        confirmation leaves them pending, and the next round publishes them.",
-            run: relay_side,
+            run: |dir, seed, side| Box::pin(relay_mark::run(dir, seed, side)),
         },
         Scenario {
             number: 7,
@@ -282,7 +221,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        out and tries again. Under a new key the gateway sees a new charge and the \
                        customer pays twice. Under the same key it answers with the charge it \
                        made.",
-            run: payment_side,
+            run: |dir, seed, side| Box::pin(retry_key::run(dir, seed, side)),
         },
         Scenario {
             number: 8,
@@ -294,7 +233,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        request path, those customers get errors for orders that were stored and \
                        that nobody downstream ever hears of. With the outbox every order is \
                        accepted, and the relay drains them when the broker is back.",
-            run: outage_side,
+            run: |dir, seed, side| Box::pin(outage::run(dir, seed, side)),
         },
         Scenario {
             number: 9,
@@ -306,7 +245,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        way; each resend is a new message with the same key. Deduplicated by \
                        message, the stock comes back twice. Deduplicated by the compensation's \
                        key, it comes back once.",
-            run: compensation_side,
+            run: |dir, seed, side| Box::pin(compensation::run(dir, seed, side)),
         },
         Scenario {
             number: 10,
@@ -318,7 +257,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        Retried in place, the first one holds the partition for the whole run and \
                        every order behind it is stuck. Classified as permanent, both go to the \
                        dead letters at the first try and the partition goes on.",
-            run: poison_side,
+            run: |dir, seed, side| Box::pin(poison::run(dir, seed, side)),
         },
         Scenario {
             number: 11,
@@ -330,7 +269,7 @@ pub fn scenarios() -> &'static [Scenario] {
                        analitica reads every event, and every order from the release on is \
                        booked at a hundredth of its price. Versioned, the change is visible to \
                        the consumer, which reads each version by its contract.",
-            run: meaning_side,
+            run: |dir, seed, side| Box::pin(meaning::run(dir, seed, side)),
         },
     ];
     ALL
@@ -364,12 +303,14 @@ pub async fn run(scenarios: &[&'static Scenario], seed: u64) -> anyhow::Result<V
         std::process::id(),
         uuid::Uuid::new_v4().simple()
     ));
-    let lab = Lab { dir, seed };
+    let lab = Lab { dir };
     let mut outcomes = Vec::with_capacity(scenarios.len());
     let result = async {
         for scenario in scenarios {
-            let naive = (scenario.run)(&lab, Side::Naive).await?;
-            let pattern = (scenario.run)(&lab, Side::Pattern).await?;
+            let naive_dir = lab.side_dir(scenario.name, Side::Naive)?;
+            let naive = (scenario.run)(&naive_dir, seed, Side::Naive).await?;
+            let pattern_dir = lab.side_dir(scenario.name, Side::Pattern)?;
+            let pattern = (scenario.run)(&pattern_dir, seed, Side::Pattern).await?;
             outcomes.push(Outcome {
                 scenario,
                 naive,

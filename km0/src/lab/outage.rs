@@ -11,20 +11,19 @@ use std::time::Duration;
 use async_trait::async_trait;
 use entrega::db::{query, Db};
 use entrega::{Broker, MigrationSet, NewEvent};
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Envelope, Headers, OutgoingMessage, Publisher, TransportError};
+use entrega_core::{OutgoingMessage, Publisher, TransportError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 
-use super::dual_write::{published_orders, RunningRelay};
+use super::dual_write::{published_orders, stored_orders, RunningRelay};
+use super::embedded::{event, order_ids, with_embedded, TOPIC};
 use super::{Ledger, Side};
 
 /// Orders the customers place.
 const ORDERS: usize = 60;
 /// Orders placed while the broker is down.
 const DOWN_FOR: usize = 12;
-const TOPIC: &str = "pedidos.eventos";
 
 /// A broker that is down while `down` is set.
 struct Outage {
@@ -46,16 +45,10 @@ impl Publisher for Outage {
 
 /// Runs one side in `dir` (created empty by the caller).
 pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("pedidos.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "pedidos", async |db, broker| {
+        run_on(db, broker, seed, side).await
+    })
+    .await
 }
 
 async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Result<Ledger> {
@@ -65,7 +58,7 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
     ))
     .await?;
     broker.admin().ensure_topic(TOPIC, 1).await?;
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
+    let orders = order_ids(ORDERS);
     let first_down = StdRng::seed_from_u64(seed).gen_range(0..ORDERS - DOWN_FOR);
     let outage = Arc::new(Outage {
         inner: broker.publisher(),
@@ -95,12 +88,7 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
         Some(relay) => relay.drain(db).await?,
         None => 0,
     };
-    let placed: Vec<String> = db
-        .fetch_all(query("SELECT id FROM lab_orders ORDER BY id"))
-        .await?
-        .into_iter()
-        .map(|(id,): (String,)| id)
-        .collect();
+    let placed = stored_orders(db).await?;
     let published = published_orders(broker).await?;
     let mut ledger = Ledger::from_effects(&placed, &published);
     ledger.stuck = stuck;
@@ -121,15 +109,7 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
 async fn place_and_publish(db: &Db, broker: &dyn Publisher, order: &str) -> anyhow::Result<bool> {
     db.execute(query("INSERT INTO lab_orders (id) VALUES ($1)").bind(order))
         .await?;
-    let envelope = Envelope::new("pedido.creado", "pedidos", json!({"id": order}));
-    let message = OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order.to_owned()),
-        headers: Headers::new()
-            .with(TIPO, "pedido.creado")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload: envelope.to_bytes(),
-    };
+    let message = event(TOPIC, "pedido.creado", order, json!({"id": order}));
     Ok(broker.publish(&[message]).await.is_ok())
 }
 

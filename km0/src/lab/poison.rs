@@ -4,31 +4,28 @@
 //! nothing more" does; the pattern (entrega's worker) classifies the failure and sends a
 //! permanent one to `<topic>.dlq` at once, with its reason, and the partition goes on.
 
-use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use entrega::db::{query, Db, Migration};
+use entrega::db::{query, Db};
 use entrega::{
     Broker, CancellationToken, Handler, HandlerError, Message, MigrationSet, Router, Worker,
     WorkerConfig,
 };
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{Envelope, Headers, OutgoingMessage};
-use rand::rngs::StdRng;
-use rand::seq::index::sample;
-use rand::SeedableRng;
+use entrega_core::{Envelope, OutgoingMessage};
 use serde_json::json;
 
+use super::embedded::{
+    applied, listed, order_ids, picked, wire, with_embedded, STOCK_MOVES, TOPIC,
+};
 use super::{Ledger, Side};
 
 /// Messages on the partition.
 const MESSAGES: usize = 40;
 /// Of which poison.
 const POISON: usize = 2;
-const TOPIC: &str = "pedidos.eventos";
 const DLQ: &str = "pedidos.eventos.dlq";
 const GROUP: &str = "lab.inventario";
 /// How long each side may run; what is not applied by then is stuck.
@@ -36,60 +33,31 @@ const RUN_FOR: Duration = Duration::from_secs(3);
 /// The naive consumer's first pause before retrying; it doubles each time, up to a second.
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
-const TABLES: &[Migration] = &[Migration::same(
-    1,
-    "the lab's stock moves",
-    "CREATE TABLE IF NOT EXISTS lab_stock_moves (
-         n        INTEGER PRIMARY KEY AUTOINCREMENT,
-         order_id TEXT NOT NULL
-     );",
-)];
-
 /// Runs one side in `dir` (created empty by the caller).
 pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("inventario.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "inventario", async |db, broker| {
+        run_on(db, broker, seed, side).await
+    })
+    .await
 }
 
 fn message(order: &str, poison: bool) -> OutgoingMessage {
     let envelope = Envelope::new("pedido.creado", "pedidos", json!({"id": order}));
-    let payload = if poison {
+    let mut payload = envelope.to_bytes();
+    if poison {
         // Cut short: not JSON at all.
-        let mut bytes = envelope.to_bytes();
-        bytes.truncate(bytes.len() / 2);
-        bytes
-    } else {
-        envelope.to_bytes()
-    };
-    OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order.to_owned()),
-        headers: Headers::new()
-            .with(TIPO, "pedido.creado")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload,
+        payload.truncate(payload.len() / 2);
     }
+    wire(TOPIC, order, &envelope, payload)
 }
 
 async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Result<Ledger> {
     db.migrate(&[MigrationSet::Inbox]).await?;
-    db.apply_migrations("lab", TABLES).await?;
+    db.apply_migrations("lab", STOCK_MOVES).await?;
     broker.admin().ensure_topic(TOPIC, 1).await?;
     broker.admin().ensure_topic(DLQ, 1).await?;
-    let orders: Vec<String> = (1..=MESSAGES).map(|n| format!("P-{n:03}")).collect();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let poison: HashSet<String> = sample(&mut rng, MESSAGES, POISON)
-        .into_iter()
-        .filter_map(|i| orders.get(i).cloned())
-        .collect();
+    let orders = order_ids(MESSAGES);
+    let poison = picked(seed, &orders, POISON);
     let messages: Vec<OutgoingMessage> = orders
         .iter()
         .map(|o| message(o, poison.contains(o)))
@@ -104,26 +72,14 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
         Side::Naive => retry_in_place(db, broker, healthy.len()).await?,
         Side::Pattern => with_the_worker(db, broker, healthy.len()).await?,
     };
-    let applied: Vec<String> = db
-        .fetch_all(query("SELECT order_id FROM lab_stock_moves ORDER BY n"))
-        .await?
-        .into_iter()
-        .map(|(order,): (String,)| order)
-        .collect();
-    let mut ledger = Ledger::from_effects(&healthy, &applied);
+    let mut ledger = Ledger::from_effects(&healthy, &applied(db, "lab_stock_moves").await?);
     // Healthy orders not applied by the end were waiting behind a poison message.
     ledger.stuck = ledger.lost;
     ledger.lost = 0;
     let dead: i64 = broker.end_offsets(DLQ).await?.iter().map(|(_, e)| e).sum();
-    let mut names: Vec<&String> = poison.iter().collect();
-    names.sort();
     ledger.fault = format!(
         "{POISON} malformed messages ({}): {tries} failed tries, {dead} dead-lettered, in {} s",
-        names
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        listed(&poison),
         RUN_FOR.as_secs()
     );
     Ok(ledger)

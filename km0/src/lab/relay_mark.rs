@@ -18,14 +18,11 @@ use entrega::{
     Broker, CancellationToken, MigrationSet, NewEvent, Relay, RelayConfig, SystemClock,
     TopicRouting,
 };
-use entrega_core::headers::{ID_EVENTO, TIPO};
-use entrega_core::{now_ms, Envelope, Headers, OutgoingMessage, Publisher, TransportError};
-use rand::rngs::StdRng;
-use rand::seq::index::sample;
-use rand::SeedableRng;
+use entrega_core::{now_ms, OutgoingMessage, Publisher, TransportError};
 use serde_json::json;
 
 use super::dual_write::published_orders;
+use super::embedded::{event, listed, order_ids, picked, with_embedded, TOPIC};
 use super::{Ledger, Side};
 
 /// Orders in the outbox.
@@ -34,7 +31,6 @@ const ORDERS: usize = 60;
 const REFUSED: usize = 3;
 /// Rows per batch, as a relay reads them.
 const BATCH: i64 = 10;
-const TOPIC: &str = "pedidos.eventos";
 /// How long a relay may take before what is left counts as stuck.
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -71,22 +67,16 @@ impl Publisher for Refusing {
 
 /// Runs one side in `dir` (created empty by the caller).
 pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
-    let db = Db::connect(&format!("sqlite://{}", dir.join("pedidos.db").display())).await?;
-    let broker = Broker::connect(
-        &format!("sqlite://{}", dir.join("log.db").display()),
-        Duration::from_secs(10),
-    )
-    .await?;
-    let result = run_on(&db, &broker, seed, side).await;
-    broker.close().await;
-    db.close().await;
-    result
+    with_embedded(dir, "pedidos", async |db, broker| {
+        run_on(db, broker, seed, side).await
+    })
+    .await
 }
 
 async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Result<Ledger> {
     db.migrate(&[MigrationSet::Outbox]).await?;
     broker.admin().ensure_topic(TOPIC, 1).await?;
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
+    let orders = order_ids(ORDERS);
     let mut tx = db.begin().await?;
     for order in &orders {
         tx.enqueue(&NewEvent::new(
@@ -98,11 +88,7 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
         .await?;
     }
     tx.commit().await?;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let doomed: HashSet<String> = sample(&mut rng, ORDERS, REFUSED)
-        .into_iter()
-        .filter_map(|i| orders.get(i).cloned())
-        .collect();
+    let doomed = picked(seed, &orders, REFUSED);
     let refusing = Arc::new(Refusing {
         inner: broker.publisher(),
         doomed: doomed.clone(),
@@ -116,17 +102,11 @@ async fn run_on(db: &Db, broker: &Broker, seed: u64, side: Side) -> anyhow::Resu
     let published = published_orders(broker).await?;
     let mut ledger = Ledger::from_effects(&orders, &published);
     ledger.stuck = db.outbox().maintenance.status(now_ms()).await?.pending;
-    let mut names: Vec<&String> = doomed.iter().collect();
-    names.sort();
     let refusals = refusing.refusals.load(Ordering::SeqCst);
     ledger.fault = format!(
         "broker refused {refusals} publish{}: the first batch carrying each of {}",
         if refusals == 1 { "" } else { "es" },
-        names
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        listed(&doomed)
     );
     Ok(ledger)
 }
@@ -156,24 +136,15 @@ async fn relay_marking_first(db: &Db, publisher: &dyn Publisher) -> anyhow::Resu
             .await?;
         }
         tx.commit().await?;
-        let batch: Vec<OutgoingMessage> = rows.iter().map(|(_, order)| message(order)).collect();
+        let batch: Vec<OutgoingMessage> = rows
+            .iter()
+            .map(|(_, order)| event(TOPIC, "pedido.creado", order, json!({"id": order})))
+            .collect();
         if let Err(e) = publisher.publish(&batch).await {
             tracing::debug!(error = %e, "the naive relay's publish failed; its rows are marked");
         }
     }
     Ok(())
-}
-
-fn message(order: &str) -> OutgoingMessage {
-    let envelope = Envelope::new("pedido.creado", "pedidos", json!({"id": order}));
-    OutgoingMessage {
-        topic: TOPIC.to_owned(),
-        key: Some(order.to_owned()),
-        headers: Headers::new()
-            .with(TIPO, "pedido.creado")
-            .with(ID_EVENTO, envelope.id.to_string()),
-        payload: envelope.to_bytes(),
-    }
 }
 
 /// entrega's relay: publish, wait for the confirmation, then mark; a refused batch stays

@@ -10,12 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use entrega::db::{query, Db};
-use rand::rngs::StdRng;
-use rand::seq::index::sample;
-use rand::SeedableRng;
 use reqwest::StatusCode;
 use serde_json::json;
 
+use super::embedded::{listed, order_ids, picked};
 use super::{Ledger, Side};
 use crate::services::pasarela::{self, Faults, PasarelaState};
 
@@ -49,7 +47,7 @@ async fn run_on(db: &Db, seed: u64, side: Side) -> anyhow::Result<Ledger> {
     server.abort();
     let hung = result?;
 
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
+    let orders = order_ids(ORDERS);
     let charged: Vec<String> = db
         .fetch_all(query(
             "SELECT referencia FROM cargos WHERE resultado = 'aprobado' ORDER BY creado_ms, id",
@@ -59,16 +57,10 @@ async fn run_on(db: &Db, seed: u64, side: Side) -> anyhow::Result<Ledger> {
         .map(|(reference,): (String,)| reference)
         .collect();
     let mut out = Ledger::from_effects(&orders, &charged);
-    let mut names: Vec<&String> = hung.iter().collect();
-    names.sort();
     out.fault = format!(
         "{} charges' answers lost after charging (orders {}); the client waits {} ms, then retries",
         hung.len(),
-        names
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join(", "),
+        listed(&hung),
         CLIENT_TIMEOUT.as_millis()
     );
     Ok(out)
@@ -78,12 +70,8 @@ async fn run_on(db: &Db, seed: u64, side: Side) -> anyhow::Result<Ledger> {
 /// answer was lost.
 async fn charge_all(base: &str, seed: u64, side: Side) -> anyhow::Result<HashSet<String>> {
     let client = reqwest::Client::builder().timeout(CLIENT_TIMEOUT).build()?;
-    let orders: Vec<String> = (1..=ORDERS).map(|n| format!("P-{n:03}")).collect();
-    let mut rng = StdRng::seed_from_u64(seed);
-    let hung: HashSet<String> = sample(&mut rng, ORDERS, HUNG)
-        .into_iter()
-        .filter_map(|i| orders.get(i).cloned())
-        .collect();
+    let orders = order_ids(ORDERS);
+    let hung = picked(seed, &orders, HUNG);
     for order in &orders {
         if hung.contains(order) {
             // The next charge is recorded, and its answer held back past the client's wait.
