@@ -39,8 +39,10 @@ async fn killed_after_every_step(deployment: Deployment) {
     let gateway = deployment.start("pasarela", "pasarela-1").await;
     let gateway_url = format!("http://{}", gateway.http_addr());
     let with_gateway = ["--pasarela-url".to_owned(), gateway_url];
+    // inventario starts once both orders are placed: until it answers a reservation no saga
+    // can move, so no life of pedidos dies before both orders exist.
+    let mut _inventario = None;
     let _services = [
-        deployment.spawn_with("inventario", "inventario-1", "", &[]),
         deployment.spawn_with("pagos", "pagos-1", "", &with_gateway),
         deployment.spawn_with("reparto", "reparto-1", "", &[]),
         deployment.spawn_with("relay", "relay-1", "", &[]),
@@ -70,12 +72,13 @@ async fn killed_after_every_step(deployment: Deployment) {
     loop {
         let mut pedidos = deployment.spawn_with("pedidos", "pedidos-1", &failpoint, &saga);
         if !placed {
-            // Nothing can kill it before an order exists; later lives may die before they
+            // Nothing can kill it before inventario runs; later lives may die before they
             // print their ready line, so only the first one waits for it.
             pedidos.wait_ready().await;
             let addr = pedidos.http_addr();
             place(addr, &order("S-OK", "Madrid")).await;
             place(addr, &order("S-LLEIDA", "Lleida")).await;
+            _inventario = Some(deployment.spawn_with("inventario", "inventario-1", "", &[]));
             placed = true;
         }
         let life = Instant::now();
