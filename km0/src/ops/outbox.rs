@@ -16,11 +16,19 @@ use crate::wiring::System;
 /// object (the totals, every refused row, and each service's own figures).
 /// On PostgreSQL, each service shows the WAL relay's slots too (`wal_slots` in JSON).
 pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
-    let all = backlogs(system).await?;
-    let slots = wal_slots(system).await?;
+    // One opening of each database: its backlog and its slots together.
+    let all = each_outbox(system, "outbox and WAL slots", async |db: &Db| {
+        let status = db.outbox().maintenance.status(now_ms()).await?;
+        Ok((status, wal_slot::slots_of(db).await?))
+    })
+    .await?;
     if json {
-        let mut value = all_json(&all);
-        for (service, views) in &slots {
+        let backlogs: Vec<(&'static str, OutboxStatus)> = all
+            .iter()
+            .map(|(service, (status, _))| (*service, status.clone()))
+            .collect();
+        let mut value = all_json(&backlogs);
+        for (service, (_, views)) in &all {
             value["services"][*service]["wal_slots"] = wal_slot::to_json(views);
         }
         crate::ops::terminal::println(&value.to_string());
@@ -28,11 +36,7 @@ pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
         let now = now_ms();
         let text: Vec<String> = all
             .iter()
-            .map(|(service, status)| {
-                let views = slots
-                    .iter()
-                    .find(|(s, _)| s == service)
-                    .map_or(&[][..], |(_, v)| v.as_slice());
+            .map(|(service, (status, views))| {
                 let body = format!("{}{}", render(status, now), wal_slot::render(views));
                 format!("{service}\n{}", indent(&body))
             })
@@ -40,16 +44,6 @@ pub async fn status(system: &System, json: bool) -> anyhow::Result<()> {
         crate::ops::terminal::print(&text.join("\n"));
     }
     Ok(())
-}
-
-/// The WAL relay's slots of every service's outbox (none on SQLite).
-pub async fn wal_slots(
-    system: &System,
-) -> anyhow::Result<Vec<(&'static str, Vec<wal_slot::SlotView>)>> {
-    each_outbox(system, "WAL slots", async |db: &Db| {
-        wal_slot::slots_of(db).await
-    })
-    .await
 }
 
 /// The backlog of every service's outbox, in the order of km0's databases.
