@@ -8,6 +8,7 @@
 #                      TLS with the test suite's own CA (tls.sh)
 #   ensure_rabbitmq    RabbitMQ on 127.0.0.1:5672 with the consistent-hash exchange (rabbitmq.sh)
 #   ensure_kafka       Apache Kafka on 127.0.0.1:9092 from Maven Central jars (kafka.sh)
+#   ensure_redis       Redis on 127.0.0.1:6379, no persistence (redis.sh)
 
 KM0_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KM0_CACHE="${KM0_CACHE:-$HOME/.cache/km0}"
@@ -257,3 +258,5 @@ drop_stale_test_databases() {
 . "$KM0_ROOT/scripts/lib/rabbitmq.sh"
 # shellcheck source=scripts/lib/kafka.sh
 . "$KM0_ROOT/scripts/lib/kafka.sh"
+# shellcheck source=scripts/lib/redis.sh
+. "$KM0_ROOT/scripts/lib/redis.sh"

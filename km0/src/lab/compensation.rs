@@ -6,7 +6,6 @@
 //! The naive inventario deduplicates by `id_evento`, as a consumer of events does; the pattern
 //! deduplicates a command by its deterministic key.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -16,7 +15,7 @@ use entrega_core::{Envelope, OutgoingMessage};
 use serde_json::json;
 
 use super::embedded::{applied, event, listed, order_ids, picked, with_embedded};
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Cancelled orders whose stock comes back.
 const ORDERS: usize = 30;
@@ -39,7 +38,8 @@ const TABLES: &[Migration] = &[Migration::same(
 )];
 
 /// Runs one side in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "inventario", async |db, broker| {
         run_on(db, broker, seed, side).await
     })

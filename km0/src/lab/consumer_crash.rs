@@ -7,7 +7,7 @@
 //! committed is gone, and a new instance of the group resumes from the committed offset.
 
 use std::collections::HashSet;
-use std::path::Path;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -19,7 +19,7 @@ use serde_json::json;
 use super::embedded::{
     applied, event, listed, order_ids, picked, with_embedded, STOCK_MOVES, TOPIC,
 };
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Orders each side places.
 const ORDERS: usize = 60;
@@ -55,12 +55,8 @@ impl Mistake {
 }
 
 /// Runs one side of the scenario of `mistake` in `dir` (created empty by the caller).
-pub(super) async fn run(
-    dir: &Path,
-    seed: u64,
-    mistake: Mistake,
-    side: Side,
-) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun, mistake: Mistake) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "inventario", async |db, broker| {
         run_on(db, broker, seed, mistake, side).await
     })

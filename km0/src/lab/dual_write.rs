@@ -7,7 +7,7 @@
 //! stored with no event is lost, an event of an order never stored is a ghost.
 
 use std::collections::HashSet;
-use std::path::Path;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use entrega_core::{now_ms, Envelope};
 use serde_json::json;
 
 use super::embedded::{event, listed, order_ids, picked, with_embedded, TOPIC};
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Orders the workload places.
 const ORDERS: usize = 60;
@@ -53,7 +53,8 @@ pub(super) enum Fault {
 }
 
 /// Runs one side of the scenario of `fault` in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, fault: Fault, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun, fault: Fault) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "pedidos", async |db, broker| {
         run_on(db, broker, seed, fault, side).await
     })

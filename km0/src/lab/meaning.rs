@@ -7,7 +7,6 @@
 //! The effect is analitica's revenue row per order; the ledger compares it with what the
 //! customer was actually charged.
 
-use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -19,7 +18,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::embedded::{order_ids, wire, with_embedded, TOPIC};
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Orders placed.
 const ORDERS: usize = 40;
@@ -40,7 +39,8 @@ fn price_cents(n: usize) -> i64 {
 }
 
 /// Runs one side in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "analitica", async |db, broker| {
         run_on(db, broker, seed, side).await
     })

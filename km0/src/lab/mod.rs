@@ -5,6 +5,7 @@
 //!
 //! The naive variants live here only; no service can reach them.
 
+mod brokers;
 mod compensation;
 mod consumer_crash;
 mod dual_write;
@@ -17,13 +18,14 @@ mod relay_mark;
 mod render;
 mod retry_key;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::bail;
 use clap::Subcommand;
 use futures::future::BoxFuture;
 use serde::Serialize;
 
+pub use brokers::{Brokers, Needs};
 pub use ledger::Ledger;
 
 use consumer_crash::Mistake;
@@ -48,6 +50,9 @@ pub enum LabCommand {
         /// The ledgers as JSON.
         #[arg(long)]
         json: bool,
+        /// Where the scenarios on a real broker find it.
+        #[command(flatten)]
+        brokers: Brokers,
     },
 }
 
@@ -71,8 +76,23 @@ impl Side {
     }
 }
 
-/// Runs one side of a scenario in its empty directory, with the run's seed.
-type Runner = for<'a> fn(&'a Path, u64, Side) -> BoxFuture<'a, anyhow::Result<Ledger>>;
+/// What one side of a scenario runs with.
+#[derive(Debug)]
+pub(crate) struct SideRun {
+    /// An empty directory of its own, for its SQLite files.
+    pub dir: PathBuf,
+    /// Chooses where the faults land.
+    pub seed: u64,
+    /// Which side runs.
+    pub side: Side,
+    /// Where the real brokers are.
+    pub brokers: Brokers,
+    /// A prefix of its own for every topic, queue, group and key it makes on a shared server.
+    pub namespace: String,
+}
+
+/// Runs one side of a scenario.
+type Runner = for<'a> fn(&'a SideRun) -> BoxFuture<'a, anyhow::Result<Ledger>>;
 
 /// One failure of the seeds, with its naive variant and its pattern.
 #[derive(Serialize)]
@@ -89,6 +109,8 @@ pub struct Scenario {
     pub pattern: &'static str,
     /// Two or three sentences: the fault, what the naive side loses, what the pattern keeps.
     pub explains: &'static str,
+    /// What it runs on.
+    pub needs: Needs,
     #[serde(skip)]
     run: Runner,
 }
@@ -108,14 +130,28 @@ struct Lab {
 }
 
 impl Lab {
-    /// A fresh empty directory for one side of `scenario`.
-    fn side_dir(&self, scenario: &str, side: Side) -> anyhow::Result<PathBuf> {
-        let dir = self.dir.join(format!("{scenario}-{}", side.name()));
+    /// What one side of `scenario` runs with: a fresh empty directory and a namespace of its
+    /// own.
+    fn side(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        side: Side,
+        brokers: &Brokers,
+    ) -> anyhow::Result<SideRun> {
+        let dir = self.dir.join(format!("{}-{}", scenario.name, side.name()));
         if dir.exists() {
             std::fs::remove_dir_all(&dir)?;
         }
         std::fs::create_dir_all(&dir)?;
-        Ok(dir)
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        Ok(SideRun {
+            dir,
+            seed,
+            side,
+            brokers: brokers.clone(),
+            namespace: format!("lab-{}-{}-{}.", scenario.number, side.name(), &id[..10]),
+        })
     }
 }
 
@@ -128,12 +164,20 @@ pub struct Outcome {
     pub naive: Ledger,
     /// The pattern's ledger.
     pub pattern: Ledger,
+    /// Why it did not run (its server does not answer); both ledgers are then empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 impl Outcome {
     /// What a run must show: the fault bit the naive side, and the pattern kept everything.
     pub fn shows_the_point(&self) -> bool {
         self.naive.failed() && !self.pattern.failed()
+    }
+
+    /// Whether it ran and did not show its point.
+    pub fn is_broken(&self) -> bool {
+        self.skipped.is_none() && !self.shows_the_point()
     }
 }
 
@@ -149,7 +193,8 @@ pub fn scenarios() -> &'static [Scenario] {
             explains: "The consumer is killed in the middle of taking the stock. Acknowledged \
                        first, the broker never sends those orders again: their stock is never \
                        taken (at-most-once). Acknowledged after, they come again and are applied.",
-            run: |dir, seed, side| Box::pin(consumer_crash::run(dir, seed, Mistake::AckFirst, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(consumer_crash::run(r, Mistake::AckFirst)),
         },
         Scenario {
             number: 2,
@@ -161,7 +206,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        offset did. The order comes again: without a key its stock is taken a \
                        second time; with the key in the same transaction the repeat is seen and \
                        skipped.",
-            run: |dir, seed, side| Box::pin(consumer_crash::run(dir, seed, Mistake::NoKey, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(consumer_crash::run(r, Mistake::NoKey)),
         },
         Scenario {
             number: 3,
@@ -172,7 +218,8 @@ pub fn scenarios() -> &'static [Scenario] {
             explains: "The consumer is killed after recording the key and before taking the \
                        stock. The order comes again, the key says it was done, and its stock is \
                        never taken. In one transaction the key rolls back with the effect.",
-            run: |dir, seed, side| Box::pin(consumer_crash::run(dir, seed, Mistake::KeyApart, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(consumer_crash::run(r, Mistake::KeyApart)),
         },
         Scenario {
             number: 4,
@@ -183,7 +230,8 @@ pub fn scenarios() -> &'static [Scenario] {
             explains: "pedidos is killed right after an order's commit. Published as a second \
                        write, that order's event never leaves and nobody hears of the order. In \
                        the outbox the event committed with the order, and the relay publishes it.",
-            run: |dir, seed, side| Box::pin(dual_write::run(dir, seed, Fault::CrashAfterCommit, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(dual_write::run(r, Fault::CrashAfterCommit)),
         },
         Scenario {
             number: 5,
@@ -195,9 +243,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        check) and rolls back. The naive side's event is out already: the others \
                        act on an order that does not exist. The outbox row rolls back with the \
                        order.",
-            run: |dir, seed, side| {
-                Box::pin(dual_write::run(dir, seed, Fault::RollbackAfterPublish, side))
-            },
+            needs: Needs::Embedded,
+            run: |r| Box::pin(dual_write::run(r, Fault::RollbackAfterPublish)),
         },
         Scenario {
             number: 6,
@@ -209,7 +256,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        orders. The naive relay had marked those batches' rows already: nobody \
                        publishes them again, and every order in them is lost. Marking after the \
                        confirmation leaves them pending, and the next round publishes them.",
-            run: |dir, seed, side| Box::pin(relay_mark::run(dir, seed, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(relay_mark::run(r)),
         },
         Scenario {
             number: 7,
@@ -221,7 +269,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        out and tries again. Under a new key the gateway sees a new charge and the \
                        customer pays twice. Under the same key it answers with the charge it \
                        made.",
-            run: |dir, seed, side| Box::pin(retry_key::run(dir, seed, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(retry_key::run(r)),
         },
         Scenario {
             number: 8,
@@ -233,7 +282,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        request path, those customers get errors for orders that were stored and \
                        that nobody downstream ever hears of. With the outbox every order is \
                        accepted, and the relay drains them when the broker is back.",
-            run: |dir, seed, side| Box::pin(outage::run(dir, seed, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(outage::run(r)),
         },
         Scenario {
             number: 9,
@@ -245,7 +295,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        way; each resend is a new message with the same key. Deduplicated by \
                        message, the stock comes back twice. Deduplicated by the compensation's \
                        key, it comes back once.",
-            run: |dir, seed, side| Box::pin(compensation::run(dir, seed, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(compensation::run(r)),
         },
         Scenario {
             number: 10,
@@ -257,7 +308,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        Retried in place, the first one holds the partition for the whole run and \
                        every order behind it is stuck. Classified as permanent, both go to the \
                        dead letters at the first try and the partition goes on.",
-            run: |dir, seed, side| Box::pin(poison::run(dir, seed, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(poison::run(r)),
         },
         Scenario {
             number: 11,
@@ -269,7 +321,8 @@ pub fn scenarios() -> &'static [Scenario] {
                        analitica reads every event, and every order from the release on is \
                        booked at a hundredth of its price. Versioned, the change is visible to \
                        the consumer, which reads each version by its contract.",
-            run: |dir, seed, side| Box::pin(meaning::run(dir, seed, side)),
+            needs: Needs::Embedded,
+            run: |r| Box::pin(meaning::run(r)),
         },
     ];
     ALL
@@ -296,8 +349,13 @@ pub fn find(name: &str) -> anyhow::Result<Vec<&'static Scenario>> {
     }
 }
 
-/// Runs both sides of each of `scenarios` with `seed`, in a directory of its own.
-pub async fn run(scenarios: &[&'static Scenario], seed: u64) -> anyhow::Result<Vec<Outcome>> {
+/// Runs both sides of each of `scenarios` with `seed`, in a directory of its own; a scenario
+/// whose server does not answer is skipped, with the reason.
+pub async fn run(
+    scenarios: &[&'static Scenario],
+    seed: u64,
+    brokers: &Brokers,
+) -> anyhow::Result<Vec<Outcome>> {
     let dir = std::env::temp_dir().join(format!(
         "km0-lab-{}-{}",
         std::process::id(),
@@ -307,14 +365,24 @@ pub async fn run(scenarios: &[&'static Scenario], seed: u64) -> anyhow::Result<V
     let mut outcomes = Vec::with_capacity(scenarios.len());
     let result = async {
         for scenario in scenarios {
-            let naive_dir = lab.side_dir(scenario.name, Side::Naive)?;
-            let naive = (scenario.run)(&naive_dir, seed, Side::Naive).await?;
-            let pattern_dir = lab.side_dir(scenario.name, Side::Pattern)?;
-            let pattern = (scenario.run)(&pattern_dir, seed, Side::Pattern).await?;
+            if let Some(reason) = brokers.unreachable(scenario.needs).await {
+                outcomes.push(Outcome {
+                    scenario,
+                    naive: Ledger::default(),
+                    pattern: Ledger::default(),
+                    skipped: Some(reason),
+                });
+                continue;
+            }
+            let naive = lab.side(scenario, seed, Side::Naive, brokers)?;
+            let naive = (scenario.run)(&naive).await?;
+            let pattern = lab.side(scenario, seed, Side::Pattern, brokers)?;
+            let pattern = (scenario.run)(&pattern).await?;
             outcomes.push(Outcome {
                 scenario,
                 naive,
                 pattern,
+                skipped: None,
             });
         }
         Ok::<(), anyhow::Error>(())
@@ -340,15 +408,16 @@ pub async fn command(command: LabCommand) -> anyhow::Result<()> {
             scenario,
             seed,
             json,
+            brokers,
         } => {
-            let outcomes = run(&find(&scenario)?, seed).await?;
+            let outcomes = run(&find(&scenario)?, seed, &brokers).await?;
             let text = if json {
                 serde_json::to_string_pretty(&render::to_json(&outcomes, seed))?
             } else {
                 render::ledgers(&outcomes)
             };
             crate::ops::terminal::println(&text);
-            if let Some(broken) = outcomes.iter().find(|o| !o.shows_the_point()) {
+            if let Some(broken) = outcomes.iter().find(|o| o.is_broken()) {
                 bail!(
                     "scenario {} did not show its point: the naive side must fail and the \
                      pattern must not",

@@ -3,7 +3,6 @@
 //! order; the pattern writes it into the outbox and answers at once, and the relay drains it
 //! when the broker is back.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +17,7 @@ use serde_json::json;
 
 use super::dual_write::{published_orders, stored_orders, RunningRelay};
 use super::embedded::{event, order_ids, with_embedded, TOPIC};
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Orders the customers place.
 const ORDERS: usize = 60;
@@ -44,7 +43,8 @@ impl Publisher for Outage {
 }
 
 /// Runs one side in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "pedidos", async |db, broker| {
         run_on(db, broker, seed, side).await
     })

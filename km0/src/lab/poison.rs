@@ -4,7 +4,6 @@
 //! nothing more" does; the pattern (entrega's worker) classifies the failure and sends a
 //! permanent one to `<topic>.dlq` at once, with its reason, and the partition goes on.
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +19,7 @@ use serde_json::json;
 use super::embedded::{
     applied, listed, order_ids, picked, wire, with_embedded, STOCK_MOVES, TOPIC,
 };
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Messages on the partition.
 const MESSAGES: usize = 40;
@@ -34,7 +33,8 @@ const RUN_FOR: Duration = Duration::from_secs(3);
 const FIRST_PAUSE: Duration = Duration::from_millis(50);
 
 /// Runs one side in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "inventario", async |db, broker| {
         run_on(db, broker, seed, side).await
     })

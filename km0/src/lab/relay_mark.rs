@@ -7,7 +7,7 @@
 //! order of a refused batch, not only the chosen ones.
 
 use std::collections::HashSet;
-use std::path::Path;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use serde_json::json;
 
 use super::dual_write::published_orders;
 use super::embedded::{event, listed, order_ids, picked, with_embedded, TOPIC};
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 
 /// Orders in the outbox.
 const ORDERS: usize = 60;
@@ -66,7 +66,8 @@ impl Publisher for Refusing {
 }
 
 /// Runs one side in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     with_embedded(dir, "pedidos", async |db, broker| {
         run_on(db, broker, seed, side).await
     })

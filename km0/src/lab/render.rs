@@ -12,8 +12,11 @@ pub(super) fn list(all: &[Scenario]) -> String {
     for s in all {
         let _ = writeln!(
             out,
-            "{:>2}. {}  (seed section {})",
-            s.number, s.name, s.section
+            "{:>2}. {}  (seed section {}; on {})",
+            s.number,
+            s.name,
+            s.section,
+            s.needs.name()
         );
         let _ = writeln!(out, "    naive:   {}", s.naive);
         let _ = writeln!(out, "    pattern: {}", s.pattern);
@@ -53,6 +56,10 @@ pub(super) fn ledgers(outcomes: &[Outcome]) -> String {
         let s = o.scenario;
         let _ = writeln!(out, "{}. {} (seed section {})", s.number, s.name, s.section);
         let _ = writeln!(out, "   {}", s.explains);
+        if let Some(reason) = &o.skipped {
+            let _ = writeln!(out, "   SKIPPED: {reason}\n");
+            continue;
+        }
         let _ = write!(out, "   {:<8}", "");
         for c in COLUMNS {
             let _ = write!(out, "  {c:>12}");
@@ -87,7 +94,9 @@ pub(super) fn to_json(outcomes: &[Outcome], seed: u64) -> Value {
             "section": o.scenario.section,
             "naive": o.naive,
             "pattern": o.pattern,
-            "shown": o.shows_the_point(),
+            "runs_on": o.scenario.needs,
+            "shown": o.skipped.is_none() && o.shows_the_point(),
+            "skipped": o.skipped,
         })).collect::<Vec<_>>(),
     })
 }

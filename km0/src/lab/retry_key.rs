@@ -5,7 +5,7 @@
 //! (`cobro-<pedido>`).
 
 use std::collections::HashSet;
-use std::path::Path;
+
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -14,7 +14,7 @@ use reqwest::StatusCode;
 use serde_json::json;
 
 use super::embedded::{listed, order_ids, picked};
-use super::{Ledger, Side};
+use super::{Ledger, Side, SideRun};
 use crate::services::pasarela::{self, Faults, PasarelaState};
 
 /// Orders charged.
@@ -29,7 +29,8 @@ const CLIENT_TIMEOUT: Duration = Duration::from_millis(150);
 const ATTEMPTS: u32 = 20;
 
 /// Runs one side in `dir` (created empty by the caller).
-pub(super) async fn run(dir: &Path, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
+    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
     let db = Db::connect(&format!("sqlite://{}", dir.join("pasarela.db").display())).await?;
     let result = run_on(&db, seed, side).await;
     db.close().await;

@@ -4,12 +4,28 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use km0::lab::{find, run, Ledger};
+use km0::lab::{find, run, Brokers, Ledger};
+
+/// The test servers (`scripts/test` exports where they are), or the lab's defaults.
+fn brokers() -> Brokers {
+    let mut brokers = Brokers::default();
+    if let Ok(kafka) = std::env::var("ENTREGA_TEST_KAFKA") {
+        brokers.kafka = kafka;
+    }
+    if let Ok(amqp) = std::env::var("ENTREGA_TEST_AMQP") {
+        brokers.rabbitmq = amqp;
+    }
+    if let Ok(redis) = std::env::var("ENTREGA_TEST_REDIS") {
+        brokers.redis = redis;
+    }
+    brokers
+}
 
 async fn ledgers(name: &str, seed: u64) -> (Ledger, Ledger) {
-    let mut outcomes = run(&find(name).unwrap(), seed).await.unwrap();
+    let mut outcomes = run(&find(name).unwrap(), seed, &brokers()).await.unwrap();
     assert_eq!(outcomes.len(), 1);
     let outcome = outcomes.remove(0);
+    assert_eq!(outcome.skipped, None, "{name} must run here");
     (outcome.naive, outcome.pattern)
 }
 
