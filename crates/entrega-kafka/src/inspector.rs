@@ -159,7 +159,13 @@ fn fetch_until_end(
         };
         match consumer.poll(wait) {
             None if reached => break,
-            None => {}
+            None => {
+                // A transaction's commit or abort marker takes an offset no record is
+                // handed over for; the consumer's position still moves past it.
+                if position(consumer, topic, partition).is_some_and(|p| p >= high) {
+                    next = next.max(high);
+                }
+            }
             Some(Ok(m)) => {
                 let Some(r) = to_record(&m) else { continue };
                 // Anything left over from an earlier assignment is not ours.
@@ -179,6 +185,17 @@ fn fetch_until_end(
         records,
         end: next.max(high),
     })
+}
+
+/// The consumer's position in `partition` of `topic`: the offset after the last message
+/// or transaction marker it went past.
+fn position(consumer: &BaseConsumer, topic: &str, partition: u32) -> Option<i64> {
+    let id = i32::try_from(partition).ok()?;
+    let list = consumer.position().ok()?;
+    match list.find_partition(topic, id)?.offset() {
+        Offset::Offset(n) => Some(n),
+        _ => None,
+    }
 }
 
 #[async_trait]

@@ -47,6 +47,17 @@ pub trait Transform: Send + Sync {
     /// visible. A record that cannot be used is best turned into a dead letter among the
     /// messages returned, so it leaves the input in the same transaction.
     async fn transform(&self, batch: &[Record]) -> Result<Vec<OutgoingMessage>, HandlerError>;
+
+    /// Called once the broker acknowledged every message of `batch`'s transaction, before
+    /// the batch's offsets join it and it commits: the last moment to refuse the batch, for a
+    /// condition that must still hold when it commits (a lease still held, a deadline not
+    /// passed). An error aborts the transaction, as a failed [`Transform::transform`] does.
+    /// While it runs the transaction stays open, its messages written and hidden from
+    /// `read_committed` readers. Does nothing by default.
+    async fn before_commit(&self, batch: &[Record]) -> Result<(), HandlerError> {
+        let _ = batch;
+        Ok(())
+    }
 }
 
 /// Settings of one [`KafkaTransformer`] instance.
@@ -303,14 +314,17 @@ impl KafkaTransformer {
         self.producer
             .begin_transaction()
             .map_err(|e| step_error(e, "begin_transaction"))?;
-        let messages = if self.kafka.namespace.is_none() {
-            transform.transform(batch).await
-        } else {
+        // The transform sees the topics by the names it knows, whatever the namespace.
+        let local = (!self.kafka.namespace.is_none()).then(|| {
             let mut local = batch.to_vec();
             self.kafka.localize(&mut local);
-            transform.transform(&local).await
-        }
-        .map_err(Step::from_handler)?;
+            local
+        });
+        let seen = local.as_deref().unwrap_or(batch);
+        let messages = transform
+            .transform(seen)
+            .await
+            .map_err(Step::from_handler)?;
         let topics = self.kafka.wire_topics(&messages);
         let mut deliveries = Vec::with_capacity(messages.len());
         for (m, topic) in messages.iter().zip(&topics) {
@@ -328,6 +342,10 @@ impl KafkaTransformer {
         }
         failpoint::hit(failpoint::KAFKA_TRANSFORM_BEFORE_COMMIT)
             .map_err(|e| Step::Abort(TransformError::Transport(TransportError::unavailable(e))))?;
+        transform
+            .before_commit(seen)
+            .await
+            .map_err(Step::from_handler)?;
         let offsets = next_offsets(batch).map_err(|e| step_error(e, "offsets"))?;
         let (consumer, producer, timeout) = (
             self.consumer.clone(),

@@ -98,19 +98,7 @@ async fn run_on(
 
 /// Records the group has not committed.
 async fn unread(broker: &Broker) -> anyhow::Result<u64> {
-    let end: i64 = broker
-        .end_offsets(TOPIC)
-        .await?
-        .iter()
-        .map(|(_, e)| e)
-        .sum();
-    let committed: i64 = broker
-        .committed(GROUP, TOPIC)
-        .await?
-        .iter()
-        .map(|(_, c)| c)
-        .sum();
-    Ok(u64::try_from(end - committed).unwrap_or(0))
+    super::embedded::unread(broker, GROUP, TOPIC).await
 }
 
 /// Consumes until the group committed every record, killing the consumer the first time it

@@ -106,3 +106,36 @@ pub(super) async fn applied(db: &Db, table: &str) -> anyhow::Result<Vec<String>>
         .map(|(order,): (String,)| order)
         .collect())
 }
+
+/// Records of `topic` that `group` has not committed.
+pub(super) async fn unread(broker: &Broker, group: &str, topic: &str) -> anyhow::Result<u64> {
+    let end: i64 = broker
+        .end_offsets(topic)
+        .await?
+        .iter()
+        .map(|(_, e)| e)
+        .sum();
+    let committed: i64 = broker
+        .committed(group, topic)
+        .await?
+        .iter()
+        .map(|(_, c)| c)
+        .sum();
+    Ok(u64::try_from(end - committed).unwrap_or(0))
+}
+
+/// The key of every record of `topic`, in order per partition, as a `read_committed` reader
+/// sees them (Kafka hides an aborted transaction's records).
+pub(super) async fn keys_on(broker: &Broker, topic: &str) -> anyhow::Result<Vec<String>> {
+    let mut keys = Vec::new();
+    for (partition, end) in broker.end_offsets(topic).await? {
+        let mut from = 0;
+        while from < end {
+            let records = broker.read(topic, partition, from, 500).await?;
+            let Some(last) = records.last() else { break };
+            from = last.offset + 1;
+            keys.extend(records.into_iter().filter_map(|r| r.key));
+        }
+    }
+    Ok(keys)
+}

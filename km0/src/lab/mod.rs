@@ -13,6 +13,7 @@ mod embedded;
 mod ledger;
 mod meaning;
 mod outage;
+mod pipeline;
 mod poison;
 mod relay_mark;
 mod render;
@@ -323,6 +324,20 @@ pub fn scenarios() -> &'static [Scenario] {
                        the consumer, which reads each version by its contract.",
             needs: Needs::Embedded,
             run: |r| Box::pin(meaning::run(r)),
+        },
+        Scenario {
+            number: 12,
+            name: "pipeline-without-transactions",
+            section: "1. Garantías de entrega (Kafka → Kafka)",
+            naive: "a Kafka → Kafka step writes a batch's sales, then commits the batch's offsets",
+            pattern: "analitica's KafkaTransformer: the sales and the offsets in one Kafka transaction",
+            explains: "The step is killed after writing a batch's sales and before committing \
+                       its offsets. Without a transaction the next instance reads the batch \
+                       again and every sale in it is counted twice. In a transaction the dead \
+                       batch's sales are aborted, hidden from read_committed readers, and \
+                       written once when the batch is read again.",
+            needs: Needs::Kafka,
+            run: |r| Box::pin(pipeline::run(r)),
         },
     ];
     ALL

@@ -215,3 +215,13 @@ fn every_scenario_is_found_by_name_and_number_and_all_runs_them_all() {
     let err = find("no-such-thing").unwrap_err().to_string();
     assert!(err.contains("km0 lab list"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kafka_step_without_transactions_counts_a_dead_batch_twice() {
+    let (naive, pattern) = ledgers("pipeline-without-transactions", 7).await;
+    assert!(naive.doubled > 0, "{naive:?}");
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    assert_eq!(naive.applied, naive.placed + naive.doubled, "{naive:?}");
+    kept_everything("pipeline-without-transactions", &pattern);
+    assert!(pattern.fault.contains("killed"), "{}", pattern.fault);
+}

@@ -269,3 +269,98 @@ async fn a_second_instance_with_the_same_transactional_id_fences_the_first() {
     successor_run.await.unwrap().unwrap();
     assert_each_once(&read_all(&output, "read_committed"));
 }
+
+/// A copy whose `before_commit` never returns for the batch after the first one: an instance
+/// that dies with its transaction open and its records written.
+struct StallOnce {
+    copy: Copy,
+    batches: std::sync::atomic::AtomicUsize,
+    /// Records of the one batch this instance commits.
+    first_batch: std::sync::atomic::AtomicUsize,
+    stalled: Arc<Notify>,
+}
+
+#[async_trait]
+impl Transform for StallOnce {
+    async fn transform(&self, batch: &[Record]) -> Result<Vec<OutgoingMessage>, HandlerError> {
+        self.copy.transform(batch).await
+    }
+
+    async fn before_commit(&self, batch: &[Record]) -> Result<(), HandlerError> {
+        let n = self
+            .batches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n == 0 {
+            self.first_batch
+                .store(batch.len(), std::sync::atomic::Ordering::SeqCst);
+        } else {
+            self.stalled.notify_one();
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_stalled_before_its_commit_is_replaced_and_its_open_transaction_hidden() {
+    let (input, output) = names("stalled");
+    let group = format!("g-{input}");
+    let tx_id = format!("t-{input}");
+    topics(&input, &output).await;
+    produce_inputs(&input).await;
+
+    let first = KafkaTransformer::start(&support::test_config(), config(&input, &group, &tx_id))
+        .await
+        .unwrap();
+    let stalled = Arc::new(Notify::new());
+    let stall = StallOnce {
+        copy: Copy {
+            output: output.clone(),
+        },
+        batches: std::sync::atomic::AtomicUsize::new(0),
+        first_batch: std::sync::atomic::AtomicUsize::new(0),
+        stalled: stalled.clone(),
+    };
+    // Runs until the second batch's messages are written and its commit never comes; then
+    // this instance is dropped mid-transaction, as a killed process leaves it.
+    tokio::select! {
+        ran = first.run(&stall, std::future::pending::<()>()) => panic!("ended: {:?}", ran.err()),
+        () = stalled.notified() => {}
+    }
+    let committed = stall.first_batch.load(std::sync::atomic::Ordering::SeqCst);
+    let written = read_all(&output, "read_uncommitted").len();
+    assert!(
+        written > committed,
+        "the open transaction's records reached the broker: {written} written, {committed} committed"
+    );
+    assert_eq!(read_all(&output, "read_committed").len(), committed);
+
+    let second = KafkaTransformer::start(&support::test_config(), config(&input, &group, &tx_id))
+        .await
+        .unwrap();
+    let stats = second.stats();
+    let (stop, run) = spawn_copy(second, &output);
+    wait_for("every input committed by the second instance", || {
+        stats.records_in() >= (INPUTS - committed) as u64
+    })
+    .await;
+    let _ = stop.send(());
+    run.await.unwrap().unwrap();
+    assert_each_once(&read_all(&output, "read_committed"));
+
+    // The inspector reads to each partition's end, past the transactions' markers, and
+    // shows what a read_committed reader sees.
+    let kafka = support::connect(support::test_config()).await.unwrap();
+    let inspector = kafka.inspector();
+    let mut seen = Vec::new();
+    for (partition, end) in inspector.end_offsets(&output).await.unwrap() {
+        let records = inspector.read(&output, partition, 0, 10_000).await.unwrap();
+        assert!(records.iter().all(|r| r.offset < end));
+        seen.extend(
+            records
+                .into_iter()
+                .map(|r| String::from_utf8_lossy(&r.payload).into_owned()),
+        );
+    }
+    assert_each_once(&seen);
+}
