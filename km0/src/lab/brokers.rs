@@ -32,6 +32,9 @@ pub struct Brokers {
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis: String,
+    /// The km0 executable a scenario runs a process of (default: this one).
+    #[arg(long = "km0", env = "KM0_LAB_KM0", hide = true)]
+    pub km0: Option<std::path::PathBuf>,
 }
 
 impl Default for Brokers {
@@ -40,6 +43,7 @@ impl Default for Brokers {
             kafka: "127.0.0.1:9092".to_owned(),
             rabbitmq: "amqp://guest:guest@127.0.0.1:5672".to_owned(),
             redis: "redis://127.0.0.1:6379".to_owned(),
+            km0: None,
         }
     }
 }
@@ -140,6 +144,24 @@ pub(super) fn amqp_url(brokers: &Brokers, namespace: &str, params: &str) -> Stri
     let base = &brokers.rabbitmq;
     let sep = if base.contains('?') { '&' } else { '?' };
     format!("{base}{sep}namespace={namespace}&{params}")
+}
+
+/// Removes every topic, queue and group of `broker`'s namespace, trying again for 30 s while
+/// a group still has a member (a killed consumer's session has not ended yet).
+pub(super) async fn remove_namespace(broker: &entrega::Broker) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match broker.remove_namespace().await {
+            Ok(_) => return Ok(()),
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "removing the lab's namespace; trying again");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context("removing the lab's topics and groups"))
+            }
+        }
+    }
 }
 
 #[cfg(test)]

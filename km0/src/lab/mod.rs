@@ -5,6 +5,7 @@
 //!
 //! The naive variants live here only; no service can reach them.
 
+mod auto_commit;
 mod brokers;
 mod compensation;
 mod consumer_crash;
@@ -55,6 +56,10 @@ pub enum LabCommand {
         #[command(flatten)]
         brokers: Brokers,
     },
+    /// The seed's exercise 1 consumer (auto-commit, no key), run by the lab as a process of
+    /// its own so that it can be killed.
+    #[command(hide = true)]
+    AutoCommitConsumer(auto_commit::ConsumerArgs),
 }
 
 /// Which variant of a scenario runs.
@@ -339,6 +344,19 @@ pub fn scenarios() -> &'static [Scenario] {
             needs: Needs::Kafka,
             run: |r| Box::pin(pipeline::run(r)),
         },
+        Scenario {
+            number: 13,
+            name: "auto-commit-charge",
+            section: "11. Ejercicios (ejercicio 1)",
+            naive: "the exercise's consumer: enable.auto.commit, the charge, then the INSERT, no key",
+            pattern: "the idempotent consumer: key and payment in one transaction, Idempotency-Key cobro-<pedido>, offset after",
+            explains: "pagos is killed right after charging an order. Auto-commit had not sent \
+                       the offsets yet, so the restarted consumer reads those orders again and \
+                       charges the customer again. The idempotent consumer charges again under \
+                       the same key: the gateway answers with the charge it made.",
+            needs: Needs::Kafka,
+            run: |r| Box::pin(auto_commit::run(r)),
+        },
     ];
     ALL
 }
@@ -410,6 +428,7 @@ pub async fn run(
 /// `km0 lab ...`: lists the scenarios or runs them and prints their ledgers.
 pub async fn command(command: LabCommand) -> anyhow::Result<()> {
     match command {
+        LabCommand::AutoCommitConsumer(args) => auto_commit::consumer(args).await?,
         LabCommand::List { json } => {
             let all = scenarios();
             let text = if json {

@@ -18,6 +18,7 @@ fn brokers() -> Brokers {
     if let Ok(redis) = std::env::var("ENTREGA_TEST_REDIS") {
         brokers.redis = redis;
     }
+    brokers.km0 = Some(env!("CARGO_BIN_EXE_km0").into());
     brokers
 }
 
@@ -224,4 +225,21 @@ async fn a_kafka_step_without_transactions_counts_a_dead_batch_twice() {
     assert_eq!(naive.applied, naive.placed + naive.doubled, "{naive:?}");
     kept_everything("pipeline-without-transactions", &pattern);
     assert!(pattern.fault.contains("killed"), "{}", pattern.fault);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exercise_one_charges_the_customer_again_after_a_kill() {
+    let (naive, pattern) = ledgers("auto-commit-charge", 7).await;
+    assert!(
+        naive.doubled >= 3,
+        "at least the killed orders twice: {naive:?}"
+    );
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    kept_everything("auto-commit-charge", &pattern);
+    assert!(naive.fault.contains("killed 3 times"), "{}", naive.fault);
+    assert!(
+        pattern.fault.contains("killed 3 times"),
+        "{}",
+        pattern.fault
+    );
 }
