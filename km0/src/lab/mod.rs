@@ -8,6 +8,7 @@
 mod auto_commit;
 mod brokers;
 mod compensation;
+mod competing;
 mod consumer_crash;
 mod dual_write;
 mod embedded;
@@ -356,6 +357,20 @@ pub fn scenarios() -> &'static [Scenario] {
                        the same key: the gateway answers with the charge it made.",
             needs: Needs::Kafka,
             run: |r| Box::pin(auto_commit::run(r)),
+        },
+        Scenario {
+            number: 14,
+            name: "competing-consumers",
+            section: "5. Consumidores competidores y orden por partición",
+            naive: "two instances on the seed's one shared queue",
+            pattern: "entrega's sharded layout: a key's quorum queue, one active consumer at a time",
+            explains: "Two instances of inventario consume each order's creation and then its \
+                       cancellation, and a few creations are slow to apply. On one shared \
+                       queue RabbitMQ hands the cancellation to the idle instance, which \
+                       applies it before the creation. Sharded by key, one order's events wait \
+                       for each other and are applied in order.",
+            needs: Needs::Rabbitmq,
+            run: |r| Box::pin(competing::run(r)),
         },
     ];
     ALL

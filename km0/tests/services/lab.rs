@@ -243,3 +243,14 @@ async fn exercise_one_charges_the_customer_again_after_a_kill() {
         pattern.fault
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn competing_consumers_on_one_queue_apply_a_cancellation_before_its_order() {
+    let (naive, pattern) = ledgers("competing-consumers", 7).await;
+    assert!(
+        naive.out_of_order >= 3,
+        "at least the three slow orders: {naive:?}"
+    );
+    assert_eq!((naive.lost, naive.doubled), (0, 0), "{naive:?}");
+    kept_everything("competing-consumers", &pattern);
+}
