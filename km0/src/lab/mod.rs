@@ -13,6 +13,7 @@ mod consumer_crash;
 mod dual_write;
 mod embedded;
 mod ledger;
+mod lock;
 mod meaning;
 mod outage;
 mod pipeline;
@@ -371,6 +372,31 @@ pub fn scenarios() -> &'static [Scenario] {
                        for each other and are applied in order.",
             needs: Needs::Rabbitmq,
             run: |r| Box::pin(competing::run(r)),
+        },
+        Scenario {
+            number: 15,
+            name: "lock-ttl",
+            section: "second seed, Comparativa de Enfoques (Redis Distributed Lock)",
+            naive: "deduplicates with a Redis lock (SET NX PX) per message and a done key",
+            pattern: "the processed-message key in the effect's transaction",
+            explains: "Worker A pauses, holding an order's lock, longer than the lock's TTL, \
+                       and the order is delivered again to worker B. The lock has expired: B \
+                       takes it and applies the order, and so does A when it wakes. In the \
+                       effect's transaction B waits for A's commit and finds the key.",
+            needs: Needs::Redis,
+            run: |r| Box::pin(lock::run(r, lock::Fix::KeyInTransaction)),
+        },
+        Scenario {
+            number: 16,
+            name: "lock-fencing",
+            section: "second seed, Comparativa de Enfoques (Redis Distributed Lock)",
+            naive: "deduplicates with a Redis lock (SET NX PX) per message and a done key",
+            pattern: "the same lock with a fencing token (INCR) that the database checks",
+            explains: "The same pause past the lock's TTL. Keeping the lock, each holder takes \
+                       a token that grows, and the database refuses a write with an older \
+                       token than one it has seen: A, waking after B wrote, is refused.",
+            needs: Needs::Redis,
+            run: |r| Box::pin(lock::run(r, lock::Fix::FencingToken)),
         },
     ];
     ALL

@@ -254,3 +254,23 @@ async fn competing_consumers_on_one_queue_apply_a_cancellation_before_its_order(
     assert_eq!((naive.lost, naive.doubled), (0, 0), "{naive:?}");
     kept_everything("competing-consumers", &pattern);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_lock_whose_ttl_expires_lets_two_workers_apply_an_order() {
+    let (naive, pattern) = ledgers("lock-ttl", 7).await;
+    assert_eq!(naive.doubled, 3, "one repeat per pause: {naive:?}");
+    assert_eq!(naive.lost, 0, "{naive:?}");
+    kept_everything("lock-ttl", &pattern);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fencing_token_refuses_the_holder_whose_lock_expired() {
+    let (naive, pattern) = ledgers("lock-fencing", 7).await;
+    assert_eq!(naive.doubled, 3, "{naive:?}");
+    kept_everything("lock-fencing", &pattern);
+    assert!(
+        pattern.fault.contains("stale token refused 3 times"),
+        "{}",
+        pattern.fault
+    );
+}
