@@ -18,6 +18,8 @@ pub struct Ledger {
     pub out_of_order: u64,
     /// Still waiting when the run ended (not applied, not dead-lettered).
     pub stuck: u64,
+    /// Applied, but only after waiting for a failing message ahead of it to succeed.
+    pub held_up: u64,
     /// Effects of orders that were never placed (an event whose transaction rolled back).
     pub ghosts: u64,
     /// Effects applied with a wrong value (a field read with a meaning it no longer has).
@@ -27,9 +29,17 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Whether anything went wrong: lost, doubled, out of order, stuck, a ghost or a wrong value.
+    /// Whether anything went wrong: lost, doubled, out of order, stuck, held up, a ghost or
+    /// a wrong value.
     pub fn failed(&self) -> bool {
-        self.lost + self.doubled + self.out_of_order + self.stuck + self.ghosts + self.wrong > 0
+        self.lost
+            + self.doubled
+            + self.out_of_order
+            + self.stuck
+            + self.held_up
+            + self.ghosts
+            + self.wrong
+            > 0
     }
 
     /// The ledger of `placed` orders whose effects, one row per application, name these

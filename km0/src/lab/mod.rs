@@ -21,6 +21,7 @@ mod poison;
 mod relay_mark;
 mod render;
 mod retry_key;
+mod retry_place;
 
 use std::path::PathBuf;
 
@@ -282,32 +283,6 @@ pub fn scenarios() -> &'static [Scenario] {
         },
         Scenario {
             number: 8,
-            name: "broker-down",
-            section: "3. La escritura dual y el patrón Outbox",
-            naive: "pedidos stores the order, then publishes pedido.creado from the request path",
-            pattern: "pedidos writes pedido.creado into the outbox; the relay publishes it",
-            explains: "The broker is down while a dozen orders come in. Publishing from the \
-                       request path, those customers get errors for orders that were stored and \
-                       that nobody downstream ever hears of. With the outbox every order is \
-                       accepted, and the relay drains them when the broker is back.",
-            needs: Needs::Embedded,
-            run: |r| Box::pin(outage::run(r)),
-        },
-        Scenario {
-            number: 9,
-            name: "compensation-twice",
-            section: "second seed, Patrón Saga y Compensaciones",
-            naive: "inventario releases a cancelled order's stock once per message (id_evento)",
-            pattern: "once per deterministic key (liberacion-<pedido>), whatever the message",
-            explains: "The saga's timer sends three releases again while the first are on their \
-                       way; each resend is a new message with the same key. Deduplicated by \
-                       message, the stock comes back twice. Deduplicated by the compensation's \
-                       key, it comes back once.",
-            needs: Needs::Embedded,
-            run: |r| Box::pin(compensation::run(r)),
-        },
-        Scenario {
-            number: 10,
             name: "poison-in-place",
             section: "6. Mensajes envenenados",
             naive: "retries whatever fails, in place, with a pause that doubles",
@@ -320,47 +295,20 @@ pub fn scenarios() -> &'static [Scenario] {
             run: |r| Box::pin(poison::run(r)),
         },
         Scenario {
-            number: 11,
-            name: "meaning-without-version",
-            section: "8. Esquemas de eventos y versionado",
-            naive: "a new release sends importe in euros under the same field and version 1",
-            pattern: "the new meaning is version 2 with its own field (importe_euros)",
-            explains: "Mid-run pedidos starts sending euros where it sent cents. Nothing fails: \
-                       analitica reads every event, and every order from the release on is \
-                       booked at a hundredth of its price. Versioned, the change is visible to \
-                       the consumer, which reads each version by its contract.",
+            number: 9,
+            name: "retry-in-place",
+            section: "6. Mensajes envenenados",
+            naive: "retries a failing message in place, waiting 200 ms, doubling",
+            pattern: "entrega's worker with the retry topic (pedidos.eventos.retry), on the same schedule",
+            explains: "Two messages fail for a while (a timeout) and succeed at their fifth \
+                       try. Retried in place, the partition waits out their whole schedule and \
+                       every healthy order behind them waits too. Through the retry topic the \
+                       partition goes on, and the two are applied when their time comes.",
             needs: Needs::Embedded,
-            run: |r| Box::pin(meaning::run(r)),
+            run: |r| Box::pin(retry_place::run(r)),
         },
         Scenario {
-            number: 12,
-            name: "pipeline-without-transactions",
-            section: "1. Garantías de entrega (Kafka → Kafka)",
-            naive: "a Kafka → Kafka step writes a batch's sales, then commits the batch's offsets",
-            pattern: "analitica's KafkaTransformer: the sales and the offsets in one Kafka transaction",
-            explains: "The step is killed after writing a batch's sales and before committing \
-                       its offsets. Without a transaction the next instance reads the batch \
-                       again and every sale in it is counted twice. In a transaction the dead \
-                       batch's sales are aborted, hidden from read_committed readers, and \
-                       written once when the batch is read again.",
-            needs: Needs::Kafka,
-            run: |r| Box::pin(pipeline::run(r)),
-        },
-        Scenario {
-            number: 13,
-            name: "auto-commit-charge",
-            section: "11. Ejercicios (ejercicio 1)",
-            naive: "the exercise's consumer: enable.auto.commit, the charge, then the INSERT, no key",
-            pattern: "the idempotent consumer: key and payment in one transaction, Idempotency-Key cobro-<pedido>, offset after",
-            explains: "pagos is killed right after charging an order. Auto-commit had not sent \
-                       the offsets yet, so the restarted consumer reads those orders again and \
-                       charges the customer again. The idempotent consumer charges again under \
-                       the same key: the gateway answers with the charge it made.",
-            needs: Needs::Kafka,
-            run: |r| Box::pin(auto_commit::run(r)),
-        },
-        Scenario {
-            number: 14,
+            number: 10,
             name: "competing-consumers",
             section: "5. Consumidores competidores y orden por partición",
             naive: "two instances on the seed's one shared queue",
@@ -374,7 +322,33 @@ pub fn scenarios() -> &'static [Scenario] {
             run: |r| Box::pin(competing::run(r)),
         },
         Scenario {
-            number: 15,
+            number: 11,
+            name: "auto-commit-charge",
+            section: "11. Ejercicios (ejercicio 1)",
+            naive: "the exercise's consumer: enable.auto.commit, the charge, then the INSERT, no key",
+            pattern: "the idempotent consumer: key and payment in one transaction, Idempotency-Key cobro-<pedido>, offset after",
+            explains: "pagos is killed right after charging an order. Auto-commit had not sent \
+                       the offsets yet, so the restarted consumer reads those orders again and \
+                       charges the customer again. The idempotent consumer charges again under \
+                       the same key: the gateway answers with the charge it made.",
+            needs: Needs::Kafka,
+            run: |r| Box::pin(auto_commit::run(r)),
+        },
+        Scenario {
+            number: 12,
+            name: "meaning-without-version",
+            section: "8. Esquemas de eventos y versionado",
+            naive: "a new release sends importe in euros under the same field and version 1",
+            pattern: "the new meaning is version 2 with its own field (importe_euros)",
+            explains: "Mid-run pedidos starts sending euros where it sent cents. Nothing fails: \
+                       analitica reads every event, and every order from the release on is \
+                       booked at a hundredth of its price. Versioned, the change is visible to \
+                       the consumer, which reads each version by its contract.",
+            needs: Needs::Embedded,
+            run: |r| Box::pin(meaning::run(r)),
+        },
+        Scenario {
+            number: 13,
             name: "lock-ttl",
             section: "second seed, Comparativa de Enfoques (Redis Distributed Lock)",
             naive: "deduplicates with a Redis lock (SET NX PX) per message and a done key",
@@ -387,7 +361,7 @@ pub fn scenarios() -> &'static [Scenario] {
             run: |r| Box::pin(lock::run(r, lock::Fix::KeyInTransaction)),
         },
         Scenario {
-            number: 16,
+            number: 14,
             name: "lock-fencing",
             section: "second seed, Comparativa de Enfoques (Redis Distributed Lock)",
             naive: "deduplicates with a Redis lock (SET NX PX) per message and a done key",
@@ -397,6 +371,46 @@ pub fn scenarios() -> &'static [Scenario] {
                        token than one it has seen: A, waking after B wrote, is refused.",
             needs: Needs::Redis,
             run: |r| Box::pin(lock::run(r, lock::Fix::FencingToken)),
+        },
+        Scenario {
+            number: 15,
+            name: "pipeline-without-transactions",
+            section: "1. Garantías de entrega (Kafka → Kafka)",
+            naive: "a Kafka → Kafka step writes a batch's sales, then commits the batch's offsets",
+            pattern: "analitica's KafkaTransformer: the sales and the offsets in one Kafka transaction",
+            explains: "The step is killed after writing a batch's sales and before committing \
+                       its offsets. Without a transaction the next instance reads the batch \
+                       again and every sale in it is counted twice. In a transaction the dead \
+                       batch's sales are aborted, hidden from read_committed readers, and \
+                       written once when the batch is read again.",
+            needs: Needs::Kafka,
+            run: |r| Box::pin(pipeline::run(r)),
+        },
+        Scenario {
+            number: 16,
+            name: "broker-down",
+            section: "3. La escritura dual y el patrón Outbox",
+            naive: "pedidos stores the order, then publishes pedido.creado from the request path",
+            pattern: "pedidos writes pedido.creado into the outbox; the relay publishes it",
+            explains: "The broker is down while a dozen orders come in. Publishing from the \
+                       request path, those customers get errors for orders that were stored and \
+                       that nobody downstream ever hears of. With the outbox every order is \
+                       accepted, and the relay drains them when the broker is back.",
+            needs: Needs::Embedded,
+            run: |r| Box::pin(outage::run(r)),
+        },
+        Scenario {
+            number: 17,
+            name: "compensation-twice",
+            section: "second seed, Patrón Saga y Compensaciones",
+            naive: "inventario releases a cancelled order's stock once per message (id_evento)",
+            pattern: "once per deterministic key (liberacion-<pedido>), whatever the message",
+            explains: "The saga's timer sends three releases again while the first are on their \
+                       way; each resend is a new message with the same key. Deduplicated by \
+                       message, the stock comes back twice. Deduplicated by the compensation's \
+                       key, it comes back once.",
+            needs: Needs::Embedded,
+            run: |r| Box::pin(compensation::run(r)),
         },
     ];
     ALL

@@ -25,18 +25,19 @@ pub(super) fn list(all: &[Scenario]) -> String {
     out
 }
 
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 9] = [
     "placed",
     "applied",
     "lost",
     "twice",
     "out of order",
     "stuck",
+    "held up",
     "ghosts",
     "wrong",
 ];
 
-fn figures(l: &Ledger) -> [u64; 8] {
+fn figures(l: &Ledger) -> [u64; 9] {
     [
         l.placed,
         l.applied,
@@ -44,6 +45,7 @@ fn figures(l: &Ledger) -> [u64; 8] {
         l.doubled,
         l.out_of_order,
         l.stuck,
+        l.held_up,
         l.ghosts,
         l.wrong,
     ]

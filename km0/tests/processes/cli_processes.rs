@@ -128,8 +128,21 @@ async fn run_pedidos_serves_on_the_announced_port_and_stops_cleanly_on_sigterm()
 
 #[test]
 fn km0_lab_run_all_prints_every_ledger_and_succeeds_when_each_point_is_shown() {
+    let server = |var: &str, default: &str| std::env::var(var).unwrap_or(default.to_owned());
     let out = Command::new(env!("CARGO_BIN_EXE_km0"))
         .args(["lab", "run", "all", "--json", "--seed", "3"])
+        .env(
+            "KM0_LAB_KAFKA",
+            server("ENTREGA_TEST_KAFKA", "127.0.0.1:9092"),
+        )
+        .env(
+            "KM0_LAB_RABBITMQ",
+            server("ENTREGA_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672"),
+        )
+        .env(
+            "KM0_LAB_REDIS",
+            server("ENTREGA_TEST_REDIS", "redis://127.0.0.1:6379"),
+        )
         .env_remove("RUST_LOG")
         .output()
         .unwrap();
@@ -149,6 +162,27 @@ fn km0_lab_run_all_prints_every_ledger_and_succeeds_when_each_point_is_shown() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A scenario whose server does not answer is skipped, with the reason, not failed.
+    let away = Command::new(env!("CARGO_BIN_EXE_km0"))
+        .args([
+            "lab",
+            "run",
+            "lock-ttl",
+            "--json",
+            "--redis",
+            "redis://127.0.0.1:1",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(away.status.success(), "{away:?}");
+    let report: serde_json::Value = serde_json::from_slice(&away.stdout).unwrap();
+    let skipped = report["scenarios"][0]["skipped"].as_str().unwrap();
+    assert!(
+        skipped.contains("Redis does not answer at 127.0.0.1:1"),
+        "{skipped}"
+    );
+    assert_eq!(report["scenarios"][0]["shown"], false);
     let unknown = Command::new(env!("CARGO_BIN_EXE_km0"))
         .args(["lab", "run", "no-such-scenario"])
         .output()

@@ -274,3 +274,16 @@ async fn a_fencing_token_refuses_the_holder_whose_lock_expired() {
         pattern.fault
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrying_in_place_holds_up_every_order_behind_the_failing_one() {
+    let (naive, pattern) = ledgers("retry-in-place", 7).await;
+    assert!(naive.held_up > 0, "{naive:?}");
+    assert_eq!(
+        (naive.lost, naive.doubled, naive.stuck),
+        (0, 0, 0),
+        "{naive:?}"
+    );
+    kept_everything("retry-in-place", &pattern);
+    assert_eq!(pattern.held_up, 0, "{pattern:?}");
+}
