@@ -25,10 +25,10 @@ use rdkafka::message::Message;
 use rdkafka::ClientConfig;
 use serde_json::{json, Value};
 
-use super::brokers::{kafka_url, remove_namespace};
+use super::brokers::{kafka_url, with_broker};
 use super::embedded::{event, listed, order_ids, picked, unread};
+use super::gateway::Gateway;
 use super::{Ledger, Side, SideRun};
-use crate::services::pasarela::{self, Faults, PasarelaState};
 
 /// Orders each side charges.
 const ORDERS: usize = 30;
@@ -82,30 +82,17 @@ pub struct ConsumerArgs {
 /// Runs one side under a namespace of its own on the lab's Kafka, removed after.
 pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
     let url = kafka_url(&r.brokers, &r.namespace);
-    let broker = Broker::connect(&url, Duration::from_secs(10))
-        .await
-        .with_context(|| format!("connecting to Kafka at {}", r.brokers.kafka))?;
-    let gateway_db =
-        Db::connect(&format!("sqlite://{}", r.dir.join("pasarela.db").display())).await?;
-    let result = run_on(&broker, &gateway_db, r)
-        .await
-        .with_context(|| format!("the {} side", r.side.name()));
-    gateway_db.close().await;
-    let removed = remove_namespace(&broker).await;
-    broker.close().await;
-    let ledger = result?;
-    removed?;
-    Ok(ledger)
+    let what = format!("Kafka at {}", r.brokers.kafka);
+    with_broker(&url, &what, async |broker| {
+        let gateway = Gateway::start(&r.dir).await?;
+        let result = run_on(broker, &gateway, r).await;
+        gateway.stop().await;
+        result.with_context(|| format!("the {} side", r.side.name()))
+    })
+    .await
 }
 
-async fn run_on(broker: &Broker, gateway_db: &Db, r: &SideRun) -> anyhow::Result<Ledger> {
-    let ledger = pasarela::Ledger::new(gateway_db.clone());
-    ledger.migrate().await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let gateway = format!("http://{}", listener.local_addr()?);
-    let app = pasarela::app(PasarelaState::new(ledger, Faults::default()));
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-
+async fn run_on(broker: &Broker, gateway: &Gateway, r: &SideRun) -> anyhow::Result<Ledger> {
     broker.admin().ensure_topic(TOPIC, 1).await?;
     let orders = order_ids(ORDERS);
     let created: Vec<OutgoingMessage> = orders
@@ -122,21 +109,10 @@ async fn run_on(broker: &Broker, gateway_db: &Db, r: &SideRun) -> anyhow::Result
     broker.publisher().publish(&created).await?;
     let doomed = picked(r.seed, &orders, KILLS);
     let kills = match r.side {
-        Side::Naive => exercise(broker, r, &gateway, &orders, &doomed).await,
-        Side::Pattern => idempotent(broker, r, &gateway, &doomed).await,
+        Side::Naive => exercise(broker, r, &gateway.base, &orders, &doomed).await?,
+        Side::Pattern => idempotent(broker, r, &gateway.base, &doomed).await?,
     };
-    server.abort();
-    let kills = kills?;
-
-    let charged: Vec<String> = gateway_db
-        .fetch_all(query(
-            "SELECT referencia FROM cargos WHERE resultado = 'aprobado' ORDER BY creado_ms, id",
-        ))
-        .await?
-        .into_iter()
-        .map(|(reference,): (String,)| reference)
-        .collect();
-    let mut out = Ledger::from_effects(&orders, &charged);
+    let mut out = Ledger::from_effects(&orders, &gateway.charges().await?);
     out.stuck = unread(broker, GROUP, TOPIC).await?;
     out.fault = format!(
         "consumer killed {kills} times right after a charge, before its offset was committed \

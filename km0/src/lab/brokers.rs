@@ -146,9 +146,28 @@ pub(super) fn amqp_url(brokers: &Brokers, namespace: &str, params: &str) -> Stri
     format!("{base}{sep}namespace={namespace}&{params}")
 }
 
+/// Runs `side` with the broker at `url` (one of the lab's servers, named `what` in errors),
+/// then removes everything made under the side's namespace and closes it.
+pub(super) async fn with_broker(
+    url: &str,
+    what: &str,
+    side: impl AsyncFnOnce(&entrega::Broker) -> anyhow::Result<super::Ledger>,
+) -> anyhow::Result<super::Ledger> {
+    use anyhow::Context as _;
+    let broker = entrega::Broker::connect(url, Duration::from_secs(10))
+        .await
+        .with_context(|| format!("connecting to {what}"))?;
+    let result = side(&broker).await;
+    let removed = remove_namespace(&broker).await;
+    broker.close().await;
+    let ledger = result?;
+    removed?;
+    Ok(ledger)
+}
+
 /// Removes every topic, queue and group of `broker`'s namespace, trying again for 30 s while
 /// a group still has a member (a killed consumer's session has not ended yet).
-pub(super) async fn remove_namespace(broker: &entrega::Broker) -> anyhow::Result<()> {
+async fn remove_namespace(broker: &entrega::Broker) -> anyhow::Result<()> {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         match broker.remove_namespace().await {

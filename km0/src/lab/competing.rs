@@ -15,7 +15,7 @@ use entrega::Broker;
 use entrega_core::{Envelope, OutgoingMessage, Subscription};
 use serde_json::json;
 
-use super::brokers::{amqp_url, remove_namespace};
+use super::brokers::{amqp_url, with_broker};
 use super::embedded::{event, listed, order_ids, picked};
 use super::{Ledger, Side, SideRun};
 
@@ -50,23 +50,18 @@ pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
         Side::Pattern => "layout=sharded",
     };
     let url = amqp_url(&r.brokers, &r.namespace, params);
-    let broker = Broker::connect(&url, Duration::from_secs(10))
-        .await
-        .with_context(|| format!("connecting to RabbitMQ at {}", r.brokers.rabbitmq))?;
-    let db = Db::connect(&format!(
-        "sqlite://{}",
-        r.dir.join("inventario.db").display()
-    ))
-    .await?;
-    let result = run_on(&broker, &db, r)
-        .await
-        .with_context(|| format!("the {} side", r.side.name()));
-    db.close().await;
-    let removed = remove_namespace(&broker).await;
-    broker.close().await;
-    let ledger = result?;
-    removed?;
-    Ok(ledger)
+    let what = format!("RabbitMQ at {}", r.brokers.rabbitmq);
+    with_broker(&url, &what, async |broker| {
+        let db = Db::connect(&format!(
+            "sqlite://{}",
+            r.dir.join("inventario.db").display()
+        ))
+        .await?;
+        let result = run_on(broker, &db, r).await;
+        db.close().await;
+        result.with_context(|| format!("the {} side", r.side.name()))
+    })
+    .await
 }
 
 async fn run_on(broker: &Broker, db: &Db, r: &SideRun) -> anyhow::Result<Ledger> {

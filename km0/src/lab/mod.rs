@@ -12,6 +12,7 @@ mod competing;
 mod consumer_crash;
 mod dual_write;
 mod embedded;
+mod gateway;
 mod ledger;
 mod lock;
 mod meaning;

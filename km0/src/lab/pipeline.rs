@@ -21,7 +21,7 @@ use entrega_kafka::{KafkaTransformer, Transform, TransformerConfig};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use super::brokers::{kafka_url, remove_namespace};
+use super::brokers::{kafka_url, with_broker};
 use super::embedded::{event, keys_on, listed, order_ids, picked, unread};
 use super::{Ledger, Side, SideRun};
 
@@ -40,17 +40,13 @@ const WITHIN: Duration = Duration::from_secs(60);
 /// Runs one side under a namespace of its own on the lab's Kafka, removed after.
 pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
     let url = kafka_url(&r.brokers, &r.namespace);
-    let broker = Broker::connect(&url, Duration::from_secs(10))
-        .await
-        .with_context(|| format!("connecting to Kafka at {}", r.brokers.kafka))?;
-    let result = run_on(&broker, r)
-        .await
-        .with_context(|| format!("the {} side", r.side.name()));
-    let removed = remove_namespace(&broker).await;
-    broker.close().await;
-    let ledger = result?;
-    removed?;
-    Ok(ledger)
+    let what = format!("Kafka at {}", r.brokers.kafka);
+    with_broker(&url, &what, async |broker| {
+        run_on(broker, r)
+            .await
+            .with_context(|| format!("the {} side", r.side.name()))
+    })
+    .await
 }
 
 async fn run_on(broker: &Broker, r: &SideRun) -> anyhow::Result<Ledger> {

@@ -9,13 +9,12 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use entrega::db::{query, Db};
 use reqwest::StatusCode;
 use serde_json::json;
 
 use super::embedded::{listed, order_ids, picked};
+use super::gateway::Gateway;
 use super::{Ledger, Side, SideRun};
-use crate::services::pasarela::{self, Faults, PasarelaState};
 
 /// Orders charged.
 const ORDERS: usize = 30;
@@ -30,34 +29,16 @@ const ATTEMPTS: u32 = 20;
 
 /// Runs one side in `dir` (created empty by the caller).
 pub(super) async fn run(r: &SideRun) -> anyhow::Result<Ledger> {
-    let (dir, seed, side) = (r.dir.as_path(), r.seed, r.side);
-    let db = Db::connect(&format!("sqlite://{}", dir.join("pasarela.db").display())).await?;
-    let result = run_on(&db, seed, side).await;
-    db.close().await;
+    let gateway = Gateway::start(&r.dir).await?;
+    let result = run_on(&gateway, r.seed, r.side).await;
+    gateway.stop().await;
     result
 }
 
-async fn run_on(db: &Db, seed: u64, side: Side) -> anyhow::Result<Ledger> {
-    let ledger = pasarela::Ledger::new(db.clone());
-    ledger.migrate().await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let base = format!("http://{}", listener.local_addr()?);
-    let app = pasarela::app(PasarelaState::new(ledger, Faults::default()));
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let result = charge_all(&base, seed, side).await;
-    server.abort();
-    let hung = result?;
-
+async fn run_on(gateway: &Gateway, seed: u64, side: Side) -> anyhow::Result<Ledger> {
+    let hung = charge_all(&gateway.base, seed, side).await?;
     let orders = order_ids(ORDERS);
-    let charged: Vec<String> = db
-        .fetch_all(query(
-            "SELECT referencia FROM cargos WHERE resultado = 'aprobado' ORDER BY creado_ms, id",
-        ))
-        .await?
-        .into_iter()
-        .map(|(reference,): (String,)| reference)
-        .collect();
-    let mut out = Ledger::from_effects(&orders, &charged);
+    let mut out = Ledger::from_effects(&orders, &gateway.charges().await?);
     out.fault = format!(
         "{} charges' answers lost after charging (orders {}); the client waits {} ms, then retries",
         hung.len(),
