@@ -23,6 +23,7 @@ mod interop_python;
 mod interop_python_amqp;
 mod kafka_analitica;
 mod kafka_broker_crash;
+mod kafka_cluster;
 mod kafka_competing_consumers;
 mod kafka_network;
 mod kafka_outage;

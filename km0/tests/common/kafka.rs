@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 /// Longest wait for a starting broker to answer a Metadata request.
 const START_WITHIN: Duration = Duration::from_secs(90);
 
-fn repo_root() -> PathBuf {
+pub(super) fn repo_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
 /// Where Kafka's jars are: `ENTREGA_KAFKA_LIBS` (set by `scripts/test`), else what
 /// `ensure_kafka_libs` of `scripts/lib/kafka.sh` answers, downloading them if missing.
-fn kafka_libs() -> &'static Path {
+pub(super) fn kafka_libs() -> &'static Path {
     static LIBS: OnceLock<PathBuf> = OnceLock::new();
     LIBS.get_or_init(|| {
         if let Ok(path) = std::env::var("ENTREGA_KAFKA_LIBS") {
@@ -48,7 +48,7 @@ fn free_port() -> u16 {
 
 /// A free port other than every one of `taken`: a port just released may be handed out
 /// again at once, and a node's listeners must not share one.
-fn free_port_besides(taken: &[u16]) -> u16 {
+pub(super) fn free_port_besides(taken: &[u16]) -> u16 {
     loop {
         let port = free_port();
         if !taken.contains(&port) {
@@ -59,7 +59,7 @@ fn free_port_besides(taken: &[u16]) -> u16 {
 
 /// A cluster id as `kafka-storage random-uuid` makes one: 16 random bytes, base64url, no pad,
 /// and, as Kafka's own, never starting with `-` (the tool would read it as an option).
-fn cluster_id() -> String {
+pub(super) fn cluster_id() -> String {
     loop {
         let id = encoded_uuid();
         if !id.starts_with('-') {
@@ -89,7 +89,7 @@ fn encoded_uuid() -> String {
 }
 
 /// The last lines of a log, for a failure message (the log dir goes with the broker).
-fn tail(path: &Path) -> String {
+pub(super) fn tail(path: &Path) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(15)..].join("\n")
@@ -130,6 +130,36 @@ fn secure_properties(properties: &str, dir: &Path, secure: &Secure, ports: Secur
         store.display()
     ));
     out
+}
+
+/// `java` with Kafka's jars, a heap of at most `heap` and its output appended to `log` in
+/// `dir`.
+pub(super) fn kafka_java(dir: &Path, log: &str, heap: &str) -> Command {
+    let out = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(log))
+        .expect("broker log");
+    let err = out.try_clone().expect("broker log");
+    let mut java = Command::new("java");
+    java.args([
+        "-Xms128m",
+        &format!("-Xmx{heap}"),
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+    ])
+    .arg(format!(
+        "-Dlog4j2.configurationFile={}",
+        repo_root()
+            .join("scripts/kafka/log4j2.properties")
+            .display()
+    ))
+    .arg("-cp")
+    .arg(format!("{}/*", kafka_libs().display()))
+    .stdin(Stdio::null())
+    .stdout(out)
+    .stderr(err);
+    java
 }
 
 /// A running Apache Kafka node owned by one test.
@@ -257,31 +287,7 @@ impl KafkaBroker {
 
     /// `java` with Kafka's jars, a small heap and its output appended to `log` in `dir`.
     fn java(dir: &Path, log: &str) -> Command {
-        let out = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(log))
-            .expect("broker log");
-        let err = out.try_clone().expect("broker log");
-        let mut java = Command::new("java");
-        java.args([
-            "-Xms128m",
-            "-Xmx512m",
-            "-XX:+UseG1GC",
-            "-Djava.awt.headless=true",
-        ])
-        .arg(format!(
-            "-Dlog4j2.configurationFile={}",
-            repo_root()
-                .join("scripts/kafka/log4j2.properties")
-                .display()
-        ))
-        .arg("-cp")
-        .arg(format!("{}/*", kafka_libs().display()))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-        java
+        kafka_java(dir, log, "512m")
     }
 
     /// Starts the node on its ports and log dir (after [`Self::kill`]) and waits until it

@@ -90,6 +90,18 @@ impl KafkaView {
 
     /// Committed next offset of `group` per partition of `topic` it has committed.
     pub async fn committed(&self, group: &str, topic: &str) -> BTreeMap<u32, i64> {
+        self.try_committed(group, topic)
+            .await
+            .unwrap_or_else(|e| panic!("committed offsets: {e}"))
+    }
+
+    /// [`Self::committed`], or the error while the cluster cannot answer (its group
+    /// coordinator just died, say).
+    pub async fn try_committed(
+        &self,
+        group: &str,
+        topic: &str,
+    ) -> Result<BTreeMap<u32, i64>, rdkafka::error::KafkaError> {
         let (view, group, topic) = (self.clone(), group.to_owned(), topic.to_owned());
         blocking(move || {
             let client = view.client(&group);
@@ -97,16 +109,15 @@ impl KafkaView {
             for p in Self::partitions(&client, &topic) {
                 wanted.add_partition(&topic, p);
             }
-            client
-                .committed_offsets(wanted, REQUEST)
-                .expect("committed offsets")
+            Ok(client
+                .committed_offsets(wanted, REQUEST)?
                 .elements()
                 .iter()
                 .filter_map(|e| match e.offset() {
                     Offset::Offset(next) => Some((to_u32(e.partition()), next)),
                     _ => None,
                 })
-                .collect()
+                .collect())
         })
         .await
     }

@@ -8,6 +8,7 @@ pub mod amqp;
 pub mod cloudevents;
 pub mod coverage;
 pub mod kafka;
+pub mod kafka_cluster;
 pub mod kafka_ns;
 pub mod kafka_state;
 pub mod ledger;
