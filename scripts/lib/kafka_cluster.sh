@@ -87,7 +87,8 @@ start_kafka_cluster() {
     done
   done
   echo "Kafka cluster answers on $(kafka_cluster_bootstrap)"
-  export ENTREGA_TEST_KAFKA_CLUSTER="$(kafka_cluster_bootstrap)"
+  ENTREGA_TEST_KAFKA_CLUSTER=$(kafka_cluster_bootstrap)
+  export ENTREGA_TEST_KAFKA_CLUSTER
 }
 
 # The active controller's node id, asked of the cluster with Kafka's Admin client.

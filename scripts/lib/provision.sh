@@ -256,6 +256,8 @@ drop_stale_test_databases() {
 . "$KM0_ROOT/scripts/lib/tls.sh"
 # shellcheck source=scripts/lib/rabbitmq.sh
 . "$KM0_ROOT/scripts/lib/rabbitmq.sh"
+# shellcheck source=scripts/lib/rabbitmq_cluster.sh
+. "$KM0_ROOT/scripts/lib/rabbitmq_cluster.sh"
 # shellcheck source=scripts/lib/kafka.sh
 . "$KM0_ROOT/scripts/lib/kafka.sh"
 # shellcheck source=scripts/lib/kafka_cluster.sh
