@@ -8,8 +8,12 @@ use crate::layout::QueueLayout;
 /// How to reach RabbitMQ and how entrega uses it. Its `Debug` hides the URI's password.
 #[derive(Clone, PartialEq, Eq)]
 pub struct AmqpConfig {
-    /// `amqp://USER:PASS@HOST:PORT/VHOST`, without entrega's parameters.
+    /// `amqp://USER:PASS@HOST:PORT/VHOST`, without entrega's parameters: the first node's.
     pub uri: String,
+    /// One such URI per node the URL names (`amqp://USER:PASS@HOST1:PORT1,HOST2:PORT2/VHOST`),
+    /// tried in turn whenever a connection is opened, so that clients move to a node still
+    /// running when theirs dies. Just `uri` for a URL naming one node.
+    pub uris: Vec<String>,
     /// Longest wait for a connection (and its first channel) to open.
     pub connect_timeout: Duration,
     /// Longest wait for the broker to confirm a batch.
@@ -138,6 +142,7 @@ impl AmqpConfig {
         }
         let mut config = Self {
             uri: String::new(),
+            uris: Vec::new(),
             connect_timeout: Duration::from_secs(5),
             confirm_timeout: Duration::from_secs(30),
             reconnect_base: Duration::from_millis(100),
@@ -219,10 +224,39 @@ impl AmqpConfig {
         if !kept.iter().any(|p| p.starts_with("heartbeat=")) {
             kept.push(DEFAULT_HEARTBEAT);
         }
-        config.uri = format!("{base}?{}", kept.join("&"));
+        let query = kept.join("&");
+        config.uris = per_node(base)
+            .into_iter()
+            .map(|node| format!("{node}?{query}"))
+            .collect();
+        config.uri = config.uris.first().cloned().unwrap_or_default();
         config.management = management.and_then(|given| management_api(&config.uri, given));
         Ok(config)
     }
+}
+
+/// `scheme://[USER:PASS@]HOST1:PORT1,HOST2:PORT2[/VHOST]` as one URL per node, each with
+/// the same credentials and virtual host.
+fn per_node(base: &str) -> Vec<String> {
+    let Some((scheme, rest)) = base.split_once("://") else {
+        return vec![base.to_owned()];
+    };
+    let (authority, path) = rest
+        .find('/')
+        .map_or((rest, ""), |at| (&rest[..at], &rest[at..]));
+    let (userinfo, hosts) = authority
+        .rsplit_once('@')
+        .map_or(("", authority), |(user, hosts)| (user, hosts));
+    let user = if userinfo.is_empty() {
+        String::new()
+    } else {
+        format!("{userinfo}@")
+    };
+    hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|host| format!("{scheme}://{user}{host}{path}"))
+        .collect()
 }
 
 /// The management API of the broker at `uri`: `given` (`http://HOST:PORT`), or the broker's
@@ -242,6 +276,30 @@ fn management_api(uri: &str, given: Option<String>) -> Option<ManagementApi> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_naming_several_nodes_gives_one_uri_per_node() {
+        let c = AmqpConfig::from_url(
+            "amqp://guest:guest@127.0.0.1:5682,127.0.0.1:5683,127.0.0.1:5684/%2f?prefetch=8",
+        )
+        .unwrap();
+        assert_eq!(
+            c.uris,
+            [
+                "amqp://guest:guest@127.0.0.1:5682/%2f?heartbeat=10",
+                "amqp://guest:guest@127.0.0.1:5683/%2f?heartbeat=10",
+                "amqp://guest:guest@127.0.0.1:5684/%2f?heartbeat=10",
+            ]
+        );
+        assert_eq!(c.uri, c.uris[0]);
+        assert_eq!(c.prefetch, 8);
+        let one = AmqpConfig::from_url("amqp://h").unwrap();
+        assert_eq!(one.uris, ["amqp://h?heartbeat=10"]);
+        assert_eq!(
+            one.management.map(|m| m.base).as_deref(),
+            Some("http://h:15672")
+        );
+    }
 
     #[test]
     fn entregas_parameters_are_taken_out_and_the_rest_left_for_lapin() {

@@ -279,7 +279,8 @@ impl Amqp {
             let channel = connection.create_channel().await.map_err(classify)?;
             Ok::<_, TransportError>((connection, channel))
         };
-        match tokio::time::timeout(config.connect_timeout, attempt).await {
+        let nodes = u32::try_from(config.uris.len().max(1)).unwrap_or(u32::MAX);
+        match tokio::time::timeout(config.connect_timeout.saturating_mul(nodes), attempt).await {
             Ok(Ok((connection, channel))) => {
                 if state.failures > 0 {
                     tracing::info!(failures = state.failures, "connected to RabbitMQ again");
@@ -347,8 +348,9 @@ fn backoff(config: &AmqpConfig, failures: u32) -> Duration {
     full.mul_f64(1.0 - cut)
 }
 
-/// A connection to `config`'s broker: over TLS for `amqps://`, trusting `config.tls_ca` too
-/// when given (an unreadable file is refused, not retried).
+/// A connection to `config`'s broker, to the first of its nodes that accepts one: over TLS
+/// for `amqps://`, trusting `config.tls_ca` too when given (an unreadable file is refused, not
+/// retried).
 async fn open(config: &AmqpConfig) -> Result<Connection, TransportError> {
     let tls = match &config.tls_ca {
         Some(path) => lapin::tcp::OwnedTLSConfig {
@@ -361,10 +363,41 @@ async fn open(config: &AmqpConfig) -> Result<Connection, TransportError> {
         },
         None => lapin::tcp::OwnedTLSConfig::default(),
     };
-    let runtime = lapin::runtime::default_runtime().map_err(classify)?;
-    Connection::connect_with_config(&config.uri, ConnectionProperties::default(), tls, runtime)
-        .await
-        .map_err(classify)
+    // Each node the URL names, in turn: the first that accepts serves.
+    let mut last = None;
+    for uri in config
+        .uris
+        .iter()
+        .chain(config.uris.is_empty().then_some(&config.uri))
+    {
+        let runtime = lapin::runtime::default_runtime().map_err(classify)?;
+        let connect = Connection::connect_with_config(
+            uri,
+            ConnectionProperties::default(),
+            tls.clone(),
+            runtime,
+        );
+        // Each node gets the whole connect timeout: one that hangs must not use up the others'.
+        let connected = match tokio::time::timeout(config.connect_timeout, connect).await {
+            Ok(connected) => connected.map_err(classify),
+            Err(_) => Err(TransportError::unavailable(format!(
+                "no connection within {} ms",
+                config.connect_timeout.as_millis()
+            ))),
+        };
+        match connected {
+            Ok(connection) => return Ok(connection),
+            Err(e) => {
+                if config.uris.len() > 1 {
+                    tracing::debug!(node = %entrega_core::redact_url(uri), error = %e, "node refused; trying the next");
+                }
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| TransportError::Rejected {
+        reason: "the AMQP URL names no node".to_owned(),
+    }))
 }
 
 #[cfg(test)]

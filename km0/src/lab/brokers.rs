@@ -85,8 +85,8 @@ impl Brokers {
         }
     }
 
-    /// Why a scenario of `needs` cannot run here, if it cannot: its server does not accept a
-    /// connection within two seconds.
+    /// Why a scenario of `needs` cannot run here, if it cannot: none of the servers its URL
+    /// names accepts a connection within two seconds.
     pub async fn unreachable(&self, needs: Needs) -> Option<String> {
         let url = self.url(needs)?;
         let default_port = match needs {
@@ -94,39 +94,43 @@ impl Brokers {
             Needs::Rabbitmq => 5672,
             _ => 6379,
         };
-        let address = first_address(url, default_port);
-        let connect = tokio::net::TcpStream::connect(address.clone());
-        match tokio::time::timeout(Duration::from_secs(2), connect).await {
-            Ok(Ok(_)) => None,
-            Ok(Err(e)) => Some(format!(
-                "{} does not answer at {address} ({e}); `scripts/services start` starts it",
-                needs.name()
-            )),
-            Err(_) => Some(format!(
-                "{} does not answer at {address} within 2 s; `scripts/services start` starts it",
-                needs.name()
-            )),
+        let mut refused = Vec::new();
+        for address in addresses(url, default_port) {
+            let connect = tokio::net::TcpStream::connect(address.clone());
+            match tokio::time::timeout(Duration::from_secs(2), connect).await {
+                Ok(Ok(_)) => return None,
+                Ok(Err(e)) => refused.push(format!("{address} ({e})")),
+                Err(_) => refused.push(format!("{address} (no answer within 2 s)")),
+            }
         }
+        Some(format!(
+            "{} does not answer at {}; `scripts/services start` starts it",
+            needs.name(),
+            refused.join(", ")
+        ))
     }
 }
 
-/// `host:port` of the first server a URL or a server list names.
-fn first_address(url: &str, default_port: u16) -> String {
+/// `host:port` of every server a URL or a server list names.
+fn addresses(url: &str, default_port: u16) -> Vec<String> {
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-    let server = rest
-        .split(['/', '?', ','])
-        .next()
-        .unwrap_or_default()
-        .trim();
-    let has_port = server
-        .rsplit_once(':')
-        .is_some_and(|(_, port)| port.parse::<u16>().is_ok());
-    if has_port {
-        server.to_owned()
-    } else {
-        format!("{server}:{default_port}")
-    }
+    let rest = rest.split(['/', '?']).next().unwrap_or_default();
+    let servers = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    servers
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|server| {
+            let has_port = server
+                .rsplit_once(':')
+                .is_some_and(|(_, port)| port.parse::<u16>().is_ok());
+            if has_port {
+                server.to_owned()
+            } else {
+                format!("{server}:{default_port}")
+            }
+        })
+        .collect()
 }
 
 /// The Kafka URL of `brokers` with its names under `namespace`.
@@ -188,19 +192,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_first_server_of_each_form_is_found() {
-        assert_eq!(first_address("127.0.0.1:9092", 9092), "127.0.0.1:9092");
+    fn every_server_of_each_form_is_found() {
+        assert_eq!(addresses("127.0.0.1:9092", 9092), ["127.0.0.1:9092"]);
         assert_eq!(
-            first_address("kafka://a:1,b:2?linger.ms=0", 9092),
-            "a:1".to_owned()
+            addresses("kafka://a:1,b:2?linger.ms=0", 9092),
+            ["a:1", "b:2"]
         );
         assert_eq!(
-            first_address("amqp://guest:guest@127.0.0.1/%2f", 5672),
-            "127.0.0.1:5672"
+            addresses("amqp://guest:guest@127.0.0.1/%2f", 5672),
+            ["127.0.0.1:5672"]
         );
         assert_eq!(
-            first_address("redis://localhost:7000", 6379),
-            "localhost:7000"
+            addresses("amqp://u:p@h1:5682,h2/%2f?management=http://h1:15682", 5672),
+            ["h1:5682", "h2:5672"]
+        );
+        assert_eq!(
+            addresses("redis://localhost:7000", 6379),
+            ["localhost:7000"]
         );
         assert_eq!(
             kafka_url(&Brokers::default(), "lab-1."),
