@@ -43,6 +43,15 @@ pub struct AmqpConfig {
     /// A certificate authority (PEM file) trusted for `amqps://`, besides the public roots
     /// (URL parameter `tls_ca`).
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Queues for a cluster (URL parameter `queues=quorum`; the default when the URL names
+    /// several nodes, `queues=classic` turns it off): the dead-letter, wait and request
+    /// queues are quorum queues too, replicated across the nodes like the shard queues, and
+    /// a message moves from one queue to another (dead-lettered, or back from a wait) at least
+    /// once: the shard and wait queues dead-letter with RabbitMQ's `at-least-once` strategy
+    /// (which needs `x-overflow: reject-publish`). A queue declared before with the other
+    /// choice refuses the declaration, naming the queue; the shared layout keeps the seed's
+    /// classic queue either way.
+    pub replicated: bool,
 }
 
 /// Where RabbitMQ's management HTTP API answers, and as whom.
@@ -108,8 +117,9 @@ pub enum AmqpUrlError {
 }
 
 /// entrega's parameters, taken off the URL before lapin reads it.
-const OWN: [&str; 12] = [
+const OWN: [&str; 13] = [
     "namespace",
+    "queues",
     "tls_ca",
     "management",
     "dead_letter_exchange",
@@ -132,7 +142,8 @@ impl AmqpConfig {
     /// `reconnect_base_ms`, 100; `reconnect_max_ms`, 10000; `prefetch`, 100; `shards`, 6;
     /// `delivery_limit`, 20; `dead_letter_exchange`, `entrega.dlx`; `tls_ca`, a PEM file of
     /// certificate authorities trusted for `amqps://`; `layout`, `sharded` or
-    /// `shared`; `namespace`, a prefix put before every exchange and queue name; `management`, the management API's `http://HOST:PORT`, default the broker's
+    /// `shared`; `queues`, `quorum` or `classic` (see [`AmqpConfig::replicated`]);
+    /// `namespace`, a prefix put before every exchange and queue name; `management`, the management API's `http://HOST:PORT`, default the broker's
     /// host on port 15672, or `off`) are taken out;
     /// any other parameter (`heartbeat`, default 10 s; `frame_max`, ...) is left for lapin.
     pub fn from_url(url: &str) -> Result<Self, AmqpUrlError> {
@@ -155,7 +166,9 @@ impl AmqpConfig {
             layout: QueueLayout::Sharded,
             management: None,
             tls_ca: None,
+            replicated: false,
         };
+        let mut replicated = None;
         let mut management = Some(None);
         let (base, query) = url.split_once('?').unwrap_or((url, ""));
         let mut kept = Vec::new();
@@ -195,6 +208,14 @@ impl AmqpConfig {
                     continue;
                 }
                 "tls_ca" => return Err(bad_as("the path of a PEM file")),
+                "queues" => {
+                    replicated = Some(match value {
+                        "quorum" => true,
+                        "classic" => false,
+                        _ => return Err(bad_as("`quorum` or `classic`")),
+                    });
+                    continue;
+                }
                 "layout" => {
                     config.layout = match value {
                         "sharded" => QueueLayout::Sharded,
@@ -230,6 +251,7 @@ impl AmqpConfig {
             .map(|node| format!("{node}?{query}"))
             .collect();
         config.uri = config.uris.first().cloned().unwrap_or_default();
+        config.replicated = replicated.unwrap_or(config.uris.len() > 1);
         config.management = management.and_then(|given| management_api(&config.uri, given));
         Ok(config)
     }
@@ -293,7 +315,20 @@ mod tests {
         );
         assert_eq!(c.uri, c.uris[0]);
         assert_eq!(c.prefetch, 8);
+        assert!(c.replicated, "a cluster's queues are quorum queues");
         let one = AmqpConfig::from_url("amqp://h").unwrap();
+        assert!(!one.replicated);
+        assert!(
+            AmqpConfig::from_url("amqp://h?queues=quorum")
+                .unwrap()
+                .replicated
+        );
+        assert!(
+            !AmqpConfig::from_url("amqp://a,b?queues=classic")
+                .unwrap()
+                .replicated
+        );
+        assert!(AmqpConfig::from_url("amqp://h?queues=mirrored").is_err());
         assert_eq!(one.uris, ["amqp://h?heartbeat=10"]);
         assert_eq!(
             one.management.map(|m| m.base).as_deref(),

@@ -45,6 +45,10 @@ pub struct GroupQueues {
     pub dead_letter_exchange: String,
     /// Deliveries a shard queue allows one message before dead-lettering it.
     pub delivery_limit: u32,
+    /// Whether the dead-letter and wait queues are quorum queues, replicated across a
+    /// cluster's nodes, and messages move between queues at least once (see
+    /// [`AmqpConfig::replicated`](crate::AmqpConfig)).
+    pub replicated: bool,
 }
 
 /// Shortest wait of a delayed retry, in milliseconds.
@@ -115,6 +119,7 @@ mod tests {
             shards: if layout == QueueLayout::Shared { 1 } else { 3 },
             dead_letter_exchange: "km0.dlx".into(),
             delivery_limit: 20,
+            replicated: false,
         }
     }
 

@@ -215,6 +215,7 @@ impl Amqp {
             },
             dead_letter_exchange: self.wire(Kind::Exchange, &config.dead_letter_exchange),
             delivery_limit: config.delivery_limit,
+            replicated: config.replicated,
         }
     }
 

@@ -167,6 +167,14 @@ impl RpcTransport for AmqpRpc {
     ) -> Result<Box<dyn RpcInbox>, TransportError> {
         let queue = &self.amqp.wire(Kind::Queue, queue);
         let channel = self.amqp.channel().await?;
+        // On a cluster the requests' queue is replicated, so a node's death loses none.
+        let mut args = FieldTable::default();
+        if self.amqp.config().replicated {
+            args.insert(
+                "x-queue-type".into(),
+                lapin::types::AMQPValue::LongString("quorum".into()),
+            );
+        }
         channel
             .queue_declare(
                 short("queue", queue)?,
@@ -174,7 +182,7 @@ impl RpcTransport for AmqpRpc {
                     durable: true,
                     ..QueueDeclareOptions::default()
                 },
-                FieldTable::default(),
+                args,
             )
             .await
             .map_err(|e| classify_for(queue, e))?;

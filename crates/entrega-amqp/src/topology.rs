@@ -11,6 +11,8 @@
 //!   exchange (`km0.dlx` in km0) and `x-dead-letter-routing-key` = `B`, which routes to the
 //!   classic queue `B.dlq`: a message rejected without requeue, or past a quorum queue's
 //!   delivery limit, lands there, never away;
+//! - on a cluster ([`GroupQueues::replicated`]) `B.dlq` and the wait queues are quorum queues
+//!   too, and the shard and wait queues dead-letter `at-least-once`;
 //! - delayed retries: `B.wait` (topic exchange) routes key `<ms>.<shard>` to the wait queue
 //!   `B.wait.<ms>` (declared on first use), whose messages expire after `<ms>` into
 //!   `B.retry` (topic exchange), which routes `*.<i>` back to the consumed queue of shard `i`.
@@ -40,7 +42,7 @@ pub async fn declare_group(channel: &Channel, q: &GroupQueues) -> Result<(), Tra
     exchange(channel, &q.wait_exchange(), ExchangeKind::Topic).await?;
     exchange(channel, &q.return_exchange(), ExchangeKind::Topic).await?;
     let dlq = q.dead_letter_queue();
-    queue(channel, &dlq, FieldTable::default()).await?;
+    queue(channel, &dlq, replicated(q, FieldTable::default())).await?;
     bind(channel, &dlq, &q.dead_letter_exchange, &q.base).await?;
     let mut args = FieldTable::default();
     text(&mut args, "x-dead-letter-exchange", &q.dead_letter_exchange);
@@ -64,6 +66,9 @@ pub async fn declare_group(channel: &Channel, q: &GroupQueues) -> Result<(), Tra
                 .await
                 .map_err(|e| classify_for(&q.base, e))?;
             text(&mut args, "x-queue-type", "quorum");
+            if q.replicated {
+                at_least_once(&mut args);
+            }
             args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
             args.insert(
                 "x-delivery-limit".into(),
@@ -94,6 +99,7 @@ pub async fn declare_wait_queue(
         AMQPValue::LongLongInt(i64::try_from(ms).unwrap_or(i64::MAX)),
     );
     text(&mut args, "x-dead-letter-exchange", &q.return_exchange());
+    let args = replicated(q, args);
     queue(channel, &name, args).await?;
     bind(channel, &name, &q.wait_exchange(), &format!("{ms}.*")).await
 }
@@ -139,6 +145,26 @@ pub async fn delete_exchange(channel: &Channel, name: &str) -> Result<(), Transp
         .exchange_delete(short("exchange", name)?, ExchangeDeleteOptions::default())
         .await
         .map_err(|e| classify_for(name, e))
+}
+
+/// `args` for a quorum queue when the group's queues are replicated: on a cluster, a queue
+/// on one node would be out of reach (and a wait queue's retries with it) while that node is
+/// down.
+fn replicated(q: &GroupQueues, mut args: FieldTable) -> FieldTable {
+    if q.replicated {
+        text(&mut args, "x-queue-type", "quorum");
+        if args.inner().contains_key("x-dead-letter-exchange") {
+            at_least_once(&mut args);
+        }
+    }
+    args
+}
+
+/// Dead-lettering that keeps a message in its queue until the target queue confirmed it
+/// (RabbitMQ's default for quorum queues drops it if the target is out of reach).
+fn at_least_once(args: &mut FieldTable) {
+    text(args, "x-dead-letter-strategy", "at-least-once");
+    text(args, "x-overflow", "reject-publish");
 }
 
 fn text(args: &mut FieldTable, name: &str, value: &str) {

@@ -9,6 +9,7 @@ mod dlq_steps;
 mod interop;
 
 mod amqp_broker_restart;
+mod amqp_cluster;
 mod amqp_tls;
 mod cloudevents_amqp;
 mod cloudevents_kafka;

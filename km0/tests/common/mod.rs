@@ -5,6 +5,7 @@
 #![allow(dead_code, clippy::expect_used, clippy::unwrap_used)]
 
 pub mod amqp;
+pub mod amqp_cluster;
 pub mod cloudevents;
 pub mod coverage;
 pub mod kafka;

@@ -1,0 +1,171 @@
+//! km0 on a three-node RabbitMQ cluster of the test's own (`common::amqp_cluster`), given
+//! every node in its URL: its queues are quorum queues, replicated on the three nodes.
+//! `km0 run pedidos`, `km0 run relay` and three `km0 run inventario` work while orders stream
+//! in over HTTP, each followed by its `pedido.pagado`. The test kills with SIGKILL the node
+//! leading most of inventario's shard queues, keeps placing orders, and starts it again.
+//!
+//! It prints what it killed and how long until an order was applied again, and asserts: every
+//! accepted order applied exactly once (one key per `pedido.creado`, stock the start less the
+//! orders), nothing dead-lettered, and no km0 process died: each found a node still running.
+
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use crate::common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::amqp_cluster::RabbitCluster;
+use common::kafka_state::orders::{all_accepted, fill_stock, Load, Placed};
+use common::process::{Deployment, Km0};
+use common::state::{eventually, DbState};
+use km0::services::inventario::{GROUP, TOPIC};
+
+/// How fast orders are placed (two events each).
+const PER_SECOND: u32 = 40;
+/// How long the killed node stays dead.
+const DEAD_FOR: Duration = Duration::from_secs(10);
+/// Orders answered after the restart before the stream ends.
+const AFTER_RESTART: usize = 100;
+/// Longest wait for everything to be published and consumed once the stream ends.
+const SETTLE: Duration = Duration::from_secs(120);
+const MEMBERS: [&str; 3] = ["inventario-a", "inventario-b", "inventario-c"];
+/// Relay lane lease.
+const LEASE_TTL_MS: u64 = 1_000;
+
+/// Ready messages in inventario's shard queues and in its dead-letter queue.
+async fn queued(url: &str) -> (u64, u64) {
+    let broker = entrega::Broker::connect(url, Duration::from_secs(10))
+        .await
+        .unwrap();
+    km0::wiring::name_groups(&broker);
+    let amqp = broker.as_amqp().unwrap();
+    let names = amqp.group_queues(GROUP, TOPIC);
+    let shards = amqp.queue_depths(&names.queues()).await.unwrap_or_default();
+    let dead = amqp
+        .queue_depths(&[names.dead_letter_queue()])
+        .await
+        .unwrap_or_default();
+    broker.close().await;
+    (
+        shards.iter().map(|d| d.ready).sum(),
+        dead.iter().map(|d| d.ready).sum(),
+    )
+}
+
+/// The shard queues' names on the broker.
+async fn shard_queues(url: &str) -> Vec<String> {
+    let broker = entrega::Broker::connect(url, Duration::from_secs(10))
+        .await
+        .unwrap();
+    km0::wiring::name_groups(&broker);
+    let names = broker
+        .as_amqp()
+        .unwrap()
+        .group_queues(GROUP, TOPIC)
+        .queues();
+    broker.close().await;
+    names
+}
+
+async fn assert_applied_exactly_once(
+    state: &DbState,
+    placed: &[Placed],
+    start: &BTreeMap<String, i64>,
+) {
+    assert_eq!(state.pending().await, 0, "outbox not drained");
+    let keys: BTreeSet<String> = state.keys().await.into_iter().collect();
+    let created: BTreeSet<String> = placed.iter().map(|p| p.created_id().to_owned()).collect();
+    assert_eq!(
+        keys, created,
+        "keys of other events, or orders never applied"
+    );
+    let mut want = start.clone();
+    for order in placed {
+        for (product, units) in &order.lines {
+            *want.get_mut(*product).expect("known product") -= units;
+        }
+    }
+    assert_eq!(
+        state.stock().await,
+        want,
+        "stock is not the start less the accepted orders: some order was applied twice or lost"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
+    let cluster = RabbitCluster::start();
+    let url = format!("{}&shards=6&reconnect_max_ms=2000", cluster.url());
+    let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
+    let state = deployment.state().await;
+    let start = fill_stock(&state).await;
+
+    let pedidos = deployment.start("pedidos", "pedidos-1").await;
+    let mut relay = deployment.start("relay", "relay-1").await;
+    let mut members = deployment.start_each("inventario", &MEMBERS).await;
+    let load = Load::start(
+        pedidos.http_addr(),
+        state.pedidos.clone(),
+        "P-RC",
+        PER_SECOND,
+        usize::MAX,
+        0x6b_6d30_7263,
+    );
+    eventually(Duration::from_secs(60), "orders applied", || async {
+        (state.keys().await.len() >= 40).then_some(())
+    })
+    .await;
+
+    let victim = cluster.busiest_leader(&shard_queues(&url).await);
+    let applied_at_kill = state.keys().await.len();
+    let answered_at_kill = load.answered();
+    cluster.kill(victim);
+    let killed_at = Instant::now();
+    eprintln!(
+        "killed node {} ({}), the leader of most of inventario's shard queues",
+        victim,
+        cluster.name(victim)
+    );
+    let recovered = eventually(
+        Duration::from_secs(60),
+        "an order applied after the kill",
+        || {
+            let state = &state;
+            async move {
+                let applied = state.keys().await.len();
+                (applied > applied_at_kill + 5).then(|| killed_at.elapsed())
+            }
+        },
+    )
+    .await;
+    eprintln!("orders applied again {recovered:?} after the kill");
+    tokio::time::sleep(DEAD_FOR.saturating_sub(killed_at.elapsed())).await;
+    let answered_while_dead = load.answered() - answered_at_kill;
+    cluster.restart(victim);
+    eprintln!(
+        "node {victim} back {:?} after its kill; {answered_while_dead} orders accepted meanwhile",
+        killed_at.elapsed()
+    );
+    assert!(
+        answered_while_dead > 0,
+        "no order accepted while a node was dead"
+    );
+
+    load.wait_answered(load.answered() + AFTER_RESTART, Duration::from_secs(60))
+        .await;
+    let outcomes = load.stop().await;
+    let placed = all_accepted(&outcomes);
+    eventually(SETTLE, "every order published and applied", || async {
+        let (ready, _) = queued(&url).await;
+        (state.pending().await == 0 && state.keys().await.len() == placed.len() && ready == 0)
+            .then_some(())
+    })
+    .await;
+    relay.assert_running();
+    members.iter_mut().for_each(Km0::assert_running);
+    assert_applied_exactly_once(&state, &placed, &start).await;
+    assert_eq!(queued(&url).await.1, 0, "dead-lettered");
+    drop(pedidos);
+    deployment.destroy().await;
+}
