@@ -411,6 +411,25 @@ impl Broker {
         }
     }
 
+    /// [`Self::remove_namespace`], tried again each half second for up to `within` while the
+    /// broker refuses (a consumer group that still has a member: a killed one's session has
+    /// not ended yet).
+    pub async fn remove_namespace_within(
+        &self,
+        within: Duration,
+    ) -> Result<Vec<String>, TransportError> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            match self.remove_namespace().await {
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "the broker's namespace is not removable yet");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Releases the broker's connections.
     pub async fn close(&self) {
         match &self.transport {

@@ -162,29 +162,15 @@ pub(super) async fn with_broker(
         .await
         .with_context(|| format!("connecting to {what}"))?;
     let result = side(&broker).await;
-    let removed = remove_namespace(&broker).await;
+    // A killed consumer's group keeps its member until its session ends.
+    let removed = broker
+        .remove_namespace_within(Duration::from_secs(30))
+        .await
+        .context("removing the lab's topics, queues and groups");
     broker.close().await;
     let ledger = result?;
     removed?;
     Ok(ledger)
-}
-
-/// Removes every topic, queue and group of `broker`'s namespace, trying again for 30 s while
-/// a group still has a member (a killed consumer's session has not ended yet).
-async fn remove_namespace(broker: &entrega::Broker) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        match broker.remove_namespace().await {
-            Ok(_) => return Ok(()),
-            Err(e) if std::time::Instant::now() < deadline => {
-                tracing::debug!(error = %e, "removing the lab's namespace; trying again");
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context("removing the lab's topics and groups"))
-            }
-        }
-    }
 }
 
 #[cfg(test)]

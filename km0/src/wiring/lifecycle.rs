@@ -233,22 +233,15 @@ fn with_param(url: &str, name: &str, value: &str) -> String {
 /// its session times out) may not have yet.
 const REMOVE_NAMESPACE_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Deletes what is under the namespace of the shared broker at `url`, trying again each
-/// second for [`REMOVE_NAMESPACE_WITHIN`] while the broker refuses (a group with a member).
+/// Deletes what is under the namespace of the shared broker at `url`, trying again for
+/// [`REMOVE_NAMESPACE_WITHIN`] while the broker refuses (a group with a member).
 async fn remove_namespace(url: &str) -> Result<(), StoreError> {
     let broker = entrega::Broker::connect(url, std::time::Duration::from_secs(10))
         .await
         .map_err(StoreError::rejected)?;
-    let deadline = tokio::time::Instant::now() + REMOVE_NAMESPACE_WITHIN;
-    let removed = loop {
-        match broker.remove_namespace().await {
-            Err(e) if tokio::time::Instant::now() < deadline => {
-                tracing::debug!(error = %e, "the broker's namespace is not removable yet");
-                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-            }
-            done => break done,
-        }
-    };
+    let removed = broker
+        .remove_namespace_within(REMOVE_NAMESPACE_WITHIN)
+        .await;
     broker.close().await;
     removed.map(drop).map_err(StoreError::rejected)
 }

@@ -17,16 +17,14 @@
 
 use crate::common;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::amqp::Vhost;
-use common::kafka_state::orders::{all_accepted, fill_stock, Load, Placed};
+use common::amqp_state::{assert_applied_exactly_once, depths};
+use common::kafka_state::orders::{all_accepted, fill_stock, Load};
 use common::process::{Deployment, Km0};
-use common::state::{eventually, DbState};
-use entrega_amqp::QueueDepth;
-use km0::services::inventario::{GROUP, TOPIC};
+use common::state::eventually;
 
 /// How fast orders are placed (two events each).
 const PER_SECOND: u32 = 40;
@@ -52,23 +50,6 @@ fn rabbitmqctl(args: &[&str]) {
     );
 }
 
-/// The depths of inventario's shard queues and of its dead-letter queue.
-async fn depths(url: &str) -> (Vec<QueueDepth>, Vec<QueueDepth>) {
-    let broker = entrega::Broker::connect(url, Duration::from_secs(10))
-        .await
-        .unwrap();
-    km0::wiring::name_groups(&broker);
-    let amqp = broker.as_amqp().unwrap();
-    let names = amqp.group_queues(GROUP, TOPIC);
-    let shards = amqp.queue_depths(&names.queues()).await.unwrap_or_default();
-    let dead = amqp
-        .queue_depths(&[names.dead_letter_queue()])
-        .await
-        .unwrap_or_default();
-    broker.close().await;
-    (shards, dead)
-}
-
 /// Ready and unacknowledged messages in inventario's queues and its dead-letter queue.
 async fn queues(url: &str) -> (u64, Option<u64>, u64) {
     let (shards, dead) = depths(url).await;
@@ -87,39 +68,6 @@ async fn shard_depths(url: &str) -> Vec<(String, u64, Option<u64>)> {
         .into_iter()
         .map(|d| (d.queue, d.ready, d.unacked))
         .collect()
-}
-
-/// The end state of the module docs for `placed` on a stock that was `start`.
-async fn assert_applied_exactly_once(
-    state: &DbState,
-    placed: &[Placed],
-    start: &BTreeMap<String, i64>,
-) {
-    assert_eq!(state.pending().await, 0, "outbox not drained");
-    let keys: BTreeSet<String> = state.keys().await.into_iter().collect();
-    let created: BTreeSet<String> = placed.iter().map(|p| p.created_id().to_owned()).collect();
-    assert_eq!(
-        keys.len(),
-        created.len(),
-        "{} keys for {} accepted orders",
-        keys.len(),
-        created.len()
-    );
-    assert_eq!(
-        keys, created,
-        "keys of other events, or orders never applied"
-    );
-    let mut want = start.clone();
-    for order in placed {
-        for (product, units) in &order.lines {
-            *want.get_mut(*product).expect("known product") -= units;
-        }
-    }
-    assert_eq!(
-        state.stock().await,
-        want,
-        "stock is not the start less the accepted orders: some order was applied twice or lost"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

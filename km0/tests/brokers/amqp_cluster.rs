@@ -12,13 +12,13 @@
 
 use crate::common;
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::amqp_cluster::RabbitCluster;
-use common::kafka_state::orders::{all_accepted, fill_stock, Load, Placed};
+use common::amqp_state::{assert_applied_exactly_once, depths};
+use common::kafka_state::orders::{all_accepted, fill_stock, Load};
 use common::process::{Deployment, Km0};
-use common::state::{eventually, DbState};
+use common::state::eventually;
 use km0::services::inventario::{GROUP, TOPIC};
 
 /// How fast orders are placed (two events each).
@@ -35,18 +35,7 @@ const LEASE_TTL_MS: u64 = 1_000;
 
 /// Ready messages in inventario's shard queues and in its dead-letter queue.
 async fn queued(url: &str) -> (u64, u64) {
-    let broker = entrega::Broker::connect(url, Duration::from_secs(10))
-        .await
-        .unwrap();
-    km0::wiring::name_groups(&broker);
-    let amqp = broker.as_amqp().unwrap();
-    let names = amqp.group_queues(GROUP, TOPIC);
-    let shards = amqp.queue_depths(&names.queues()).await.unwrap_or_default();
-    let dead = amqp
-        .queue_depths(&[names.dead_letter_queue()])
-        .await
-        .unwrap_or_default();
-    broker.close().await;
+    let (shards, dead) = depths(url).await;
     (
         shards.iter().map(|d| d.ready).sum(),
         dead.iter().map(|d| d.ready).sum(),
@@ -66,31 +55,6 @@ async fn shard_queues(url: &str) -> Vec<String> {
         .queues();
     broker.close().await;
     names
-}
-
-async fn assert_applied_exactly_once(
-    state: &DbState,
-    placed: &[Placed],
-    start: &BTreeMap<String, i64>,
-) {
-    assert_eq!(state.pending().await, 0, "outbox not drained");
-    let keys: BTreeSet<String> = state.keys().await.into_iter().collect();
-    let created: BTreeSet<String> = placed.iter().map(|p| p.created_id().to_owned()).collect();
-    assert_eq!(
-        keys, created,
-        "keys of other events, or orders never applied"
-    );
-    let mut want = start.clone();
-    for order in placed {
-        for (product, units) in &order.lines {
-            *want.get_mut(*product).expect("known product") -= units;
-        }
-    }
-    assert_eq!(
-        state.stock().await,
-        want,
-        "stock is not the start less the accepted orders: some order was applied twice or lost"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

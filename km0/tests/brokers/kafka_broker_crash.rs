@@ -21,10 +21,9 @@ use std::time::{Duration, Instant};
 
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, wait_settled};
 use common::kafka_state::orders::{all_accepted, Load};
-use common::kafka_state::KafkaRig;
+use common::kafka_state::{marked_published, KafkaRig};
 use common::process::Km0;
 use common::state::eventually;
-use entrega::Db;
 use km0::services::inventario::GROUP;
 use km0::services::pedidos::TOPIC;
 
@@ -37,19 +36,6 @@ const AFTER_RESTART: usize = 200;
 /// Longest wait for everything to be published and consumed once the stream ends.
 const SETTLE: Duration = Duration::from_secs(120);
 const MEMBERS: [&str; 3] = ["inventario-a", "inventario-b", "inventario-c"];
-
-/// Ids of the outbox rows marked published.
-async fn marked(pedidos: &Db) -> HashSet<String> {
-    let Some(pool) = pedidos.postgres() else {
-        panic!("the Kafka process tests run on PostgreSQL");
-    };
-    let ids: Vec<String> =
-        sqlx::query_scalar("SELECT CAST(id AS TEXT) FROM outbox WHERE publicado_en IS NOT NULL")
-            .fetch_all(pool)
-            .await
-            .expect("marked rows");
-    ids.into_iter().collect()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_killed_while_the_relay_publishes_loses_nothing_and_applies_once() {
@@ -86,7 +72,7 @@ async fn broker_killed_while_the_relay_publishes_loses_nothing_and_applies_once(
     // its confirmation, or between the confirmation and the mark.
     broker.kill();
     let killed_at = Instant::now();
-    let marked_at_kill = marked(&state.pedidos).await;
+    let marked_at_kill = marked_published(&state.pedidos).await;
     let answered_at_kill = load.answered();
     tokio::time::sleep(DEAD_FOR).await;
     let pending_while_dead = state.pending().await;

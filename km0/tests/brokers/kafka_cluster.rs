@@ -23,13 +23,12 @@
 use crate::common;
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::kafka_cluster::KafkaCluster;
 use common::kafka_state::checks::{assert_applied_exactly_once_in_order, wait_settled};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load};
-use common::kafka_state::{KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
+use common::kafka_state::{marked_published, KafkaView, LEASE_TTL_MS, SESSION_TIMEOUT_MS};
 use common::process::{Deployment, Km0};
 use common::state::eventually;
 use entrega::Db;
@@ -48,19 +47,6 @@ const RECOVER_WITHIN: Duration = Duration::from_secs(60);
 /// Longest wait for everything to be published and consumed once the stream ends.
 const SETTLE: Duration = Duration::from_secs(120);
 const MEMBERS: [&str; 3] = ["inventario-a", "inventario-b", "inventario-c"];
-
-/// Ids of the outbox rows marked published.
-async fn marked(pedidos: &Db) -> HashSet<String> {
-    let Some(pool) = pedidos.postgres() else {
-        panic!("the Kafka process tests run on PostgreSQL");
-    };
-    let ids: Vec<String> =
-        sqlx::query_scalar("SELECT CAST(id AS TEXT) FROM outbox WHERE publicado_en IS NOT NULL")
-            .fetch_all(pool)
-            .await
-            .expect("marked rows");
-    ids.into_iter().collect()
-}
 
 /// What one kill did, and how long the partitions of the dead node took to move on.
 struct Kill {
@@ -108,7 +94,7 @@ async fn kill_and_restart(
     let answered_before = load.answered();
     cluster.kill(node);
     let killed_at = Instant::now();
-    let marked = marked(pedidos).await;
+    let marked = marked_published(pedidos).await;
     eprintln!("killed node {node} ({what}), leading partitions {led:?} of {TOPIC}");
     let mut recovered = BTreeMap::new();
     while recovered.len() < led.len() && killed_at.elapsed() < RECOVER_WITHIN {
@@ -137,20 +123,6 @@ async fn kill_and_restart(
         recovered,
         accepted_while_dead,
     }
-}
-
-fn write_measurements(report: &Value) {
-    eprintln!("kafka cluster: {report}");
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")))
-        .join("km0-measurements");
-    std::fs::create_dir_all(&dir).expect("measurements directory");
-    std::fs::write(
-        dir.join("kafka_cluster.json"),
-        serde_json::to_string_pretty(report).expect("json"),
-    )
-    .expect("write measurements");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,13 +182,16 @@ async fn the_leader_and_the_controller_killed_lose_nothing_and_apply_once_in_ord
     let outcomes = load.stop().await;
     let placed = all_accepted(&outcomes);
     wait_settled(&state, &view, SETTLE, "every order published and consumed").await;
-    write_measurements(&json!({
-        "orders_per_second": PER_SECOND,
-        "orders": placed.len(),
-        "broker_session_timeout_ms": 6000,
-        "consumer_session_timeout_ms": SESSION_TIMEOUT_MS,
-        "kills": [first.report(), second.report()],
-    }));
+    common::write_measurements(
+        "kafka_cluster",
+        &json!({
+            "orders_per_second": PER_SECOND,
+            "orders": placed.len(),
+            "broker_session_timeout_ms": 6000,
+            "consumer_session_timeout_ms": SESSION_TIMEOUT_MS,
+            "kills": [first.report(), second.report()],
+        }),
+    );
 
     for kill in [&first, &second] {
         assert!(

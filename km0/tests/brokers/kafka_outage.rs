@@ -19,7 +19,6 @@
 
 use crate::common;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::kafka::KafkaBroker;
@@ -111,21 +110,6 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     None
-}
-
-/// Prints `report` and writes it to `target/km0-measurements/kafka_outage.json`.
-fn write_measurements(name: &str, report: &serde_json::Value) {
-    eprintln!("kafka outage: {report}");
-    let dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")))
-        .join("km0-measurements");
-    std::fs::create_dir_all(&dir).expect("measurements directory");
-    std::fs::write(
-        dir.join(format!("{name}.json")),
-        serde_json::to_string_pretty(report).expect("json"),
-    )
-    .expect("write measurements");
 }
 
 /// What was seen while the proxy was cut.
@@ -257,7 +241,7 @@ async fn through_an_outage(relay_env: &[(&str, &str)]) {
     } else {
         "kafka_outage"
     };
-    write_measurements(
+    common::write_measurements(
         name,
         &json!({
             "outage_secs": outage.as_secs(),

@@ -74,15 +74,7 @@ impl Drop for KafkaNamespace {
                 let broker = entrega::Broker::connect(&url, Duration::from_secs(10))
                     .await
                     .map_err(|e| e.to_string())?;
-                let deadline = tokio::time::Instant::now() + REMOVE_WITHIN;
-                let removed = loop {
-                    match broker.remove_namespace().await {
-                        Err(_) if tokio::time::Instant::now() < deadline => {
-                            tokio::time::sleep(Duration::from_secs(1)).await;
-                        }
-                        done => break done,
-                    }
-                };
+                let removed = broker.remove_namespace_within(REMOVE_WITHIN).await;
                 broker.close().await;
                 removed.map(drop).map_err(|e| e.to_string())
             })

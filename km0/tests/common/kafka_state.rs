@@ -8,7 +8,7 @@
 pub mod checks;
 pub mod orders;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer as _};
@@ -338,4 +338,17 @@ pub async fn databases_without_kafka(
         inventario,
         broker,
     }
+}
+
+/// Ids of the outbox rows marked published.
+pub async fn marked_published(pedidos: &entrega::Db) -> HashSet<String> {
+    let Some(pool) = pedidos.postgres() else {
+        panic!("the Kafka process tests run on PostgreSQL");
+    };
+    let ids: Vec<String> =
+        sqlx::query_scalar("SELECT CAST(id AS TEXT) FROM outbox WHERE publicado_en IS NOT NULL")
+            .fetch_all(pool)
+            .await
+            .expect("marked rows");
+    ids.into_iter().collect()
 }

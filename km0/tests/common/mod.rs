@@ -6,6 +6,7 @@
 
 pub mod amqp;
 pub mod amqp_cluster;
+pub mod amqp_state;
 pub mod cloudevents;
 pub mod coverage;
 pub mod kafka;
@@ -174,4 +175,19 @@ pub fn run_km0(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// Prints `report` and writes it to `target/km0-measurements/<name>.json`.
+pub fn write_measurements(name: &str, report: &serde_json::Value) {
+    eprintln!("{name}: {report}");
+    let dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")))
+        .join("km0-measurements");
+    std::fs::create_dir_all(&dir).expect("measurements directory");
+    std::fs::write(
+        dir.join(format!("{name}.json")),
+        serde_json::to_string_pretty(report).expect("json"),
+    )
+    .expect("write measurements");
 }
