@@ -21,12 +21,15 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(SHOTS, name + ".png"), fullPage: true });
 }
 
-async function resultText(page, contains) {
+async function resultText(page, contains, atStart = false) {
   const result = page.getByTestId("result");
   await result.waitFor({ state: "visible" });
   await page.waitForFunction(
-    (text) => document.getElementById("result").textContent.includes(text),
-    contains,
+    ([text, start]) => {
+      const shown = document.getElementById("result").textContent;
+      return start ? shown.startsWith(text) : shown.includes(text);
+    },
+    [contains, atStart],
     { timeout: 10000 },
   );
   return result.textContent();
@@ -166,8 +169,11 @@ async function noSideScroll(page, name) {
     seen.operator = await page.getByTestId("operator").innerText();
     await page.locator("button[data-action=replay-dry]").click();
     seen.dry_run = await resultText(page, "Dry run");
+    // A replay reloads the page a moment later: the next navigation waits for that reload.
+    const replayReload = page.waitForEvent("load");
     await page.locator("button[data-action=replay]").click();
-    seen.replay = await resultText(page, "replay: 1 of 1");
+    seen.replay = await resultText(page, "replay: 1 of 1", true);
+    await replayReload;
     await page.waitForFunction(() => {
       const state = document.querySelector("[data-testid=letter-state]");
       return state && state.textContent === "replayed";
@@ -199,6 +205,7 @@ async function noSideScroll(page, name) {
       stamp: await page.locator("#refreshed").innerText(),
     };
     await shot(page, "bulk-dry-run");
+    const bulkReload = page.waitForEvent("load");
     await confirm.click();
     await page.waitForFunction(
       () => {
@@ -210,6 +217,7 @@ async function noSideScroll(page, name) {
     );
     seen.bulk_done = await page.getByTestId("result").textContent();
     expect(seen.bulk_done.startsWith("discard: 60 of 60"), "the bulk discard done");
+    await bulkReload;
     await page.getByTestId("dlq-empty").waitFor({ timeout: 15000 });
     await page.getByTestId("held-total").waitFor();
     await shot(page, "dead-letters-after-bulk");

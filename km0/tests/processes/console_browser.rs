@@ -187,6 +187,10 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         seen["dry_run"].as_str().unwrap().contains("Dry run"),
         "{seen}"
     );
+    assert!(
+        seen["replay"].as_str().unwrap().starts_with("replay: 1 of 1"),
+        "{seen}"
+    );
     assert_eq!(seen["saga_state"], "completed");
     // The overview: every outbox, groups this deployment does not run marked, the chart,
     // refreshed in place as the new order completed.
