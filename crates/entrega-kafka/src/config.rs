@@ -19,6 +19,7 @@ pub struct KafkaConfig {
     /// `client.id` of the producer, admin and inspection clients (consumers use the member name).
     pub client_id: String,
     /// Consumer group `session.timeout.ms`: how long a silent member keeps its partitions.
+    /// 6 s with one bootstrap broker; 15 s with several ([`CLUSTER_SESSION_TIMEOUT`]).
     pub session_timeout: Duration,
     /// Producer `message.timeout.ms`: how long a message may wait for its delivery report.
     pub delivery_timeout: Duration,
@@ -106,15 +107,42 @@ pub enum KafkaUrlError {
 
 const DEFAULT_CLIENT_ID: &str = "entrega";
 
+/// The default session timeout with a single bootstrap broker: a member that died is
+/// replaced within 6 s.
+pub const SINGLE_BROKER_SESSION_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// The default session timeout when the bootstrap list names several brokers (a cluster).
+///
+/// It outlasts the controller's fencing of a dead broker (`broker.session.timeout.ms`, 9 s
+/// by Kafka's default). Until that fencing, an offset commit to a partition of
+/// `__consumer_offsets` that had a replica on the dead broker waits for it, and the group
+/// coordinator answers no heartbeat queued behind that commit. With a session shorter than
+/// the fencing, every broker death would end every member's session and rebalance the
+/// group; with this one, the members carry on and only the dead broker's partitions wait
+/// for their new leaders.
+pub const CLUSTER_SESSION_TIMEOUT: Duration = Duration::from_secs(15);
+
 impl KafkaConfig {
     /// Settings for the brokers at `bootstrap` (`host:port`, comma separated), with defaults:
-    /// client id `entrega`, 6 s session timeout, 30 s delivery timeout, 10 s request timeout,
+    /// client id `entrega`, a 6 s session timeout (15 s when `bootstrap` names several
+    /// brokers, see [`CLUSTER_SESSION_TIMEOUT`]), 30 s delivery timeout, 10 s request timeout,
     /// the brokers' default replication factor, no overrides.
     pub fn new(bootstrap: impl Into<String>) -> Self {
+        let bootstrap = bootstrap.into();
+        let session_timeout = if bootstrap
+            .split(',')
+            .filter(|b| !b.trim().is_empty())
+            .count()
+            > 1
+        {
+            CLUSTER_SESSION_TIMEOUT
+        } else {
+            SINGLE_BROKER_SESSION_TIMEOUT
+        };
         Self {
-            bootstrap: bootstrap.into(),
+            bootstrap,
             client_id: DEFAULT_CLIENT_ID.to_owned(),
-            session_timeout: Duration::from_secs(6),
+            session_timeout,
             delivery_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(10),
             replication_factor: None,
@@ -437,6 +465,20 @@ mod tests {
         assert_eq!(member.get("max.poll.interval.ms"), Some("10000"));
         assert_eq!(member.get("session.timeout.ms"), Some("7000"));
         assert_eq!(member.get("client.id"), Some("m"));
+    }
+
+    #[test]
+    fn a_cluster_gets_a_session_that_outlasts_a_brokers_fencing() {
+        let one = KafkaConfig::from_url("kafka://127.0.0.1:9092").unwrap();
+        assert_eq!(one.session_timeout, SINGLE_BROKER_SESSION_TIMEOUT);
+        let three = KafkaConfig::from_url("kafka://h1:9092,h2:9092,h3:9092").unwrap();
+        assert_eq!(three.session_timeout, CLUSTER_SESSION_TIMEOUT);
+        assert_eq!(
+            three.member("g", "m").get("session.timeout.ms"),
+            Some("15000")
+        );
+        let set = KafkaConfig::from_url("kafka://h1:9092,h2:9092?session_timeout_ms=6000").unwrap();
+        assert_eq!(set.session_timeout, Duration::from_secs(6));
     }
 
     #[test]

@@ -107,7 +107,7 @@ impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
             let gone = self.partitions(tpl);
-            tracing::debug!(topic = %self.topic, partitions = ?gone, "partitions revoked");
+            tracing::info!(topic = %self.topic, partitions = ?gone, "partitions revoked");
             lock(&self.state).revoke(&gone);
         }
     }
@@ -116,7 +116,7 @@ impl ConsumerContext for GroupContext {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 let new = self.partitions(tpl);
-                tracing::debug!(topic = %self.topic, partitions = ?new, "partitions assigned");
+                tracing::info!(topic = %self.topic, partitions = ?new, "partitions assigned");
                 // A partition paused while held before, then revoked, comes back flowing: its
                 // pause ended with the revocation.
                 if tpl.count() > 0 {

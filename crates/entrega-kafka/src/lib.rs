@@ -47,7 +47,9 @@ mod transform_error;
 
 pub use admin::{KafkaAdmin, RemovedNamespace};
 pub use assignment::{assigned_partitions, subscribes_to};
-pub use config::{KafkaConfig, KafkaUrlError};
+pub use config::{
+    KafkaConfig, KafkaUrlError, CLUSTER_SESSION_TIMEOUT, SINGLE_BROKER_SESSION_TIMEOUT,
+};
 pub use handle::Kafka;
 pub use inspector::KafkaInspector;
 pub use publisher::KafkaPublisher;

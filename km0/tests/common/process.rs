@@ -287,11 +287,14 @@ impl Deployment {
         started
     }
 
-    /// Removes the deployment's databases and the process logs.
+    /// Removes the deployment's databases and the process logs (kept when
+    /// `KM0_TEST_KEEP_LOGS` is set, to read how a passing run went).
     pub async fn destroy(mut self) {
         self.destroyed = true;
         remove(&self.system).await;
-        let _ = std::fs::remove_dir_all(&self.logs);
+        if std::env::var_os("KM0_TEST_KEEP_LOGS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.logs);
+        }
     }
 }
 

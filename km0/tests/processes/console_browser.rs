@@ -188,7 +188,10 @@ async fn a_dead_letter_is_replayed_from_the_console_and_applied_once() {
         "{seen}"
     );
     assert!(
-        seen["replay"].as_str().unwrap().starts_with("replay: 1 of 1"),
+        seen["replay"]
+            .as_str()
+            .unwrap()
+            .starts_with("replay: 1 of 1"),
         "{seen}"
     );
     assert_eq!(seen["saga_state"], "completed");
