@@ -262,5 +262,7 @@ drop_stale_test_databases() {
 . "$KM0_ROOT/scripts/lib/kafka.sh"
 # shellcheck source=scripts/lib/kafka_cluster.sh
 . "$KM0_ROOT/scripts/lib/kafka_cluster.sh"
+# shellcheck source=scripts/lib/postgres_pair.sh
+. "$KM0_ROOT/scripts/lib/postgres_pair.sh"
 # shellcheck source=scripts/lib/redis.sh
 . "$KM0_ROOT/scripts/lib/redis.sh"
