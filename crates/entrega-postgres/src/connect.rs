@@ -1,6 +1,5 @@
 //! Opening pools and creating databases.
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use entrega_core::StoreError;
@@ -8,6 +7,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::Connection;
 
 use crate::errors::{classify, invalid};
+use crate::failover::{self, Moved, PROBE_TIMEOUT};
+use crate::hosts::{accepts, Hosts};
 
 /// Connections per pool: enough for a relay, a few consumers and the listeners that each
 /// outbox or log handle keeps open, without crowding a default server (100 connections).
@@ -37,13 +38,63 @@ pub const SESSION_LIMITS: [(&str, &str); 5] = [
 /// connection after 10 s of silence, dropping it after 3 unanswered probes 5 s apart. A
 /// setting the URL's `options` names itself (`?options=-c%20statement_timeout%3D5s`) is
 /// left as the URL says.
+///
+/// A URL may name several servers, as libpq's do:
+/// `postgres://user@primary:5432,standby:5432/db?target_session_attrs=read-write`. The pool
+/// then opens its connections on the first server, in that order, that takes the sessions
+/// wanted (`read-write` by default with several servers, or `primary`), checks each new
+/// connection again, and keeps a task that watches the server until the pool is closed. When
+/// that server is lost or stops taking writes (a failover), the task finds the one that
+/// does and moves the pool there: statements fail with transient errors meanwhile, which
+/// every caller retries, and the connections of the old server are not handed out again.
 pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
-    let mut options = PgConnectOptions::from_str(url).map_err(classify)?;
-    let given = options.get_options().unwrap_or("").to_owned();
-    let defaults = std::iter::once(("jit", "off"))
-        .chain(SESSION_LIMITS.iter().copied())
-        .filter(|(name, _)| !given.contains(name));
-    options = options.options(defaults);
+    let hosts = Hosts::parse(url)?;
+    if hosts.is_plain() {
+        let options = with_session_defaults(hosts.hosts[0].options.clone());
+        return pool_options().connect_with(options).await.map_err(classify);
+    }
+    let (current, monitor) = hosts.find(PROBE_TIMEOUT).await?;
+    let moved = Moved::default();
+    let attrs = hosts.attrs;
+    let (on_acquire, on_release) = (moved.clone(), moved.clone());
+    let pool = pool_options()
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if accepts(conn, attrs).await? {
+                    Ok(())
+                } else {
+                    Err(sqlx::Error::Io(std::io::Error::other(format!(
+                        "the server does not take {} sessions",
+                        attrs.as_str()
+                    ))))
+                }
+            })
+        })
+        .before_acquire(move |_, meta| {
+            let keep = !on_acquire.before(meta.age);
+            Box::pin(async move { Ok(keep) })
+        })
+        .after_release(move |_, meta| {
+            let keep = !on_release.before(meta.age);
+            Box::pin(async move { Ok(keep) })
+        })
+        .connect_with(with_session_defaults(hosts.hosts[current].options.clone()))
+        .await
+        .map_err(classify)?;
+    let each = hosts.clone();
+    tokio::spawn(failover::watch(
+        pool.clone(),
+        hosts,
+        current,
+        monitor,
+        moved,
+        move |i| with_session_defaults(each.hosts[i].options.clone()),
+    ));
+    Ok(pool)
+}
+
+/// The pool's settings, whatever the servers.
+fn pool_options() -> PgPoolOptions {
     PgPoolOptions::new()
         .max_connections(MAX_CONNECTIONS)
         .acquire_timeout(Duration::from_secs(10))
@@ -52,9 +103,25 @@ pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
         // died idle fails its next statement with an I/O error instead, which `classify`
         // reports as transient, and every caller retries those.
         .test_before_acquire(false)
-        .connect_with(options)
-        .await
-        .map_err(classify)
+}
+
+/// `options` with `jit = off` and [`SESSION_LIMITS`], except what its `options` set.
+fn with_session_defaults(options: PgConnectOptions) -> PgConnectOptions {
+    let given = options.get_options().unwrap_or("").to_owned();
+    let defaults = std::iter::once(("jit", "off"))
+        .chain(SESSION_LIMITS.iter().copied())
+        .filter(|(name, _)| !given.contains(name));
+    options.options(defaults)
+}
+
+/// One connection to the server `url` names, or to the one of its servers that takes its
+/// sessions now.
+async fn connect_one(url: &str) -> Result<PgConnection, StoreError> {
+    let hosts = Hosts::parse(url)?;
+    if hosts.is_plain() {
+        return PgConnection::connect(url).await.map_err(classify);
+    }
+    Ok(hosts.find(PROBE_TIMEOUT).await?.1)
 }
 
 /// Creates database `name` on the server at `server_url` unless it exists, and returns the
@@ -72,7 +139,7 @@ pub async fn ensure_database(server_url: &str, name: &str) -> Result<String, Sto
         return Err(invalid(format!("invalid database name `{name}`")));
     }
     let db_url = database_url(server_url, name)?;
-    let mut conn = PgConnection::connect(server_url).await.map_err(classify)?;
+    let mut conn = connect_one(server_url).await?;
     let exists: bool =
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
             .bind(name)

@@ -16,12 +16,15 @@
 
 mod connect;
 mod errors;
+mod failover;
+mod hosts;
 mod roles;
 mod wakeup;
 pub mod wal;
 
 pub use connect::{connect, ensure_database, SESSION_LIMITS};
 pub use errors::classify;
+pub use hosts::{current_server_url, first_server_url, SessionAttrs};
 pub use roles::{grant_service_role, APPEND_ONLY, READ_ONLY};
 pub use wakeup::{Listener, OUTBOX_CHANNEL};
 

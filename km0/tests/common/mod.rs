@@ -15,6 +15,7 @@ pub mod kafka_ns;
 pub mod kafka_state;
 pub mod ledger;
 pub mod own_pg;
+pub mod pg_pair;
 pub mod process;
 pub mod proxy;
 pub mod state;

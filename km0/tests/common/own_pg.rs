@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The newest server installed from Debian's packages.
-fn bin_dir() -> PathBuf {
+pub fn bin_dir() -> PathBuf {
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
         .expect("PostgreSQL's server installed under /usr/lib/postgresql (scripts/test)")
         .filter_map(Result::ok)
@@ -26,7 +26,7 @@ fn as_postgres(program: &Path, args: &[&str]) {
 }
 
 /// [`as_postgres`], with the end of the server's log in the failure.
-fn as_postgres_logged(program: &Path, args: &[&str], log: Option<&Path>) {
+pub fn as_postgres_logged(program: &Path, args: &[&str], log: Option<&Path>) {
     let out = Command::new("runuser")
         .args(["-u", "postgres", "--"])
         .arg(program)

@@ -21,6 +21,7 @@ mod openapi_operations;
 mod ops_endpoint;
 mod outbox_poison;
 mod pagos_crash;
+mod pg_failover;
 mod pg_faults;
 mod pg_tls;
 mod readme_by_hand;

@@ -143,14 +143,35 @@ pub async fn slot_record(pool: &PgPool, name: &str) -> Result<Option<bool>, Stor
         .map_err(classify)
 }
 
+/// The server's current timeline, read from the name of the WAL segment being written (its
+/// first eight hex digits): 1 on a server never promoted, one more at each promotion.
+const TIMELINE: &str =
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
+
+/// Whether slot `name`, recorded and missing from the server, was left behind by a failover:
+/// it was created on an earlier timeline than the server's (a standby promoted since).
+/// `false` when it was created on this timeline (someone dropped it) or before timelines
+/// were recorded.
+pub async fn left_behind_by_failover(pool: &PgPool, name: &str) -> Result<bool, StoreError> {
+    let found: Option<(Option<i64>, i64)> = sqlx::query_as(&format!(
+        "SELECT timeline, {TIMELINE} FROM entrega_wal_slots WHERE slot = $1"
+    ))
+    .bind(name)
+    .fetch_optional(pool)
+    .await
+    .map_err(classify)?;
+    Ok(matches!(found, Some((Some(created), now)) if now > created))
+}
+
 /// Records that slot `name` is being created (its catch-up not yet done); returns this
 /// creation's generation, which [`record_caught_up`] names.
 pub async fn record_slot_creation(pool: &PgPool, name: &str) -> Result<String, StoreError> {
-    sqlx::query_scalar(
-        "INSERT INTO entrega_wal_slots (slot) VALUES ($1) \
-         ON CONFLICT (slot) DO UPDATE SET created_at = clock_timestamp(), caught_up_at = NULL \
-         RETURNING created_at::text",
-    )
+    sqlx::query_scalar(&format!(
+        "INSERT INTO entrega_wal_slots (slot, timeline) VALUES ($1, {TIMELINE}) \
+         ON CONFLICT (slot) DO UPDATE SET created_at = clock_timestamp(), caught_up_at = NULL, \
+         timeline = EXCLUDED.timeline \
+         RETURNING created_at::text"
+    ))
     .bind(name)
     .fetch_one(pool)
     .await

@@ -142,6 +142,12 @@ const OUTBOX: &[Version] = &[
         sqlite: &[],
         postgres: &[script!("outbox", "0005_wal_relay.postgres.sql")],
     },
+    Version {
+        version: 6,
+        description: "WAL relay: the timeline each slot was created on",
+        sqlite: &[],
+        postgres: &[script!("outbox", "0006_wal_slot_timeline.postgres.sql")],
+    },
 ];
 
 const INBOX: &[Version] = &[

@@ -100,9 +100,13 @@ impl WalRelay {
     /// Creates the slot with an exported snapshot and publishes (and marks) the rows pending
     /// in that snapshot, read inside it, in publishing order. Returns how many.
     async fn publish_snapshot(&self, name: &str, shutdown: &CancellationToken) -> Result<u64, End> {
-        let config =
-            replication_config(&self.url, name, slot::PUBLICATION, self.wal.status_interval)
-                .map_err(store)?;
+        // On a URL naming several servers, the one taking writes now (after a failover, the
+        // promoted standby).
+        let server = entrega_postgres::current_server_url(&self.url)
+            .await
+            .map_err(store)?;
+        let config = replication_config(&server, name, slot::PUBLICATION, self.wal.status_interval)
+            .map_err(store)?;
         let mut session = ReplicationClient::connect_gated(config)
             .await
             .map_err(stream_error)?;

@@ -196,7 +196,8 @@ impl WalRelay {
             backend: db.backend().name(),
         })?;
         let url = url.into();
-        let target = entrega_postgres::wal::replication_config(&url, "", "", wal.status_interval)
+        let first = entrega_postgres::first_server_url(&url).map_err(WalError::Store)?;
+        let target = entrega_postgres::wal::replication_config(&first, "", "", wal.status_interval)
             .map_err(WalError::Store)?;
         let slot = wal
             .slot

@@ -67,9 +67,24 @@ pub(super) async fn plan(
         (Some(_), Some(false)) | (None, Some(false)) | (None, None) => {
             Ok(Plan::Create { recreate: false })
         }
-        (None, Some(true)) => Err(End::Fatal(WalError::SlotDropped {
-            slot: name.to_owned(),
-        })),
+        (None, Some(true)) => {
+            if slot::left_behind_by_failover(pool, name)
+                .await
+                .map_err(store)?
+            {
+                tracing::warn!(
+                    slot = name,
+                    "replication slot missing on a server promoted since it was created (a \
+                     failover; the standby had no copy of it): publishing the rows still \
+                     pending, then streaming from a new slot"
+                );
+                Ok(Plan::Create { recreate: false })
+            } else {
+                Err(End::Fatal(WalError::SlotDropped {
+                    slot: name.to_owned(),
+                }))
+            }
+        }
     }
 }
 

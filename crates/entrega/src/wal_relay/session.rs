@@ -101,10 +101,14 @@ impl WalRelay {
     }
 
     async fn stream(&self, name: &str, shutdown: &CancellationToken) -> Result<(), End> {
-        let config =
-            replication_config(&self.url, name, slot::PUBLICATION, self.wal.status_interval)
-                .map_err(store)?
-                .with_binary(self.wal.binary);
+        // On a URL naming several servers, the one taking writes now (after a failover, the
+        // promoted standby).
+        let server = entrega_postgres::current_server_url(&self.url)
+            .await
+            .map_err(store)?;
+        let config = replication_config(&server, name, slot::PUBLICATION, self.wal.status_interval)
+            .map_err(store)?
+            .with_binary(self.wal.binary);
         let mut client = ReplicationClient::connect(config)
             .await
             .map_err(stream_error)?;

@@ -33,6 +33,7 @@ const EVERY_STEP: &[(&str, i64)] = &[
     ("outbox", 3),
     ("outbox", 4),
     ("outbox", 5),
+    ("outbox", 6),
     ("rpc", 1),
     ("rpc", 2),
     ("rpc", 3),
@@ -198,7 +199,7 @@ async fn a_newer_schema_is_refused_without_changes(backend: Backend) {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 5
+                supported: 6
             }
         ),
         "{err:?}"
