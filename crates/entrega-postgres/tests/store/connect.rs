@@ -154,3 +154,52 @@ async fn a_url_sets_its_own_limits_and_they_are_enforced() -> TestResult {
     pool.close().await;
     db.drop().await
 }
+
+/// `url` with a server nobody listens on (port 1) named before its own.
+fn dead_server_first(url: &str) -> String {
+    url.replacen('@', "@127.0.0.1:1,", 1)
+}
+
+#[tokio::test]
+async fn a_url_naming_several_servers_uses_the_one_taking_writes() -> TestResult {
+    let db = TestDb::empty().await?;
+    let url = dead_server_first(&db.url);
+    let pool = connect(&url).await?;
+    let port: i32 = sqlx::query_scalar("SELECT inet_server_port()")
+        .fetch_one(&pool)
+        .await?;
+    let mut own = sqlx::PgConnection::connect(&db.url).await?;
+    let own_port: i32 = sqlx::query_scalar("SELECT inet_server_port()")
+        .fetch_one(&mut own)
+        .await?;
+    assert_eq!(port, own_port, "the pool is on the server that answers");
+    // Its sessions keep entrega's limits.
+    let shown: String = sqlx::query_scalar("SHOW statement_timeout")
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(shown, "1min");
+    assert_eq!(
+        entrega_postgres::current_server_url(&url).await?,
+        db.url,
+        "the server taking writes, alone in its URL"
+    );
+    pool.close().await;
+
+    // A server whose sessions are read-only is not taken for writes; one not in recovery
+    // is a primary all the same.
+    let read_only = format!("{url}?options=-c%20default_transaction_read_only%3Don");
+    let refused = connect(&read_only).await;
+    let Err(refused) = refused else {
+        return Err("a read-only server taken for read-write sessions".into());
+    };
+    assert!(refused.is_transient(), "{refused}");
+    assert!(refused.to_string().contains("read-write"), "{refused}");
+    let primary = format!("{read_only}&target_session_attrs=primary");
+    connect(&primary).await?.close().await;
+    let unknown = format!("{url}?target_session_attrs=standby");
+    let Err(unknown) = connect(&unknown).await else {
+        return Err("target_session_attrs=standby accepted".into());
+    };
+    assert!(!unknown.is_transient(), "{unknown}");
+    db.drop().await
+}
