@@ -51,6 +51,27 @@ async fn progress(state: &DbState) -> Option<(i64, i64)> {
     Some((stored, applied))
 }
 
+/// Milliseconds from `after` (Unix ms) to the first time in `column` of `table` past it, as
+/// the server recorded it.
+async fn first_after(db: &entrega::Db, table: &str, column: &str, after: i64) -> Option<i64> {
+    db.scalar::<i64>(
+        query(format!(
+            "SELECT CAST(EXTRACT(EPOCH FROM MIN({column})) * 1000 AS BIGINT) - $1 FROM {table} \
+             WHERE {column} > to_timestamp($1 / 1000.0)"
+        ))
+        .bind(after),
+    )
+    .await
+    .unwrap()
+}
+
+fn unix_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since.as_millis()).expect("ms fit")
+}
+
 /// The port of the server `state`'s pedidos database is on, and whether it is a standby.
 async fn serving(state: &DbState) -> (i32, bool) {
     let port = state
@@ -128,9 +149,11 @@ async fn failover(source: &str, seed: u64) {
 
     pair.kill_primary();
     let killed_at = Instant::now();
+    let killed_ms = unix_ms();
     eprintln!("killed the primary {primary} with {stored_before} orders stored");
     tokio::time::sleep(LEADERLESS).await;
     pair.promote_standby();
+    let promoted_ms = unix_ms() - killed_ms;
     eprintln!(
         "promoted the standby {standby} {:?} after the kill",
         killed_at.elapsed()
@@ -176,6 +199,19 @@ async fn failover(source: &str, seed: u64) {
         (port_of(&standby), false),
         "the promoted standby serves at the end"
     );
+    // When the service wrote, published and applied again, as the servers recorded it.
+    let report = serde_json::json!({
+        "relay_source": source,
+        "promoted_after_ms": promoted_ms,
+        "stored_again_after_ms": first_after(&state.pedidos, "outbox", "creado_en", killed_ms).await,
+        "published_again_after_ms":
+            first_after(&state.pedidos, "outbox", "publicado_en", killed_ms).await,
+        "applied_again_after_ms":
+            first_after(&state.inventario, "mensajes_procesados", "procesado_en", killed_ms).await,
+        "orders": orders.len(),
+        "answered_201": answered_201,
+    });
+    common::write_measurements(&format!("pg_failover_{source}"), &report);
     if source == "wal" {
         assert_eq!(
             slot_streaming(&state).await,
