@@ -179,22 +179,51 @@ impl AmqpPublisher {
             self.forget_if_closed(channel).await;
             return same_for_all(n, &e);
         };
-        let confirmed = pending.into_iter().map(|p| async move {
-            let (exchange, routing_key, confirm) = p?;
-            match tokio::time::timeout(timeout, confirm).await {
-                Ok(Ok(Confirmation::NotRequested)) if !self.confirms => Ok(()),
-                Ok(confirmation) => confirmed(&exchange, &routing_key, confirmation),
-                Err(_) => Err(TransportError::unavailable(format!(
-                    "RabbitMQ confirmed no message within {} ms",
-                    timeout.as_millis()
-                ))),
+        let nacked = std::sync::atomic::AtomicBool::new(false);
+        let confirmed = pending.into_iter().map(|p| {
+            let nacked = &nacked;
+            async move {
+                let (exchange, routing_key, confirm) = p?;
+                match tokio::time::timeout(timeout, confirm).await {
+                    Ok(Ok(Confirmation::NotRequested)) if !self.confirms => Ok(()),
+                    Ok(confirmation) => {
+                        if matches!(confirmation, Ok(Confirmation::Nack(_))) {
+                            nacked.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        confirmed(&exchange, &routing_key, confirmation)
+                    }
+                    Err(_) => Err(TransportError::unavailable(format!(
+                        "RabbitMQ confirmed no message within {} ms",
+                        timeout.as_millis()
+                    ))),
+                }
             }
         });
         let outcomes = futures::future::join_all(confirmed).await;
-        if outcomes.iter().any(Result::is_err) {
+        if nacked.into_inner() {
+            self.forget(channel).await;
+        } else if outcomes.iter().any(Result::is_err) {
             self.forget_if_closed(channel).await;
         }
         outcomes
+    }
+
+    /// Closes `channel` and makes the next batch open a new one. After a nack: on RabbitMQ
+    /// 3.10 a channel that published to a quorum queue while its leader moved to another node
+    /// was seen to nack every later publish, for minutes, while a new channel on the same
+    /// connection stored them at once.
+    async fn forget(&self, channel: &Channel) {
+        {
+            let mut slot = self.channel.lock().await;
+            if slot.as_ref().is_some_and(|c| c.id() == channel.id()) {
+                *slot = None;
+            }
+        }
+        if channel.status().connected() {
+            let _ = channel
+                .close(200, "entrega: a new channel after a nack".into())
+                .await;
+        }
     }
 
     /// Once `channel` is gone, the next batch opens a new one (on a new connection too, if

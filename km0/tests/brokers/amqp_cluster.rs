@@ -4,9 +4,15 @@
 //! in over HTTP, each followed by its `pedido.pagado`. The test kills with SIGKILL the node
 //! leading most of inventario's shard queues, keeps placing orders, and starts it again.
 //!
-//! It prints what it killed and how long until an order was applied again, and asserts: every
-//! accepted order applied exactly once (one key per `pedido.creado`, stock the start less the
-//! orders), nothing dead-lettered, and no km0 process died: each found a node still running.
+//! Beside them, an entrega request/reply server and a client call each other in a steady
+//! stream (`common::rpc_load`), the client connected to the node that dies, the server to
+//! another.
+//!
+//! It prints what it killed, how long until an order was applied again and what the calls
+//! did, and asserts: every accepted order applied exactly once (one key per `pedido.creado`,
+//! stock the start less the orders), nothing dead-lettered, and no km0 process died: each
+//! found a node still running; every call answered with its own reply, timed out or failed,
+//! never answered twice, and calls answered while the node was dead and after it came back.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
@@ -18,6 +24,7 @@ use common::amqp_cluster::RabbitCluster;
 use common::amqp_state::{assert_applied_exactly_once, depths};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load};
 use common::process::{Deployment, Km0};
+use common::rpc_load::{Outcome, RpcLoad};
 use common::state::eventually;
 use km0::services::inventario::{GROUP, TOPIC};
 
@@ -82,6 +89,16 @@ async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
     .await;
 
     let victim = cluster.busiest_leader(&shard_queues(&url).await);
+    // Request/reply beside: its client on the node about to die (its reply queue with it),
+    // its server on another.
+    let rpc_queue = format!("km0-cluster-rpc-{}", uuid::Uuid::new_v4().simple());
+    let rpc = RpcLoad::start(
+        &cluster.url_from(victim % 3 + 1),
+        &cluster.url_from(victim),
+        &rpc_queue,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let applied_at_kill = state.keys().await.len();
     let answered_at_kill = load.answered();
     cluster.kill(victim);
@@ -107,6 +124,7 @@ async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
     tokio::time::sleep(DEAD_FOR.saturating_sub(killed_at.elapsed())).await;
     let answered_while_dead = load.answered() - answered_at_kill;
     cluster.restart(victim);
+    let restarted_at = Instant::now();
     eprintln!(
         "node {victim} back {:?} after its kill; {answered_while_dead} orders accepted meanwhile",
         killed_at.elapsed()
@@ -119,6 +137,24 @@ async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
     load.wait_answered(load.answered() + AFTER_RESTART, Duration::from_secs(60))
         .await;
     let outcomes = load.stop().await;
+    let calls = rpc.stop().await;
+    let first_answer = calls
+        .calls
+        .iter()
+        .find(|(at, o)| *at > killed_at && *o == Outcome::Answered)
+        .map(|(at, _)| *at - killed_at);
+    eprintln!(
+        "request/reply: {} calls, {} answered, {} timed out, {} failed, {} wrong; {} clients \
+         (a new one when a reply queue died with its node); {} late replies discarded; the \
+         first call answered after the kill was made {first_answer:?} after it",
+        calls.calls.len(),
+        calls.count(Outcome::Answered),
+        calls.count(Outcome::TimedOut),
+        calls.count(Outcome::Failed),
+        calls.count(Outcome::Wrong),
+        calls.clients,
+        calls.late_replies,
+    );
     let placed = all_accepted(&outcomes);
     eventually(SETTLE, "every order published and applied", || async {
         let (ready, _) = queued(&url).await;
@@ -129,6 +165,24 @@ async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
     relay.assert_running();
     members.iter_mut().for_each(Km0::assert_running);
     assert_applied_exactly_once(&state, &placed, &start).await;
+    assert_eq!(
+        calls.count(Outcome::Wrong),
+        0,
+        "a call answered with another's reply"
+    );
+    assert_eq!(
+        calls.counted.1,
+        u64::try_from(calls.count(Outcome::Answered)).unwrap(),
+        "the clients handed out more answers than calls were answered"
+    );
+    assert!(
+        calls.answered_between(killed_at, restarted_at) > 0,
+        "no call answered while node {victim} was dead"
+    );
+    assert!(
+        calls.answered_between(restarted_at, Instant::now()) > 0,
+        "no call answered after node {victim} came back"
+    );
     assert_eq!(queued(&url).await.1, 0, "dead-lettered");
     drop(pedidos);
     deployment.destroy().await;

@@ -274,11 +274,19 @@ impl RabbitCluster {
 
     /// `amqp://guest:guest@<every node>/?management=<node 1's API>`, for km0's `--broker`.
     pub fn url(&self) -> String {
-        let hosts: Vec<String> = self
+        self.url_from(1)
+    }
+
+    /// [`RabbitCluster::url`] with node `first` named first, so a client connects there
+    /// while it runs.
+    pub fn url_from(&self, first: u32) -> String {
+        let mut hosts: Vec<String> = self
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
+        let first = usize::try_from(first).unwrap_or(1).clamp(1, hosts.len()) - 1;
+        hosts.rotate_left(first);
         format!(
             "amqp://guest:guest@{}?management=http://127.0.0.1:{}",
             hosts.join(","),

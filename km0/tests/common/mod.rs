@@ -18,6 +18,7 @@ pub mod own_pg;
 pub mod pg_pair;
 pub mod process;
 pub mod proxy;
+pub mod rpc_load;
 pub mod state;
 pub mod stream;
 pub mod tls;
