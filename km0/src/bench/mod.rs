@@ -12,6 +12,7 @@ mod consume;
 mod cpu;
 mod curves;
 mod e2e;
+mod fleet;
 mod pgbench;
 mod plot;
 mod poison;
@@ -22,6 +23,7 @@ mod relay_wal;
 mod relay_wal_ceiling;
 mod report;
 mod rpc;
+mod scale;
 mod seed;
 mod timed_publisher;
 mod timed_reader;
@@ -94,6 +96,9 @@ pub enum BenchCommand {
     Rpc(rpc::RpcArgs),
     /// A scaling curve: one bench over a range of one setting, written as CSV and SVG.
     Curve(CurveArgs),
+    /// Scaling with processes: each stage as 1, 2, 3 `km0 run` processes, with the CPU of
+    /// each.
+    Scale(scale::ScaleArgs),
 }
 
 /// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
@@ -232,7 +237,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
             BrokerUrl::Kafka(url, _) => Some(url),
             BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_) => None,
             BrokerUrl::Amqp(..) => anyhow::bail!(
-                "the relay, consume, e2e, poison, seed and curve benchmarks measure logs (a database \
+                "the relay, consume, e2e, poison, seed, curve and scale benchmarks measure logs (a database \
                  or Kafka), not RabbitMQ; km0 bench rpc measures it"
             ),
         };
@@ -253,6 +258,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
             BenchCommand::Poison(a) => poison::run(&common, a).await?,
             BenchCommand::Seed(a) => seed::run(&common, a).await?,
             BenchCommand::Curve(a) => curves::run(&common, a).await?,
+            BenchCommand::Scale(a) => scale::run(&common, a).await?,
             BenchCommand::Rpc(_) => anyhow::bail!("the rpc bench runs on RabbitMQ only"),
         }
     };
