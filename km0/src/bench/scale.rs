@@ -1,10 +1,11 @@
 //! Scaling with processes: each stage of the order flow run as 1, 2, 3 `km0 run` processes of
 //! its own on a fresh deployment, as they are deployed, with the CPU each process used.
 //!
-//! - `relay`: the relays drain a prefilled outbox; events/s from the first row marked
-//!   published to the last, as the database stamped them.
-//! - `inventario`: the consumers drain a prefilled topic; msgs/s from the first key recorded to
-//!   the last.
+//! - `relay`: once the relays share the outbox's lanes, a backlog is committed at once and
+//!   they drain it; events/s from the first row marked published to the last, as the
+//!   database stamped them.
+//! - `inventario`: once the consumers formed their group, a backlog is put on the topic and
+//!   they drain it; msgs/s from the first key recorded to the last.
 //! - `pedidos`: HTTP clients post orders to the instances in turn for a while; orders/s
 //!   answered `201`.
 //!
@@ -23,7 +24,7 @@ use serde_json::json;
 use super::cpu::{CpuSampler, CpuUse, Labels};
 use super::fleet::Fleet;
 use super::report::{BenchReport, Measurement};
-use super::workload::{fill_stock, outbox_events, prefill_outbox, prefill_topic, topic_messages};
+use super::workload::{fill_stock, outbox_events, prefill_topic, topic_messages};
 use super::{progress, BenchRun, Common};
 use crate::services::pedidos::TOPIC;
 use crate::wiring::ensure_topic_and_dlq;
@@ -89,6 +90,10 @@ impl Stage {
         }
     }
 }
+
+/// How long the consumers are given to form their group before the backlog comes: a Kafka
+/// group's joins and first assignment take a few seconds.
+const GROUP_SETTLE: Duration = Duration::from_secs(10);
 
 /// One measurement: the rate, and the CPU over its span.
 struct Scaled {
@@ -268,13 +273,34 @@ async fn relays(
 ) -> anyhow::Result<Scaled> {
     let pedidos = system.pedidos().await.context("opening pedidos")?;
     let db = pedidos.db().clone();
-    prefill_outbox(&db, &outbox_events(args.events, args.aggregates)?).await?;
+    let events = outbox_events(args.events, args.aggregates)?;
     let broker = system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, TOPIC).await?;
-    let sampler = CpuSampler::start_labelled(labels);
     for i in 1..=k {
         fleet.start("relay", &format!("relay-{i}")).await?;
     }
+    // Relays that run for long have shared the outbox's lanes out before a backlog comes:
+    // the backlog is committed once every relay holds lanes, in one transaction, so it
+    // appears all at once.
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    while count(
+        &db,
+        "SELECT COUNT(DISTINCT owner) FROM entrega_relay_lanes WHERE owner IS NOT NULL",
+    )
+    .await?
+        < i64::try_from(k)?
+    {
+        if Instant::now() >= deadline || !fleet.all_running() {
+            bail!("the {k} relays did not share the lanes out");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let sampler = CpuSampler::start_labelled(labels);
+    let mut tx = db.begin().await?;
+    for chunk in events.chunks(1_000) {
+        tx.enqueue_all(chunk).await?;
+    }
+    tx.commit().await?;
     let want = i64::try_from(args.events)?;
     wait_for(
         fleet,
@@ -310,17 +336,17 @@ async fn consumers(
     let db = stock.db().clone();
     let broker = system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, TOPIC).await?;
-    prefill_topic(
-        broker.publisher().as_ref(),
-        &topic_messages(TOPIC, args.events, args.aggregates)?,
-    )
-    .await?;
-    let sampler = CpuSampler::start_labelled(labels);
+    let messages = topic_messages(TOPIC, args.events, args.aggregates)?;
     for i in 1..=k {
         fleet
             .start("inventario", &format!("inventario-{i}"))
             .await?;
     }
+    // The members form their group before the backlog comes, as long-running ones have;
+    // the topic is then filled faster than they drain it.
+    tokio::time::sleep(GROUP_SETTLE).await;
+    let sampler = CpuSampler::start_labelled(labels);
+    prefill_topic(broker.publisher().as_ref(), &messages).await?;
     let want = i64::try_from(args.events)?;
     wait_for(
         fleet,
