@@ -245,6 +245,16 @@ mod tests {
         assert!((used.of("postgres") - 50.0).abs() < 1e-9);
     }
 
+    /// Keeps this thread's CPU busy for 400 ms.
+    fn spin_for_a_while() {
+        let spin = std::time::Instant::now();
+        let mut x = 0u64;
+        while spin.elapsed() < std::time::Duration::from_millis(400) {
+            x = x.wrapping_mul(31).wrapping_add(7);
+        }
+        std::hint::black_box(x);
+    }
+
     #[tokio::test]
     async fn a_labelled_process_is_counted_under_its_label() {
         if !std::path::Path::new("/proc/self/stat").exists() {
@@ -253,12 +263,7 @@ mod tests {
         let labels = Labels::default();
         let sampler = CpuSampler::start_labelled(labels.clone());
         labels.add(std::process::id(), "this-test");
-        let spin = std::time::Instant::now();
-        let mut x = 0u64;
-        while spin.elapsed() < std::time::Duration::from_millis(400) {
-            x = x.wrapping_mul(31).wrapping_add(7);
-        }
-        std::hint::black_box(x);
+        spin_for_a_while();
         let used = sampler.stop().await;
         assert!(used.of("this-test") > 0.0, "{used:?}");
     }
@@ -269,12 +274,7 @@ mod tests {
             return;
         }
         let sampler = CpuSampler::start();
-        let spin = std::time::Instant::now();
-        let mut x = 0u64;
-        while spin.elapsed() < std::time::Duration::from_millis(400) {
-            x = x.wrapping_mul(31).wrapping_add(7);
-        }
-        std::hint::black_box(x);
+        spin_for_a_while();
         let used = sampler.stop().await;
         assert!(used.cpus >= 1);
         assert!(used.machine > 0.0, "{used:?}");

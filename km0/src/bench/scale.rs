@@ -301,27 +301,17 @@ async fn relays(
         tx.enqueue_all(chunk).await?;
     }
     tx.commit().await?;
-    let want = i64::try_from(args.events)?;
-    wait_for(
+    let published = "SELECT COUNT(*) FROM outbox WHERE publicado_en IS NOT NULL";
+    drained(
         fleet,
         args,
         "relay",
-        || async {
-            count(
-                &db,
-                "SELECT COUNT(*) FROM outbox WHERE publicado_en IS NOT NULL",
-            )
-            .await
-        },
-        want,
+        &db,
+        published,
+        ("outbox", "publicado_en"),
+        sampler,
     )
-    .await?;
-    let cpu = sampler.stop().await;
-    let (first, last) = span_ms(&db, "outbox", "publicado_en").await?;
-    Ok(Scaled {
-        rate: per_second(args.events, first, last),
-        cpu,
-    })
+    .await
 }
 
 async fn consumers(
@@ -347,21 +337,9 @@ async fn consumers(
     tokio::time::sleep(GROUP_SETTLE).await;
     let sampler = CpuSampler::start_labelled(labels);
     prefill_topic(broker.publisher().as_ref(), &messages).await?;
-    let want = i64::try_from(args.events)?;
-    wait_for(
-        fleet,
-        args,
-        "inventario",
-        || async { count(&db, "SELECT COUNT(*) FROM mensajes_procesados").await },
-        want,
-    )
-    .await?;
-    let cpu = sampler.stop().await;
-    let (first, last) = span_ms(&db, "mensajes_procesados", "procesado_en").await?;
-    Ok(Scaled {
-        rate: per_second(args.events, first, last),
-        cpu,
-    })
+    let applied = "SELECT COUNT(*) FROM mensajes_procesados";
+    let span = ("mensajes_procesados", "procesado_en");
+    drained(fleet, args, "inventario", &db, applied, span, sampler).await
 }
 
 async fn order_takers(
@@ -437,23 +415,24 @@ async fn order_takers(
     })
 }
 
-/// Waits until `done()` reaches `want`, failing when a process stopped or the timeout passed.
-async fn wait_for<F, Fut>(
+/// Waits until `done` (a count on `db`) reaches the run's events, failing when a process
+/// stopped or the timeout passed; then the rate over the span of `table.column` and the CPU
+/// since `sampler` started.
+async fn drained(
     fleet: &mut Fleet,
     args: &ScaleArgs,
     label: &str,
-    done: F,
-    want: i64,
-) -> anyhow::Result<()>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<i64>>,
-{
+    db: &Db,
+    done: &'static str,
+    (table, column): (&str, &str),
+    sampler: CpuSampler,
+) -> anyhow::Result<Scaled> {
+    let want = i64::try_from(args.events)?;
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     loop {
-        let now = done().await?;
+        let now = count(db, done).await?;
         if now >= want {
-            return Ok(());
+            break;
         }
         if !fleet.all_running() {
             bail!("a {label} process stopped during the drain");
@@ -463,6 +442,12 @@ where
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let cpu = sampler.stop().await;
+    let (first, last) = span_ms(db, table, column).await?;
+    Ok(Scaled {
+        rate: per_second(args.events, first, last),
+        cpu,
+    })
 }
 
 async fn count(db: &Db, sql: &'static str) -> anyhow::Result<i64> {
