@@ -58,7 +58,7 @@ impl Fleet {
 
     /// Starts `km0 run <component> --instance <instance>` and waits for its ready line; the
     /// address of its HTTP API, when it serves one.
-    pub(crate) async fn start(
+    async fn start(
         &mut self,
         component: &str,
         instance: &str,
@@ -105,6 +105,20 @@ impl Fleet {
             w.strip_prefix(&format!("{component}="))
                 .and_then(|a| a.parse().ok())
         }))
+    }
+
+    /// Starts `k` instances of `component`, named `<component>-1` to `<component>-k`, one
+    /// after another; their HTTP addresses.
+    pub(crate) async fn start_each(
+        &mut self,
+        component: &str,
+        k: usize,
+    ) -> anyhow::Result<Vec<Option<SocketAddr>>> {
+        let mut addresses = Vec::with_capacity(k);
+        for i in 1..=k {
+            addresses.push(self.start(component, &format!("{component}-{i}")).await?);
+        }
+        Ok(addresses)
     }
 
     /// Whether every process still runs.

@@ -276,9 +276,7 @@ async fn relays(
     let events = outbox_events(args.events, args.aggregates)?;
     let broker = system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, TOPIC).await?;
-    for i in 1..=k {
-        fleet.start("relay", &format!("relay-{i}")).await?;
-    }
+    fleet.start_each("relay", k).await?;
     // Relays that run for long have shared the outbox's lanes out before a backlog comes:
     // the backlog is committed once every relay holds lanes, in one transaction, so it
     // appears all at once.
@@ -327,11 +325,7 @@ async fn consumers(
     let broker = system.broker().await.context("opening the broker")?;
     ensure_topic_and_dlq(&broker, TOPIC).await?;
     let messages = topic_messages(TOPIC, args.events, args.aggregates)?;
-    for i in 1..=k {
-        fleet
-            .start("inventario", &format!("inventario-{i}"))
-            .await?;
-    }
+    fleet.start_each("inventario", k).await?;
     // The members form their group before the backlog comes, as long-running ones have;
     // the topic is then filled faster than they drain it.
     tokio::time::sleep(GROUP_SETTLE).await;
@@ -348,11 +342,12 @@ async fn order_takers(
     labels: Labels,
     args: &ScaleArgs,
 ) -> anyhow::Result<Scaled> {
-    let mut addresses = Vec::with_capacity(k);
-    for i in 1..=k {
-        let address = fleet.start("pedidos", &format!("pedidos-{i}")).await?;
-        addresses.push(address.context("pedidos named no HTTP address in its ready line")?);
-    }
+    let addresses = fleet
+        .start_each("pedidos", k)
+        .await?
+        .into_iter()
+        .map(|a| a.context("pedidos named no HTTP address in its ready line"))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
         .build()?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use entrega_amqp::QueueDepth;
 use km0::services::inventario::{GROUP, TOPIC};
 
-use super::kafka_state::orders::Placed;
+use super::kafka_state::orders::{assert_stock_less, Placed};
 use super::state::DbState;
 
 /// The depths of inventario's shard queues and of its dead-letter queue.
@@ -51,15 +51,5 @@ pub async fn assert_applied_exactly_once(
         keys, created,
         "keys of other events, or orders never applied"
     );
-    let mut want = start.clone();
-    for order in placed {
-        for (product, units) in &order.lines {
-            *want.get_mut(*product).expect("known product") -= units;
-        }
-    }
-    assert_eq!(
-        state.stock().await,
-        want,
-        "stock is not the start less the accepted orders: some order was applied twice or lost"
-    );
+    assert_stock_less(state, placed, start).await;
 }

@@ -54,6 +54,28 @@ pub fn as_postgres_logged(program: &Path, args: &[&str], log: Option<&Path>) {
     }
 }
 
+/// A new directory `<tmp>/<prefix>-<uuid>` owned by the `postgres` user, for servers' data
+/// and sockets.
+pub fn postgres_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).expect("server dir");
+    let chown = Command::new("chown")
+        .args(["-R", "postgres:postgres"])
+        .arg(&dir)
+        .status()
+        .expect("run chown");
+    assert!(chown.success(), "chown {}", dir.display());
+    dir
+}
+
+/// A port of 127.0.0.1 nothing listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
 /// A running server owned by one test.
 pub struct OwnPostgres {
     dir: PathBuf,
@@ -65,14 +87,7 @@ impl OwnPostgres {
     /// Makes and starts a cluster; returns once it accepts connections.
     pub fn start() -> Self {
         let bin = bin_dir();
-        let dir = std::env::temp_dir().join(format!("km0-pg-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("cluster dir");
-        let chown = Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .expect("run chown");
-        assert!(chown.success(), "chown {}", dir.display());
+        let dir = postgres_dir("km0-pg");
         let data = dir.join("data");
         as_postgres(
             &bin.join("initdb"),
@@ -86,10 +101,7 @@ impl OwnPostgres {
                 "--no-sync",
             ],
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
+        let port = free_port();
         let server = Self { dir, bin, port };
         server.pg_ctl(&["start"]);
         server

@@ -6,12 +6,11 @@
 
 #![allow(clippy::panic)]
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::own_pg::{as_postgres_logged, bin_dir};
+use super::own_pg::{as_postgres_logged, bin_dir, free_port, postgres_dir};
 
 /// One server of the pair.
 struct Node {
@@ -27,27 +26,12 @@ pub struct PgPair {
     nodes: [Node; 2],
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
 impl PgPair {
     /// Makes the primary, starts it, makes the standby from it and starts it; returns once
     /// the standby streams synchronously.
     pub fn start() -> Self {
         let bin = bin_dir();
-        let dir =
-            std::env::temp_dir().join(format!("km0-pgpair-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).expect("pair dir");
-        let chown = Command::new("chown")
-            .args(["-R", "postgres:postgres"])
-            .arg(&dir)
-            .status()
-            .expect("run chown");
-        assert!(chown.success(), "chown {}", dir.display());
+        let dir = postgres_dir("km0-pgpair");
         let node = |name: &str| Node {
             data: dir.join(name),
             log: dir.join(format!("{name}.log")),

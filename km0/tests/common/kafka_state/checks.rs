@@ -20,7 +20,7 @@ use km0::services::inventario::{CONSUMER, GROUP};
 use km0::services::pedidos::{ORDER_CREATED, TOPIC};
 use km0::wiring::dead_letter_topic;
 
-use super::orders::Placed;
+use super::orders::{assert_stock_less, Placed};
 use super::{KafkaRecord, KafkaView};
 use crate::common::state::{count, DbState};
 
@@ -107,17 +107,7 @@ pub async fn assert_applied_exactly_once_in_order(
         placed.len(),
         "one key per pedido.creado"
     );
-    let mut want = start.clone();
-    for order in placed {
-        for (product, units) in &order.lines {
-            *want.get_mut(*product).expect("known product") -= units;
-        }
-    }
-    assert_eq!(
-        state.stock().await,
-        want,
-        "stock is not the start less the accepted orders: some order was applied twice or lost"
-    );
+    assert_stock_less(state, placed, start).await;
     assert_eq!(
         count(&state.pedidos, "SELECT COUNT(*) FROM pedidos").await,
         i64::try_from(placed.len()).expect("count"),

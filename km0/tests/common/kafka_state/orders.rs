@@ -70,6 +70,26 @@ pub async fn fill_stock(state: &DbState) -> std::collections::BTreeMap<String, i
     state.stock().await
 }
 
+/// Asserts that the stock is `start` less the lines of every `placed` order: none applied
+/// twice, none lost.
+pub async fn assert_stock_less(
+    state: &DbState,
+    placed: &[Placed],
+    start: &std::collections::BTreeMap<String, i64>,
+) {
+    let mut want = start.clone();
+    for order in placed {
+        for (product, units) in &order.lines {
+            *want.get_mut(*product).expect("known product") -= units;
+        }
+    }
+    assert_eq!(
+        state.stock().await,
+        want,
+        "stock is not the start less the accepted orders: some order was applied twice or lost"
+    );
+}
+
 /// Places order `order_id` through pedidos at `addr`, then commits its `pedido.pagado` to the
 /// outbox of `pedidos_db`. `Err` with the reason when the order was not accepted.
 pub async fn place_and_pay(
