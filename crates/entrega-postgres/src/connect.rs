@@ -81,14 +81,12 @@ pub async fn connect(url: &str) -> Result<PgPool, StoreError> {
         .connect_with(with_session_defaults(hosts.hosts[current].options.clone()))
         .await
         .map_err(classify)?;
-    let each = hosts.clone();
     tokio::spawn(failover::watch(
         pool.clone(),
         hosts,
         current,
         monitor,
         moved,
-        move |i| with_session_defaults(each.hosts[i].options.clone()),
     ));
     Ok(pool)
 }
@@ -106,7 +104,7 @@ fn pool_options() -> PgPoolOptions {
 }
 
 /// `options` with `jit = off` and [`SESSION_LIMITS`], except what its `options` set.
-fn with_session_defaults(options: PgConnectOptions) -> PgConnectOptions {
+pub(crate) fn with_session_defaults(options: PgConnectOptions) -> PgConnectOptions {
     let given = options.get_options().unwrap_or("").to_owned();
     let defaults = std::iter::once(("jit", "off"))
         .chain(SESSION_LIMITS.iter().copied())

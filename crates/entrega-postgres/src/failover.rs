@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use sqlx::postgres::{PgConnection, PgPool};
 use sqlx::Connection;
 
+use crate::connect::with_session_defaults;
 use crate::hosts::{accepts, Hosts};
 
 /// How often the server in use is asked whether it still takes the pool's sessions.
@@ -46,7 +47,6 @@ pub(crate) async fn watch(
     mut current: usize,
     mut monitor: PgConnection,
     moved: Moved,
-    options: impl Fn(usize) -> sqlx::postgres::PgConnectOptions + Send,
 ) {
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
@@ -74,7 +74,9 @@ pub(crate) async fn watch(
                     if found == current {
                         tracing::info!(server = %hosts.hosts[current].name, "PostgreSQL server back");
                     } else {
-                        pool.set_connect_options(options(found));
+                        pool.set_connect_options(with_session_defaults(
+                            hosts.hosts[found].options.clone(),
+                        ));
                         moved.now();
                         tracing::warn!(
                             from = %hosts.hosts[current].name,

@@ -14,4 +14,4 @@ mod target;
 
 pub use outbox_row::{OutboxColumns, RowError};
 pub use pgwire_replication as replication;
-pub use target::replication_config;
+pub use target::{current_replication_config, replication_config};

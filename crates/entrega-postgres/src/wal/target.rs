@@ -10,6 +10,18 @@ use pgwire_replication::{ReplicationConfig, SslMode, TlsConfig};
 /// the form [`super::OutboxColumns`] reads.
 const SESSION: &str = "-c datestyle=ISO -c timezone=UTC";
 
+/// [`replication_config`] for the server `url` names that takes writes now: on a URL naming
+/// several servers, after a failover, the promoted standby ([`crate::current_server_url`]).
+pub async fn current_replication_config(
+    url: &str,
+    slot: &str,
+    publication: &str,
+    status_interval: Duration,
+) -> Result<ReplicationConfig, StoreError> {
+    let server = crate::current_server_url(url).await?;
+    replication_config(&server, slot, publication, status_interval)
+}
+
 /// The replication session for `slot` and `publication` on the database of `url`
 /// (`postgres://user:password@host:port/db?sslmode=...&sslrootcert=...`), with the user,
 /// password, host, port, database and TLS settings the URL gives (`sslmode` as libpq reads

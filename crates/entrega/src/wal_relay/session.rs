@@ -12,7 +12,7 @@ use std::time::Duration;
 use entrega_core::{OutboxRow, OutgoingMessage, TransportError};
 use entrega_postgres::wal::pgoutput::{Change, Decoder};
 use entrega_postgres::wal::replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
-use entrega_postgres::wal::{replication_config, slot, OutboxColumns};
+use entrega_postgres::wal::{current_replication_config, slot, OutboxColumns};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -101,14 +101,15 @@ impl WalRelay {
     }
 
     async fn stream(&self, name: &str, shutdown: &CancellationToken) -> Result<(), End> {
-        // On a URL naming several servers, the one taking writes now (after a failover, the
-        // promoted standby).
-        let server = entrega_postgres::current_server_url(&self.url)
-            .await
-            .map_err(store)?;
-        let config = replication_config(&server, name, slot::PUBLICATION, self.wal.status_interval)
-            .map_err(store)?
-            .with_binary(self.wal.binary);
+        let config = current_replication_config(
+            &self.url,
+            name,
+            slot::PUBLICATION,
+            self.wal.status_interval,
+        )
+        .await
+        .map_err(store)?
+        .with_binary(self.wal.binary);
         let mut client = ReplicationClient::connect(config)
             .await
             .map_err(stream_error)?;
