@@ -22,11 +22,14 @@
 TEST_DURATIONS="$KM0_CACHE/test-durations.tsv"
 
 # Tests that take down a service other binaries share (the local RabbitMQ node, stopped and
-# started by the restart test) or need most of one (the demos on a shared broker open every
-# service's pools, more connections than PostgreSQL serves beside the other tests):
+# started by the restart test), need most of one (the demos on a shared broker open every
+# service's pools, more connections than PostgreSQL serves beside the other tests) or most of
+# the machine (the three-node clusters: three JVMs or three Erlang nodes, which beside the
+# other broker tests starved them of CPU until their timeouts fired):
 # `binary<TAB>test filter`, one a line. Their binary skips them, and they run alone at the
 # end, one test at a time.
-ALONE_TESTS=$'km0-brokers\tamqp_broker_restart::\nkm0-brokers\tdemo_hermetic::'
+ALONE_TESTS=$'km0-brokers\tamqp_broker_restart::\nkm0-brokers\tdemo_hermetic::
+km0-brokers\tkafka_cluster::\nkm0-brokers\tamqp_cluster::'
 
 test_tasks() {
   local threads=$1 json

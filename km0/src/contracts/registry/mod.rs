@@ -18,6 +18,12 @@ use serde_json::{json, Value};
 const DRAFT_07: &str = "http://json-schema.org/draft-07/schema#";
 /// Longest wait for one answer of the registry.
 const TIMEOUT: Duration = Duration::from_secs(30);
+/// Tries of one call when the connection fails or the registry answers 502, 503 or 504.
+/// Every call of this API is idempotent (registering a schema already there returns its id),
+/// so a call whose answer was lost may be sent again.
+const ATTEMPTS: u32 = 3;
+/// Wait before the second try; doubled before each later one.
+const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 
 /// Why talking to the registry failed.
 #[derive(Debug, thiserror::Error)]
@@ -209,7 +215,8 @@ impl SchemaRegistry {
     }
 
     /// Calls `path`; `None` when the registry answers `allowed` (404: unknown, 409:
-    /// incompatible), an error on any other failure.
+    /// incompatible), an error on any other failure. A failed connection, an answer cut off
+    /// and a 502, 503 or 504 are tried again, up to [`ATTEMPTS`] in all.
     async fn call_allowing(
         &self,
         method: reqwest::Method,
@@ -217,6 +224,43 @@ impl SchemaRegistry {
         body: &Value,
         allowed: u16,
     ) -> Result<Option<Value>, RegistryError> {
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 1;
+        loop {
+            match self.send(method.clone(), path, body).await {
+                Err(failure) if failure.transient && attempt < ATTEMPTS => {
+                    tracing::warn!(
+                        path,
+                        attempt,
+                        reason = %failure.reason,
+                        "schema registry call failed; trying again"
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                    attempt += 1;
+                }
+                Err(failure) => return Err(self.unavailable(path, failure.reason)),
+                Ok((status, _)) if status == allowed => return Ok(None),
+                Ok((status, text)) if !(200..300).contains(&status) => {
+                    return Err(self.unavailable(path, format!("HTTP {status}: {text}")))
+                }
+                Ok((_, text)) => {
+                    return serde_json::from_str(&text).map(Some).map_err(|e| {
+                        self.unavailable(path, format!("unreadable answer: {e}: {text}"))
+                    })
+                }
+            }
+        }
+    }
+
+    /// One request: the status and body of the answer, or why there was none (a 502, 503 or
+    /// 504 counts as none, and may be tried again).
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: &Value,
+    ) -> Result<(u16, String), SendFailure> {
         let url = format!("{}/{path}", self.base);
         let mut request = self
             .http
@@ -225,24 +269,16 @@ impl SchemaRegistry {
         if !body.is_null() {
             request = request.body(body.to_string());
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| self.unavailable(path, e.to_string()))?;
+        let response = request.send().await.map_err(SendFailure::from)?;
         let status = response.status().as_u16();
-        let text = response
-            .text()
-            .await
-            .map_err(|e| self.unavailable(path, e.to_string()))?;
-        if status == allowed {
-            return Ok(None);
+        let text = response.text().await.map_err(SendFailure::from)?;
+        if matches!(status, 502..=504) {
+            return Err(SendFailure {
+                transient: true,
+                reason: format!("HTTP {status}: {text}"),
+            });
         }
-        if !(200..300).contains(&status) {
-            return Err(self.unavailable(path, format!("HTTP {status}: {text}")));
-        }
-        serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| self.unavailable(path, format!("unreadable answer: {e}: {text}")))
+        Ok((status, text))
     }
 
     fn unavailable(&self, path: &str, reason: String) -> RegistryError {
@@ -260,6 +296,23 @@ impl SchemaRegistry {
     }
 }
 
+/// Why one request got no answer.
+struct SendFailure {
+    /// Whether trying again may succeed: the connection failed or the answer was cut off,
+    /// not a timeout (waited out already) or a request that could not be built.
+    transient: bool,
+    reason: String,
+}
+
+impl From<reqwest::Error> for SendFailure {
+    fn from(e: reqwest::Error) -> Self {
+        Self {
+            transient: !e.is_timeout() && (e.is_connect() || e.is_request() || e.is_body()),
+            reason: e.to_string(),
+        }
+    }
+}
+
 /// A registration body: the schema as JSON Schema text, declared draft-07.
 fn schema_body(schema: &Value) -> Value {
     let mut schema = schema.clone();
@@ -268,3 +321,6 @@ fn schema_body(schema: &Value) -> Value {
     }
     json!({ "schemaType": "JSON", "schema": schema.to_string() })
 }
+
+#[cfg(test)]
+mod tests;
