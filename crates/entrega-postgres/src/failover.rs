@@ -15,6 +15,9 @@ use crate::hosts::{accepts, Hosts};
 
 /// How often the server in use is asked whether it still takes the pool's sessions.
 const CHECK_EVERY: Duration = Duration::from_millis(500);
+/// How often the servers are asked again while none takes the pool's sessions: a standby is
+/// promoted at an instant nobody here knows, and every write waits until it is found.
+const SEARCH_EVERY: Duration = Duration::from_millis(100);
 /// Longest wait for a server's answer, to that question or to a new connection.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -89,7 +92,7 @@ pub(crate) async fn watch(
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "no PostgreSQL server takes the sessions yet");
-                    tokio::time::sleep(CHECK_EVERY).await;
+                    tokio::time::sleep(SEARCH_EVERY).await;
                 }
             }
         }

@@ -10,8 +10,9 @@
 //!
 //! It prints what it killed, how long until an order was applied again and what the calls
 //! did, and asserts: every accepted order applied exactly once (one key per `pedido.creado`,
-//! stock the start less the orders), nothing dead-lettered, and no km0 process died: each
-//! found a node still running; every call answered with its own reply, timed out or failed,
+//! stock the start less the orders), each order's two events delivered in order to a group of
+//! the test's own (`common::delivery_order`: inventario applies only the first), nothing
+//! dead-lettered, and no km0 process died: each found a node still running; every call answered with its own reply, timed out or failed,
 //! never answered twice, and calls answered while the node was dead and after it came back.
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use common::amqp_cluster::RabbitCluster;
 use common::amqp_state::{assert_applied_exactly_once, depths};
+use common::delivery_order::{assert_delivered_in_key_order, DeliveryLog};
 use common::kafka_state::orders::{all_accepted, fill_stock, Load};
 use common::process::{Deployment, Km0};
 use common::rpc_load::{Outcome, RpcLoad};
@@ -71,6 +73,7 @@ async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
     let deployment = Deployment::with_broker("postgres", &url, LEASE_TTL_MS);
     let state = deployment.state().await;
     let start = fill_stock(&state).await;
+    let delivery_log = DeliveryLog::start(&url).await;
 
     let pedidos = deployment.start("pedidos", "pedidos-1").await;
     let mut relay = deployment.start("relay", "relay-1").await;
@@ -162,9 +165,23 @@ async fn the_node_leading_most_queues_killed_loses_nothing_and_applies_once() {
             .then_some(())
     })
     .await;
+    eventually(
+        SETTLE,
+        "every event delivered to the test's group",
+        || async { delivery_log.has_all(&placed).then_some(()) },
+    )
+    .await;
+    let deliveries = delivery_log.stop().await;
     relay.assert_running();
     members.iter_mut().for_each(Km0::assert_running);
     assert_applied_exactly_once(&state, &placed, &start).await;
+    let again = assert_delivered_in_key_order(&deliveries, &placed);
+    eprintln!(
+        "the test's group: {} deliveries of {} events, each order's in order; {again} \
+         delivered again",
+        deliveries.len(),
+        placed.len() * 2
+    );
     assert_eq!(
         calls.count(Outcome::Wrong),
         0,

@@ -133,7 +133,10 @@ fn secure_properties(properties: &str, dir: &Path, secure: &Secure, ports: Secur
 }
 
 /// `java` with Kafka's jars, a heap of at most `heap` and its output appended to `log` in
-/// `dir`.
+/// `dir`. A test's broker lives for a minute or two beside the rest of the suite on two cores:
+/// it compiles with the client compiler only (`TieredStopAtLevel=1`) and collects with the
+/// serial collector, which took a third off the CPU of a test that owns its broker. Brokers
+/// that are measured (`scripts/services`) keep Kafka's own settings.
 pub(super) fn kafka_java(dir: &Path, log: &str, heap: &str) -> Command {
     let out = fs::OpenOptions::new()
         .create(true)
@@ -145,7 +148,8 @@ pub(super) fn kafka_java(dir: &Path, log: &str, heap: &str) -> Command {
     java.args([
         "-Xms128m",
         &format!("-Xmx{heap}"),
-        "-XX:+UseG1GC",
+        "-XX:+UseSerialGC",
+        "-XX:TieredStopAtLevel=1",
         "-Djava.awt.headless=true",
     ])
     .arg(format!(

@@ -9,6 +9,7 @@ pub mod amqp_cluster;
 pub mod amqp_state;
 pub mod cloudevents;
 pub mod coverage;
+pub mod delivery_order;
 pub mod kafka;
 pub mod kafka_cluster;
 pub mod kafka_ns;
