@@ -22,6 +22,8 @@ const LEADER_PROBE: Duration = Duration::from_secs(1);
 /// Creates topics through Kafka's admin API.
 pub struct KafkaAdmin {
     admin: std::sync::Arc<AdminClient<DefaultClientContext>>,
+    /// The admin client's settings, for a fresh client (see `remove_namespace`).
+    settings: rdkafka::ClientConfig,
     request_timeout: Duration,
     replication: i32,
     namespace: entrega_core::Namespace,
@@ -39,10 +41,12 @@ pub struct RemovedNamespace {
 impl KafkaAdmin {
     /// Builds the admin client; it connects in the background.
     pub fn new(config: &KafkaConfig) -> Result<Self, TransportError> {
+        let settings = config.admin();
         let admin: AdminClient<DefaultClientContext> =
-            config.admin().create().map_err(|e| transport(e, ""))?;
+            settings.create().map_err(|e| transport(e, ""))?;
         Ok(Self {
             admin: std::sync::Arc::new(admin),
+            settings,
             request_timeout: config.request_timeout,
             // -1: the brokers' `default.replication.factor` (CreateTopics v4, Kafka 2.4+).
             replication: config.replication_factor.map_or(-1, i32::from),
@@ -95,8 +99,14 @@ impl KafkaAdmin {
             deleted(results, RDKafkaErrorCode::UnknownTopicOrPartition)?;
         }
         if !groups.is_empty() {
+            // By a client of its own: librdkafka's admin keeps each group's coordinator until
+            // `metadata.max.age.ms` (15 min) after its last use and does not forget one that
+            // answered NOT_COORDINATOR, so once a coordinator moved (a leader election of
+            // `__consumer_offsets` on a cluster) every retry would ask the same wrong broker.
+            let fresh: AdminClient<DefaultClientContext> =
+                self.settings.create().map_err(|e| transport(e, ""))?;
             let names: Vec<&str> = groups.iter().map(String::as_str).collect();
-            let results = self.admin.delete_groups(&names, &options).await;
+            let results = fresh.delete_groups(&names, &options).await;
             deleted(results, RDKafkaErrorCode::GroupIdNotFound)?;
         }
         Ok(RemovedNamespace { topics, groups })
