@@ -160,6 +160,20 @@ pub fn test_system(backend: &str) -> km0::wiring::System {
     km0::wiring::System::new(databases, broker).with_lease_ttl(std::time::Duration::from_secs(2))
 }
 
+/// `km0` on the embedded default in `dir` (its SQLite files and the SQLite log there),
+/// migrating its databases as it opens them (production runs `km0 migrate` first); the caller
+/// adds the command.
+pub fn embedded_km0(dir: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_km0"));
+    command
+        .env("KM0_MIGRATE", "true")
+        .arg("--database")
+        .arg(format!("sqlite://{}", dir.display()))
+        .arg("--broker")
+        .arg(format!("sqlite://{}", dir.join("broker.db").display()));
+    command
+}
+
 /// Runs `km0 <args>` to completion with none of km0's variables from the environment (and
 /// `env` set): whether it succeeded, and its stdout followed by its stderr.
 pub fn run_km0(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {

@@ -7,10 +7,11 @@
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::path::Path;
-use std::process::Command;
 
 use entrega::db::{query, Db};
 use serde_json::Value;
+
+use crate::common::embedded_km0;
 
 const EVENTS: i64 = 600;
 
@@ -77,12 +78,7 @@ async fn each_stage_scales_out_to_processes_that_do_the_work() {
     let dir =
         std::env::temp_dir().join(format!("km0-bench-scale-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_km0"))
-        .env("KM0_MIGRATE", "true")
-        .arg("--database")
-        .arg(format!("sqlite://{}", dir.display()))
-        .arg("--broker")
-        .arg(format!("sqlite://{}", dir.join("broker.db").display()))
+    let out = embedded_km0(&dir)
         .args(["bench", "--runs", "1", "--keep", "--json", "scale"])
         .args(["--events", &EVENTS.to_string(), "--aggregates", "30"])
         .args(["--instances", "1,2", "--seconds", "2", "--clients", "4"])

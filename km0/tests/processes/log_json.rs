@@ -2,21 +2,15 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
-use std::process::Command;
-
 use serde_json::Value;
+
+use crate::common::embedded_km0;
 
 #[test]
 fn every_log_line_is_a_json_object() {
     let dir = std::env::temp_dir().join(format!("km0-log-json-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_km0"))
-        // Test deployments migrate as they open (production runs `km0 migrate` first).
-        .env("KM0_MIGRATE", "true")
-        .arg("--database")
-        .arg(format!("sqlite://{}", dir.display()))
-        .arg("--broker")
-        .arg(format!("sqlite://{}", dir.join("broker.db").display()))
+    let out = embedded_km0(&dir)
         .args(["--log-json", "migrate"])
         .env_remove("RUST_LOG")
         .output()
