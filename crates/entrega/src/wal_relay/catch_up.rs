@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use entrega_core::{Headers, OutboxRow, RawJson};
 use entrega_postgres::wal::replication::ReplicationClient;
-use entrega_postgres::wal::{current_replication_config, slot};
+use entrega_postgres::wal::slot;
 use sqlx::{PgConnection, Postgres, Transaction};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -100,14 +100,7 @@ impl WalRelay {
     /// Creates the slot with an exported snapshot and publishes (and marks) the rows pending
     /// in that snapshot, read inside it, in publishing order. Returns how many.
     async fn publish_snapshot(&self, name: &str, shutdown: &CancellationToken) -> Result<u64, End> {
-        let config = current_replication_config(
-            &self.url,
-            name,
-            slot::PUBLICATION,
-            self.wal.status_interval,
-        )
-        .await
-        .map_err(store)?;
+        let config = self.replication_config(name).await?;
         let mut session = ReplicationClient::connect_gated(config)
             .await
             .map_err(stream_error)?;

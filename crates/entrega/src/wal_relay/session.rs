@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use entrega_core::{OutboxRow, OutgoingMessage, TransportError};
 use entrega_postgres::wal::pgoutput::{Change, Decoder};
-use entrega_postgres::wal::replication::{Lsn, PgWireError, ReplicationClient, ReplicationEvent};
+use entrega_postgres::wal::replication::{
+    Lsn, PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent,
+};
 use entrega_postgres::wal::{current_replication_config, slot, OutboxColumns};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -100,16 +102,19 @@ impl WalRelay {
         }
     }
 
+    /// The settings of a replication session on slot `name`, on the server taking writes
+    /// now (both sessions, the stream and a snapshot's, ask each time: a failover moves it).
+    pub(super) async fn replication_config(&self, name: &str) -> Result<ReplicationConfig, End> {
+        current_replication_config(&self.url, name, slot::PUBLICATION, self.wal.status_interval)
+            .await
+            .map_err(store)
+    }
+
     async fn stream(&self, name: &str, shutdown: &CancellationToken) -> Result<(), End> {
-        let config = current_replication_config(
-            &self.url,
-            name,
-            slot::PUBLICATION,
-            self.wal.status_interval,
-        )
-        .await
-        .map_err(store)?
-        .with_binary(self.wal.binary);
+        let config = self
+            .replication_config(name)
+            .await?
+            .with_binary(self.wal.binary);
         let mut client = ReplicationClient::connect(config)
             .await
             .map_err(stream_error)?;
