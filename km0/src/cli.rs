@@ -98,7 +98,7 @@ pub struct Cli {
         long,
         global = true,
         env = "KM0_MAX_BATCH",
-        default_value_t = 100,
+        default_value_t = 500,
         value_parser = clap::value_parser!(u16).range(1..)
     )]
     pub max_batch: u16,
@@ -351,9 +351,11 @@ pub struct RunArgs {
     /// pasarela (the addresses `km0 up` uses).
     #[arg(long)]
     pub http: Option<SocketAddr>,
-    /// Name of this instance among its peers (relay lane owner, consumer group member);
-    /// default `<component>-<pid>`.
-    #[arg(long)]
+    /// Name of this instance among its peers (relay lane owner, consumer group member),
+    /// unique among those running; default `<component>@<host name>`. Kept across restarts, it
+    /// lets a restarted instance take its lanes and partitions back at once, fencing out its
+    /// earlier life; a second process started under a running one's name supersedes it.
+    #[arg(long, env = "KM0_INSTANCE")]
     pub instance: Option<String>,
     /// Maps service of reparto (`GET <url>/ruta?ciudad=..&calle=..` → `{"km": ..}`);
     /// without it routes are computed in-process.
@@ -656,7 +658,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ops,
             no_console,
         } => {
-            let instance = format!("km0-{}", std::process::id());
+            let instance = format!("km0@{}", host_name());
             let transactions = system.broker_kind()?.has_transactions();
             let saga = system.saga().is_some();
             let mut components = Components::all(&instance);
@@ -699,7 +701,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("no component named `{}`", args.component))?;
             let instance = args
                 .instance
-                .unwrap_or_else(|| format!("{}-{}", component.name(), std::process::id()));
+                .unwrap_or_else(|| format!("{}@{}", component.name(), host_name()));
             let mut components = Components::none(&instance).with(component);
             components.mapas_url = args.mapas_url.clone();
             components.pasarela_url = args.pasarela_url.clone();
@@ -788,6 +790,16 @@ pub fn error_report(error: &anyhow::Error) -> String {
         report.push_str(&text);
     }
     report
+}
+
+/// This machine's name (a pod's or container's in those), for the default instance names:
+/// stable across restarts, different on every machine.
+fn host_name() -> String {
+    hostname::get()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
 }
 
 #[cfg(test)]

@@ -43,7 +43,7 @@ pub use handler_error::{ErrorClass, HandlerError};
 pub use headers::Headers;
 pub use held::{HeldId, HeldLetter, HeldLetterStore, HeldRow};
 pub use inspect::{group_lag, LogInspector, PartitionLag};
-pub use lease::{fair_share, plan_balance, BalancePlan, SlotLease};
+pub use lease::{fair_share, plan_balance, BalancePlan, Holder, SlotLease};
 pub use namespace::{InvalidNamespace, Namespace, MAX_NAMESPACE_LEN};
 pub use outbox::{
     lane_of, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent, OutboxMaintenance,

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::{BlockedRow, Envelope, Headers, RawJson, Refusal, ReleaseError, StoreError};
+use crate::{BlockedRow, Envelope, Headers, Holder, RawJson, Refusal, ReleaseError, StoreError};
 
 /// Number of relay lanes. Fixed by the schema (the Postgres lane is a generated column).
 pub const LANES: u32 = 64;
@@ -153,17 +153,20 @@ pub struct LaneLease {
 /// Lane ownership among relay instances.
 #[async_trait]
 pub trait LaneLeases: Send + Sync {
-    /// Heartbeats `owner`, renews its leases, takes free or expired lanes up to its fair share
-    /// (lanes / live instances, rounded up) and gives back any surplus. Returns the lanes held.
+    /// Heartbeats `owner`, renews its leases, takes its earlier incarnation's lanes and free or
+    /// expired ones up to its fair share (lanes / live instances, rounded up) and gives back any
+    /// surplus ([`crate::plan_balance`]). Returns the lanes held: none once a later incarnation
+    /// of the same name holds lanes.
     async fn balance(
         &self,
-        owner: &str,
+        owner: &Holder,
         now_ms: i64,
         ttl: Duration,
     ) -> Result<Vec<LaneLease>, StoreError>;
 
-    /// Gives back every lane of `owner` and forgets the instance (clean shutdown).
-    async fn release_all(&self, owner: &str) -> Result<(), StoreError>;
+    /// Gives back every lane this incarnation of `owner` holds and forgets the instance
+    /// (clean shutdown).
+    async fn release_all(&self, owner: &Holder) -> Result<(), StoreError>;
 }
 
 /// The pending rows of one lane, oldest first, as [`OutboxReader::pending_lanes`] returns them.

@@ -172,6 +172,11 @@ pub struct LogCapabilities {
     /// join completing in the background, as with Kafka), scenarios keep polling until the
     /// assignment they need shows up.
     pub assigned_on_first_poll: bool,
+    /// Whether members hold partitions by fenced leases kept under their names, so a member
+    /// subscribing again under its name (a restarted process) takes its earlier life's
+    /// partitions at once: the database-backed logs. Kafka's coordinator assigns partitions
+    /// to sessions instead, and the scenario that checks this is skipped.
+    pub leases_by_name: bool,
 }
 
 impl Default for LogCapabilities {
@@ -179,6 +184,7 @@ impl Default for LogCapabilities {
         Self {
             poll_wait: Duration::from_millis(50),
             assigned_on_first_poll: true,
+            leases_by_name: true,
         }
     }
 }
@@ -193,6 +199,12 @@ impl LogCapabilities {
     /// Builder form: sets [`LogCapabilities::assigned_on_first_poll`].
     pub fn with_assigned_on_first_poll(mut self, yes: bool) -> Self {
         self.assigned_on_first_poll = yes;
+        self
+    }
+
+    /// Builder form: sets [`LogCapabilities::leases_by_name`].
+    pub fn with_leases_by_name(mut self, yes: bool) -> Self {
+        self.leases_by_name = yes;
         self
     }
 }

@@ -43,6 +43,7 @@ pub async fn run_all_outbox(h: &dyn OutboxHarness) -> Scenario {
         outbox::mark_requires_valid_lease,
         outbox::owners_converge_to_disjoint_lanes,
         outbox::expired_owner_is_taken_over_and_fenced,
+        outbox::restarted_owner_takes_its_lanes_back_at_once,
         outbox::late_commit_is_still_pending,
         outbox::purge_removes_published_by_age,
         outbox::status_reports_backlog,
@@ -132,6 +133,7 @@ pub async fn run_all_log(h: &dyn LogHarness) -> Scenario {
         log::two_members_split_partitions,
         log::silent_member_loses_partitions,
         log::stale_commit_is_refused,
+        log::restarted_member_takes_its_partitions_back_at_once,
         log::seek_redelivers,
         log::pause_holds_one_partition,
     );
@@ -167,6 +169,7 @@ macro_rules! outbox_conformance {
             mark_requires_valid_lease,
             owners_converge_to_disjoint_lanes,
             expired_owner_is_taken_over_and_fenced,
+            restarted_owner_takes_its_lanes_back_at_once,
             late_commit_is_still_pending,
             purge_removes_published_by_age,
             status_reports_backlog,
@@ -228,6 +231,7 @@ macro_rules! log_conformance {
             two_members_split_partitions,
             silent_member_loses_partitions,
             stale_commit_is_refused,
+            restarted_member_takes_its_partitions_back_at_once,
             seek_redelivers,
             pause_holds_one_partition,
         );

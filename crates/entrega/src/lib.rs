@@ -63,6 +63,7 @@ pub use shutdown::{shutdown_token, signal};
 pub use wal_relay::{SlotGauges, WalConfig, WalError, WalRelay};
 pub use worker::{
     Handler, Message, RetryStrategy, Router, Worker, WorkerConfig, WorkerError, WorkerStats,
+    DEFAULT_MAX_BATCH,
 };
 
 pub use tokio_util::sync::CancellationToken;
@@ -94,7 +95,7 @@ pub mod seams {
     pub use entrega_core::{
         fair_share, group_lag, lane_of, partition_for, plan_balance, BalancePlan, BlockedRow,
         DeadLetterId, DeadLetterMark, DeadLetterState, DlqAction, DlqAuditEntry, DlqStore, HeldId,
-        HeldLetter, HeldLetterStore, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows,
+        HeldLetter, HeldLetterStore, Holder, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows,
         LogInspector, OutboxMaintenance, OutboxReader, OutboxRow, OutboxStatus, OutboxWakeup,
         ParkedAt, ParkedRecord, ParkingStore, PartitionLag, Publisher, Refusal, ReleaseError,
         RpcDelivery, RpcInbox, RpcMessage, RpcTransport, SideQueues, SlotLease, Subscriber,

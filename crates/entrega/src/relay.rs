@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use entrega_core::{Clock, LaneLease, Publisher, StoreError};
+use entrega_core::{Clock, Holder, LaneLease, Publisher, StoreError};
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +61,9 @@ pub struct Relay {
     publisher: Arc<dyn Publisher>,
     clock: Arc<dyn Clock>,
     config: RelayConfig,
+    /// `config.instance_id` in this relay's life: a relay started again under the same name
+    /// takes its lanes back at once, fencing this one out.
+    holder: Holder,
     stats: Arc<RelayStats>,
     state: Mutex<State>,
 }
@@ -81,11 +84,13 @@ impl Relay {
         clock: Arc<dyn Clock>,
         config: RelayConfig,
     ) -> Self {
+        let holder = Holder::new(config.instance_id.clone(), clock.now_ms());
         Self {
             ports,
             publisher,
             clock,
             config,
+            holder,
             stats: Arc::default(),
             state: Mutex::default(),
         }
@@ -192,7 +197,7 @@ impl Relay {
         let leases = self
             .ports
             .leases
-            .balance(&self.config.instance_id, now, self.config.lease_ttl)
+            .balance(&self.holder, now, self.config.lease_ttl)
             .await?;
         state
             .backoff
@@ -251,12 +256,7 @@ impl Relay {
         }
         let mut state = self.state.lock().await;
         state.leases.clear();
-        match self
-            .ports
-            .leases
-            .release_all(&self.config.instance_id)
-            .await
-        {
+        match self.ports.leases.release_all(&self.holder).await {
             // The database is away: the lanes go to the others once their leases expire.
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "releasing the lanes failed; their leases will expire");

@@ -96,7 +96,10 @@ impl TopicRouting {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct RelayConfig {
-    /// Unique name of this instance among the relays of one outbox (lease owner).
+    /// Name of this instance among the relays of one outbox (lease owner), unique among those
+    /// running. Kept across restarts (a host or pod name), it lets a restarted relay take its
+    /// lanes back at once instead of waiting out its earlier life's leases; the default is a
+    /// random name.
     pub instance_id: String,
     /// Producing service, written as the envelope's `origen`.
     pub source: String,

@@ -201,6 +201,7 @@ async fn load(run: &BenchRun, args: &E2eArgs) -> anyhow::Result<RunResult> {
         .ignore(ORDER_CANCELLED);
     let mut worker_config = WorkerConfig::new(&run.group, &run.topic);
     worker_config.member = "bench-worker".to_owned();
+    worker_config.max_batch = run.system.max_batch();
     let worker = Worker::new(
         broker.subscriber(),
         broker.publisher(),

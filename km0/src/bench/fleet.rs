@@ -40,6 +40,8 @@ impl Fleet {
             database,
             "--broker".to_owned(),
             system.broker_url().to_owned(),
+            "--max-batch".to_owned(),
+            system.max_batch().to_string(),
         ];
         if let Some(prefix) = &databases.prefix {
             args.extend(["--db-prefix".to_owned(), prefix.clone()]);

@@ -399,10 +399,16 @@ pub(crate) async fn drain_prefilled(
     // Long-running relays have split the lanes long before a backlog builds up: let them
     // join and balance before the clock starts, or the first one would hold every lane for
     // a third of the lease period.
+    // Each relay below starts a later life of one of these names, and takes its share back
+    // at once.
     let leases = pedidos.outbox().leases;
+    let holders: Vec<entrega::seams::Holder> = ids
+        .iter()
+        .map(|id| entrega::seams::Holder::new(id.clone(), now_ms()))
+        .collect();
     for _round in 0..3 {
-        for id in &ids {
-            leases.balance(id, now_ms(), DEFAULT_LEASE_TTL).await?;
+        for holder in &holders {
+            leases.balance(holder, now_ms(), DEFAULT_LEASE_TTL).await?;
         }
     }
     let busy_us = Arc::new(AtomicU64::new(0));

@@ -76,7 +76,7 @@ impl Default for Settings {
             lease_ttl: DEFAULT_LEASE_TTL,
             retention: Retention::default(),
             key_concurrency: 1,
-            max_batch: 100,
+            max_batch: entrega::DEFAULT_MAX_BATCH,
             retry: RetryArgs::default(),
             saga: None,
             replay_key: None,

@@ -184,6 +184,7 @@ impl Deployment {
             .env_remove("KM0_DB_PREFIX")
             .env_remove("KM0_LEASE_TTL_MS")
             .env_remove("KM0_KEY_CONCURRENCY")
+            .env_remove("KM0_INSTANCE")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

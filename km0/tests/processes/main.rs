@@ -26,6 +26,7 @@ mod pg_failover;
 mod pg_faults;
 mod pg_tls;
 mod readme_by_hand;
+mod relay_restart;
 mod schema_registry;
 mod trace_order;
 mod up_saga;

@@ -39,6 +39,7 @@ impl LogHarness for KafkaHarness {
         LogCapabilities::default()
             .with_poll_wait(Duration::from_secs(1))
             .with_assigned_on_first_poll(false)
+            .with_leases_by_name(false)
     }
 
     async fn log(

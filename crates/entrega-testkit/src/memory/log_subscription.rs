@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use entrega_core::{plan_balance, Record, SlotLease, Subscription, TransportError};
+use entrega_core::{plan_balance, Holder, Record, SlotLease, Subscription, TransportError};
 use tokio::time::Instant;
 
 use super::log::{millis, MemoryLog};
@@ -20,7 +20,7 @@ pub(super) struct MemorySubscription {
     log: MemoryLog,
     group: String,
     topic: String,
-    member: String,
+    member: Holder,
     held: BTreeMap<u32, Held>,
     paused: HashMap<u32, Instant>,
     last_balance_ms: Option<i64>,
@@ -29,11 +29,12 @@ pub(super) struct MemorySubscription {
 
 impl MemorySubscription {
     pub(super) fn new(log: MemoryLog, group: &str, topic: &str, member: &str) -> Self {
+        let member = Holder::new(member, log.shared.clock.now_ms());
         Self {
             log,
             group: group.to_owned(),
             topic: topic.to_owned(),
-            member: member.to_owned(),
+            member,
             held: BTreeMap::new(),
             paused: HashMap::new(),
             last_balance_ms: None,
@@ -63,35 +64,22 @@ impl MemorySubscription {
                 .map(|slot| SlotLease {
                     slot,
                     owner: None,
+                    incarnation: 0,
                     token: 0,
                     expires_at_ms: 0,
                 })
                 .collect();
         }
-        group.members.insert(self.member.clone(), now);
+        group.members.insert(self.member.name.clone(), now);
         let live = group
             .members
             .values()
             .filter(|seen| **seen > now - ttl)
             .count();
         let plan = plan_balance(&self.member, &group.leases, live, now);
-        for lease in group.leases.iter_mut() {
-            if plan.take.contains(&lease.slot) {
-                lease.owner = Some(self.member.clone());
-                lease.token += 1;
-                lease.expires_at_ms = now.saturating_add(ttl);
-            } else if plan.renew.contains(&lease.slot) {
-                lease.expires_at_ms = now.saturating_add(ttl);
-            } else if plan.release.contains(&lease.slot) {
-                lease.owner = None;
-            }
-        }
+        plan.apply(&mut group.leases, &self.member, now.saturating_add(ttl));
         let mut held = BTreeMap::new();
-        for lease in group
-            .leases
-            .iter()
-            .filter(|l| l.owner.as_deref() == Some(&self.member))
-        {
+        for lease in group.leases.iter().filter(|l| l.held_by(&self.member)) {
             let position = match self.held.get(&lease.slot) {
                 Some(h) if h.token == lease.token => h.position,
                 // Newly acquired: start where the group left off.
@@ -174,11 +162,10 @@ impl Subscription for MemorySubscription {
             .or_default();
         for (partition, _) in offsets {
             let owned = self.held.get(partition).is_some_and(|h| {
-                group.leases.iter().any(|l| {
-                    l.slot == *partition
-                        && l.owner.as_deref() == Some(&self.member)
-                        && l.token == h.token
-                })
+                group
+                    .leases
+                    .iter()
+                    .any(|l| l.slot == *partition && l.held_by(&self.member) && l.token == h.token)
             });
             if !owned {
                 return Err(TransportError::NotAssigned {
@@ -214,11 +201,11 @@ impl Subscription for MemorySubscription {
             .get_mut(&(self.group.clone(), self.topic.clone()))
         {
             for lease in group.leases.iter_mut() {
-                if lease.owner.as_deref() == Some(&self.member) {
+                if lease.held_by(&self.member) {
                     lease.owner = None;
                 }
             }
-            group.members.remove(&self.member);
+            group.members.remove(&self.member.name);
         }
         self.held.clear();
         Ok(())

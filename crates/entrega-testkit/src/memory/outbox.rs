@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use entrega_core::{
-    lane_of, plan_balance, Clock, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows, NewEvent,
-    OutboxReader, OutboxRow, OutboxWakeup, RawJson, Refusal, SlotLease, StoreError, SystemClock,
-    LANES,
+    lane_of, plan_balance, Clock, Holder, LaneCursor, LaneLease, LaneLeases, LaneMark, LaneRows,
+    NewEvent, OutboxReader, OutboxRow, OutboxWakeup, RawJson, Refusal, SlotLease, StoreError,
+    SystemClock, LANES,
 };
 use tokio::sync::Notify;
 use uuid::Uuid;
@@ -109,6 +109,7 @@ impl MemoryOutbox {
             .map(|slot| SlotLease {
                 slot,
                 owner: None,
+                incarnation: 0,
                 token: 0,
                 expires_at_ms: 0,
             })
@@ -200,31 +201,20 @@ impl MemoryTx {
 impl LaneLeases for MemoryOutbox {
     async fn balance(
         &self,
-        owner: &str,
+        owner: &Holder,
         now_ms: i64,
         ttl: Duration,
     ) -> Result<Vec<LaneLease>, StoreError> {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let mut state = self.state();
-        state.instances.insert(owner.to_owned(), now_ms);
+        state.instances.insert(owner.name.clone(), now_ms);
         let live = state
             .instances
             .values()
             .filter(|seen| **seen > now_ms - ttl_ms)
             .count();
         let plan = plan_balance(owner, &state.lanes, live, now_ms);
-        let expires = now_ms.saturating_add(ttl_ms);
-        for lease in state.lanes.iter_mut() {
-            if plan.take.contains(&lease.slot) {
-                lease.owner = Some(owner.to_owned());
-                lease.token += 1;
-                lease.expires_at_ms = expires;
-            } else if plan.renew.contains(&lease.slot) {
-                lease.expires_at_ms = expires;
-            } else if plan.release.contains(&lease.slot) {
-                lease.owner = None;
-            }
-        }
+        plan.apply(&mut state.lanes, owner, now_ms.saturating_add(ttl_ms));
         let held = plan.held();
         Ok(state
             .lanes
@@ -232,21 +222,21 @@ impl LaneLeases for MemoryOutbox {
             .filter(|l| held.contains(&l.slot))
             .map(|l| LaneLease {
                 lane: l.slot,
-                owner: owner.to_owned(),
+                owner: owner.name.clone(),
                 token: l.token,
                 expires_at_ms: l.expires_at_ms,
             })
             .collect())
     }
 
-    async fn release_all(&self, owner: &str) -> Result<(), StoreError> {
+    async fn release_all(&self, owner: &Holder) -> Result<(), StoreError> {
         let mut state = self.state();
         for lease in state.lanes.iter_mut() {
-            if lease.owner.as_deref() == Some(owner) {
+            if lease.held_by(owner) {
                 lease.owner = None;
             }
         }
-        state.instances.remove(owner);
+        state.instances.remove(&owner.name);
         Ok(())
     }
 }

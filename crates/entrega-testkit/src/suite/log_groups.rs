@@ -339,3 +339,55 @@ pub async fn pause_holds_one_partition(h: &dyn LogHarness) -> Scenario {
     })
     .await
 }
+
+/// A member that subscribes again under its name (a restarted process) takes its partition
+/// back at once, a tenth into the earlier subscription's lease, and resumes from the committed
+/// offset; the earlier subscription's commit is refused and writes nothing. Skipped where
+/// partitions are not leased by name (Kafka).
+pub async fn restarted_member_takes_its_partitions_back_at_once(h: &dyn LogHarness) -> Scenario {
+    run(h, |fx, clock| {
+        Box::pin(async move {
+            if !clock.leases_by_name() {
+                return Ok(());
+            }
+            fx.admin().ensure_topic("reinicio", 1).await?;
+            publish_to(fx, "reinicio", 0, 1, 4).await?;
+            let mut first = fx.subscriber().subscribe(GROUP, "reinicio", "a").await?;
+            ensure!(
+                collect(&mut first, &clock, 4, 5).await?.len() == 4,
+                "the first life read everything"
+            );
+            first.commit(&[(0, 2)]).await?;
+            // The restart: no close, well within the lease (10 s).
+            clock.advance(1_000);
+            let mut again = fx.subscriber().subscribe(GROUP, "reinicio", "a").await?;
+            let got = step(&mut again, &clock).await?;
+            ensure!(
+                again.assignment() == vec![0],
+                "the later life holds {:?} on its first poll",
+                again.assignment()
+            );
+            ensure!(
+                got.iter().map(|r| r.offset).collect::<Vec<_>>() == vec![2, 3],
+                "the later life read {:?}",
+                got.iter().map(|r| r.offset).collect::<Vec<_>>()
+            );
+            let res = first.commit(&[(0, 4)]).await;
+            ensure!(
+                matches!(res, Err(TransportError::NotAssigned { partition: 0, .. })),
+                "the earlier life's commit gave {res:?}"
+            );
+            ensure!(
+                fx.committed(GROUP, "reinicio").await? == vec![(0, 2)],
+                "the earlier life's commit wrote"
+            );
+            again.commit(&[(0, 4)]).await?;
+            ensure!(
+                fx.committed(GROUP, "reinicio").await? == vec![(0, 4)],
+                "the later life's commit"
+            );
+            Ok(())
+        })
+    })
+    .await
+}

@@ -33,6 +33,11 @@ impl Pace {
         self.caps.poll_wait
     }
 
+    /// Whether members hold partitions by leases kept under their names.
+    pub(crate) fn leases_by_name(&self) -> bool {
+        self.caps.leases_by_name
+    }
+
     /// Whether a lone member holds its partitions after one poll.
     pub(crate) fn assigned_on_first_poll(&self) -> bool {
         self.caps.assigned_on_first_poll

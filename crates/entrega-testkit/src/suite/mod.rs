@@ -27,7 +27,7 @@ pub mod outbox {
     };
     pub use super::outbox_leases::{
         expired_owner_is_taken_over_and_fenced, mark_requires_valid_lease,
-        owners_converge_to_disjoint_lanes,
+        owners_converge_to_disjoint_lanes, restarted_owner_takes_its_lanes_back_at_once,
     };
     pub use super::outbox_refused::{
         held_row_waits_for_release, refusal_requires_valid_lease,
@@ -45,9 +45,9 @@ pub mod outbox {
 /// [`TopicAdmin`](entrega_core::TopicAdmin) and [`Subscriber`](entrega_core::Subscriber).
 pub mod log {
     pub use super::log_groups::{
-        pause_holds_one_partition, resume_from_committed_offset, seek_redelivers,
-        silent_member_loses_partitions, stale_commit_is_refused, two_members_split_partitions,
-        uncommitted_records_are_redelivered,
+        pause_holds_one_partition, restarted_member_takes_its_partitions_back_at_once,
+        resume_from_committed_offset, seek_redelivers, silent_member_loses_partitions,
+        stale_commit_is_refused, two_members_split_partitions, uncommitted_records_are_redelivered,
     };
     pub use super::log_topics::{
         concurrent_publishers_gap_free, ensure_topic_is_idempotent, headers_round_trip,

@@ -4,7 +4,7 @@
 
 use entrega_core::{Clock, LaneCursor, LaneLease, LaneMark, NewEvent, OutboxRow};
 
-use super::outbox_support::{event, lane_of_row, run, TTL};
+use super::outbox_support::{event, holder, lane_of_row, run, TTL};
 use crate::ensure;
 use crate::harness::{BoxError, OutboxFixture, OutboxHarness, Scenario, TxEnd};
 
@@ -36,7 +36,10 @@ pub async fn pending_lanes_matches_each_lane(h: &dyn OutboxHarness) -> Scenario 
     run(h, |fx, clock| {
         Box::pin(async move {
             let filled = fill_lanes(fx, 6, 3).await?;
-            let held = fx.leases().balance("r", clock.now_ms(), TTL).await?;
+            let held = fx
+                .leases()
+                .balance(&holder("r"), clock.now_ms(), TTL)
+                .await?;
             let mut all: Vec<u32> = held.iter().map(|l| l.lane).collect();
             all.reverse();
             let found = fx.reader().pending_lanes(&all, 2).await?;
@@ -87,7 +90,10 @@ pub async fn mark_lanes_fences_each_lane(h: &dyn OutboxHarness) -> Scenario {
         Box::pin(async move {
             let filled = fill_lanes(fx, 2, 2).await?;
             let (x, y) = (filled[0], filled[1]);
-            let held = fx.leases().balance("r", clock.now_ms(), TTL).await?;
+            let held = fx
+                .leases()
+                .balance(&holder("r"), clock.now_ms(), TTL)
+                .await?;
             let lease = |lane: u32| -> Result<LaneLease, BoxError> {
                 Ok(held
                     .iter()
@@ -199,7 +205,10 @@ pub async fn pending_lanes_after_reads_past_the_cursor(h: &dyn OutboxHarness) ->
             ensure!(got == want, "after the cursors got {got:?}, want {want:?}");
 
             // Rows up to the cursor being marked meanwhile changes nothing past it.
-            let held = fx.leases().balance("r", clock.now_ms(), TTL).await?;
+            let held = fx
+                .leases()
+                .balance(&holder("r"), clock.now_ms(), TTL)
+                .await?;
             let lease_a = held
                 .iter()
                 .find(|l| l.lane == a)

@@ -3,9 +3,9 @@
 
 use std::collections::HashSet;
 
-use entrega_core::{Clock, LaneLease, StoreError, LANES};
+use entrega_core::{Clock, Holder, LaneLease, StoreError, LANES};
 
-use super::outbox_support::{event, lane_of_row, lease_for, run, TTL, TTL_MS};
+use super::outbox_support::{event, holder, lane_of_row, lease_for, run, TTL, TTL_MS};
 use crate::ensure;
 use crate::harness::{OutboxHarness, Scenario, TxEnd};
 
@@ -60,7 +60,7 @@ pub async fn mark_requires_valid_lease(h: &dyn OutboxHarness) -> Scenario {
             let second = event("lease-1", 2);
             fx.enqueue(std::slice::from_ref(&second), TxEnd::Commit)
                 .await?;
-            fx.leases().release_all("r1").await?;
+            fx.leases().release_all(&holder("r1")).await?;
             let res = fx
                 .reader()
                 .mark_published(&lease, &[second.id], clock.now_ms())
@@ -88,7 +88,7 @@ pub async fn owners_converge_to_disjoint_lanes(h: &dyn OutboxHarness) -> Scenari
             for round in 0..10 {
                 let mut held: Vec<Vec<u32>> = Vec::new();
                 for owner in owners {
-                    let leases = fx.leases().balance(owner, now, TTL).await?;
+                    let leases = fx.leases().balance(&holder(owner), now, TTL).await?;
                     ensure!(
                         leases.iter().all(|l| l.owner == owner),
                         "balance returned another owner's lease"
@@ -130,9 +130,12 @@ pub async fn expired_owner_is_taken_over_and_fenced(h: &dyn OutboxHarness) -> Sc
             let lane = lane_of_row(fx, &e).await?;
             let t0 = clock.now_ms();
             let old = lease_for(fx, "a", lane, t0).await?;
-            let early = fx.leases().balance("b", t0 + 1_000, TTL).await?;
+            let early = fx.leases().balance(&holder("b"), t0 + 1_000, TTL).await?;
             ensure!(early.is_empty(), "b took {} live lanes of a", early.len());
-            let late = fx.leases().balance("b", t0 + TTL_MS + 1_000, TTL).await?;
+            let late = fx
+                .leases()
+                .balance(&holder("b"), t0 + TTL_MS + 1_000, TTL)
+                .await?;
             ensure!(
                 late.len() == LANES as usize,
                 "b took {} of a's expired lanes, not all",
@@ -161,6 +164,83 @@ pub async fn expired_owner_is_taken_over_and_fenced(h: &dyn OutboxHarness) -> Sc
             ensure!(
                 fx.row(e.id).await?.ok_or("row vanished")?.published,
                 "new owner could not mark"
+            );
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// An owner started again under its name (a restarted relay) takes its earlier life's lanes
+/// at once, long before their leases end, with new tokens: the earlier life's marks are
+/// refused, it finds itself superseded and holds nothing, and its release at shutdown leaves
+/// the later life's lanes alone.
+pub async fn restarted_owner_takes_its_lanes_back_at_once(h: &dyn OutboxHarness) -> Scenario {
+    run(h, |fx, clock| {
+        Box::pin(async move {
+            let e = event("restart-1", 1);
+            fx.enqueue(std::slice::from_ref(&e), TxEnd::Commit).await?;
+            let lane = lane_of_row(fx, &e).await?;
+            let t0 = clock.now_ms();
+            let (first, second) = (
+                Holder::with_incarnation("r", 1),
+                Holder::with_incarnation("r", 2),
+            );
+            let old = fx
+                .leases()
+                .balance(&first, t0, TTL)
+                .await?
+                .into_iter()
+                .find(|l| l.lane == lane)
+                .ok_or("the first life does not hold the row's lane")?;
+            // A tenth into the first life's leases.
+            let restarted = fx.leases().balance(&second, t0 + TTL_MS / 10, TTL).await?;
+            ensure!(
+                restarted.len() == LANES as usize,
+                "the later life took {} of its {} lanes at once",
+                restarted.len(),
+                LANES
+            );
+            let new = restarted
+                .iter()
+                .find(|l| l.lane == lane)
+                .ok_or("lane not taken back")?
+                .clone();
+            ensure!(new.token > old.token, "taking back did not bump the token");
+            let res = fx
+                .reader()
+                .mark_published(&old, &[e.id], t0 + TTL_MS / 5)
+                .await;
+            ensure!(
+                matches!(res, Err(StoreError::LeaseLost { .. })),
+                "the earlier life's mark gave {res:?}"
+            );
+            ensure!(
+                !fx.row(e.id).await?.ok_or("row vanished")?.published,
+                "a fenced mark changed the row"
+            );
+            let stale = fx.leases().balance(&first, t0 + TTL_MS / 5, TTL).await?;
+            ensure!(
+                stale.is_empty(),
+                "the superseded life still holds {} lanes",
+                stale.len()
+            );
+            fx.leases().release_all(&first).await?;
+            let kept = fx.leases().balance(&second, t0 + TTL_MS / 4, TTL).await?;
+            ensure!(
+                kept.len() == LANES as usize
+                    && kept
+                        .iter()
+                        .any(|l| l.lane == new.lane && l.token == new.token),
+                "the earlier life's release took lanes from the later one: {} held",
+                kept.len()
+            );
+            fx.reader()
+                .mark_published(&new, &[e.id], t0 + TTL_MS / 4)
+                .await?;
+            ensure!(
+                fx.row(e.id).await?.ok_or("row vanished")?.published,
+                "the later life could not mark"
             );
             Ok(())
         })

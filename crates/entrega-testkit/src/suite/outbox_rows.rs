@@ -7,7 +7,7 @@ use std::time::Duration;
 use entrega_core::{now_ms, Clock, NewEvent};
 use tokio::time::Instant;
 
-use super::outbox_support::{event, lane_of_row, lease_for, run, TTL};
+use super::outbox_support::{event, holder, lane_of_row, lease_for, run, TTL};
 use crate::ensure;
 use crate::harness::{OutboxHarness, Scenario, TxEnd};
 use crate::wait::wait_until;
@@ -26,7 +26,10 @@ pub async fn rolled_back_enqueue_leaves_nothing(h: &dyn OutboxHarness) -> Scenar
                     e.id
                 );
             }
-            let held = fx.leases().balance("r", clock.now_ms(), TTL).await?;
+            let held = fx
+                .leases()
+                .balance(&holder("r"), clock.now_ms(), TTL)
+                .await?;
             for lease in &held {
                 let pending = fx.reader().pending(lease.lane, 100).await?;
                 ensure!(

@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use entrega_core::{now_ms, LaneLease, ManualClock, NewEvent};
+use entrega_core::{now_ms, Holder, LaneLease, ManualClock, NewEvent};
 use serde_json::json;
 
 use crate::harness::{BoxError, OutboxFixture, OutboxHarness, Scenario};
@@ -31,13 +31,18 @@ where
     result.and(teardown)
 }
 
+/// `name` in its first life (incarnation 1).
+pub(crate) fn holder(name: &str) -> Holder {
+    Holder::with_incarnation(name, 1)
+}
+
 pub(crate) async fn lease_for(
     fx: &dyn OutboxFixture,
     owner: &str,
     lane: u32,
     now: i64,
 ) -> Result<LaneLease, BoxError> {
-    let held = fx.leases().balance(owner, now, TTL).await?;
+    let held = fx.leases().balance(&holder(owner), now, TTL).await?;
     held.into_iter()
         .find(|l| l.lane == lane)
         .ok_or_else(|| format!("{owner} does not hold lane {lane} after balancing alone").into())

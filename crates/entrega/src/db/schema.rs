@@ -148,6 +148,12 @@ const OUTBOX: &[Version] = &[
         sqlite: &[],
         postgres: &[script!("outbox", "0006_wal_slot_timeline.postgres.sql")],
     },
+    version!(
+        "outbox",
+        7,
+        "relay lanes: the incarnation of the instance holding each",
+        both("0007_lane_incarnations")
+    ),
 ];
 
 const INBOX: &[Version] = &[
@@ -207,12 +213,20 @@ const HELD_LETTERS: &[Version] = &[
     ),
 ];
 
-const LOG: &[Version] = &[version!(
-    "log",
-    1,
-    "log transport: topics, partitions, records, group offsets, members, leases",
-    pair("0001_log")
-)];
+const LOG: &[Version] = &[
+    version!(
+        "log",
+        1,
+        "log transport: topics, partitions, records, group offsets, members, leases",
+        pair("0001_log")
+    ),
+    version!(
+        "log",
+        2,
+        "partition leases: the incarnation of the member holding each",
+        both("0002_partition_incarnations")
+    ),
+];
 
 const SAGAS: &[Version] = &[
     version!(

@@ -7,9 +7,11 @@
 //! order), heartbeat the member, forget members silent for a whole lease, plan with
 //! [`plan_balance`], write the plan. Two members never plan from the same picture, so they
 //! never take the same slot, and taking a slot bumps its token, which fences out any late
-//! write of its previous holder.
+//! write of its previous holder. A slot records the incarnation of the member that took it,
+//! so a member's later life takes its earlier life's slots at once (see
+//! [`entrega_core::Holder`]).
 
-use entrega_core::{plan_balance, SlotLease, StoreError};
+use entrega_core::{plan_balance, Holder, SlotLease, StoreError};
 
 use crate::db::{query, IntList, Query, Tx};
 
@@ -92,32 +94,35 @@ impl LeaseTable<'_> {
     }
 }
 
-/// Heartbeats `owner` in `table`'s members, renews its leases for `ttl_ms`, takes free or
-/// expired slots up to its fair share and gives back its surplus, in `tx`. Returns what it
-/// holds, by slot.
+/// Heartbeats `holder` in `table`'s members, renews its leases for `ttl_ms`, takes its
+/// earlier life's slots and free or expired ones up to its fair share and gives back its
+/// surplus, in `tx`. Returns what it holds, by slot: nothing once a later life of its name
+/// holds slots (logged once per balance).
 pub(crate) async fn balance(
     tx: &mut Tx,
     table: &LeaseTable<'_>,
-    owner: &str,
+    holder: &Holder,
     now_ms: i64,
     ttl_ms: i64,
 ) -> Result<Vec<HeldSlot>, StoreError> {
+    let owner = holder.name.as_str();
     let (leases, slot, scoped) = (table.leases, table.slot, table.scoped());
     let read = format!(
-        "SELECT CAST({slot} AS BIGINT), owner, token, expires_at_ms FROM {leases} \
+        "SELECT CAST({slot} AS BIGINT), owner, incarnation, token, expires_at_ms FROM {leases} \
          WHERE {scoped} ORDER BY {slot}"
     );
     let read = match tx.backend() {
         crate::db::Backend::Sqlite => read,
         crate::db::Backend::Postgres => format!("{read} FOR UPDATE"),
     };
-    let rows: Vec<(i64, Option<String>, i64, i64)> = tx.fetch_all(table.query(read)).await?;
+    let rows: Vec<(i64, Option<String>, i64, i64, i64)> = tx.fetch_all(table.query(read)).await?;
     let slots = rows
         .into_iter()
-        .map(|(slot, owner, token, expires_at_ms)| {
+        .map(|(slot, owner, incarnation, token, expires_at_ms)| {
             Ok(SlotLease {
                 slot: table.slot_of(slot)?,
                 owner,
+                incarnation,
                 token,
                 expires_at_ms,
             })
@@ -143,25 +148,44 @@ pub(crate) async fn balance(
         .and_then(|n| usize::try_from(n).ok())
         .unwrap_or(1)
         .max(1);
-    let plan = plan_balance(owner, &slots, live, now_ms);
+    let plan = plan_balance(holder, &slots, live, now_ms);
+    if plan.superseded {
+        tracing::error!(
+            member = owner,
+            table = leases,
+            "a later process runs under this member's name and holds its slots; this one \
+             holds none (give each process a name of its own)"
+        );
+    }
 
-    // The slots, the owner, then the new expiry where a write sets one. Taking bumps the
-    // token, so the previous holder's writes are refused from now on.
+    // The slots, the owner and its incarnation, then the new expiry where a write sets one.
+    // Taking bumps the token, so the previous holder's writes are refused from now on.
     let expires = now_ms.saturating_add(ttl_ms);
-    let (in_slots, who, until) = (table.param(1), table.param(2), table.param(3));
+    let (in_slots, who, life, until) = (
+        table.param(1),
+        table.param(2),
+        table.param(3),
+        table.param(4),
+    );
     let writes: [(String, &[u32], bool); 3] = [
         (
-            format!("owner = NULL, expires_at_ms = 0 WHERE owner = {who} AND"),
+            format!(
+                "owner = NULL, expires_at_ms = 0 \
+                 WHERE owner = {who} AND incarnation = {life} AND"
+            ),
             &plan.release,
             false,
         ),
         (
-            format!("expires_at_ms = {until} WHERE owner = {who} AND"),
+            format!("expires_at_ms = {until} WHERE owner = {who} AND incarnation = {life} AND"),
             &plan.renew,
             true,
         ),
         (
-            format!("owner = {who}, token = token + 1, expires_at_ms = {until} WHERE"),
+            format!(
+                "owner = {who}, incarnation = {life}, token = token + 1, \
+                 expires_at_ms = {until} WHERE"
+            ),
             &plan.take,
             true,
         ),
@@ -181,7 +205,8 @@ pub(crate) async fn balance(
                 "UPDATE {leases} SET {change} {scoped} AND {listed}"
             ))
             .bind(IntList(slots.iter().map(|&s| i64::from(s)).collect()))
-            .bind(owner);
+            .bind(owner)
+            .bind(holder.incarnation);
         let statement = if sets_expiry {
             statement.bind(expires)
         } else {
@@ -194,10 +219,12 @@ pub(crate) async fn balance(
             table
                 .query(format!(
                     "SELECT CAST({slot} AS BIGINT), token, expires_at_ms FROM {leases} \
-                     WHERE {scoped} AND owner = {} ORDER BY {slot}",
-                    table.param(1)
+                     WHERE {scoped} AND owner = {} AND incarnation = {} ORDER BY {slot}",
+                    table.param(1),
+                    table.param(2)
                 ))
-                .bind(owner),
+                .bind(owner)
+                .bind(holder.incarnation),
         )
         .await?;
     held.into_iter()
@@ -211,22 +238,25 @@ pub(crate) async fn balance(
         .collect()
 }
 
-/// Gives back every slot `owner` holds and removes it from the members, so the others take
-/// over at once. Tokens stay: the next holder increments them, fencing any late write.
+/// Gives back every slot this life of `holder` holds and removes its name from the members,
+/// so the others take over at once. Tokens stay: the next holder increments them, fencing any
+/// late write. A later life's slots stay with it (it heartbeats its name back in).
 pub(crate) async fn release(
     tx: &mut Tx,
     table: &LeaseTable<'_>,
-    owner: &str,
+    holder: &Holder,
 ) -> Result<(), StoreError> {
-    let (scoped, who) = (table.scoped(), table.param(1));
+    let owner = holder.name.as_str();
+    let (scoped, who, life) = (table.scoped(), table.param(1), table.param(2));
     let leases = table.leases;
     tx.execute(
         table
             .query(format!(
                 "UPDATE {leases} SET owner = NULL, expires_at_ms = 0 \
-                 WHERE {scoped} AND owner = {who}"
+                 WHERE {scoped} AND owner = {who} AND incarnation = {life}"
             ))
-            .bind(owner),
+            .bind(owner)
+            .bind(holder.incarnation),
     )
     .await?;
     let (members, member) = (table.members, table.member);

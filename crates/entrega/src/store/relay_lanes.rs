@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use entrega_core::{LaneLease, LaneLeases, StoreError};
+use entrega_core::{Holder, LaneLease, LaneLeases, StoreError};
 
 use super::leases::{balance, release, LeaseTable};
 use super::outbox::DbOutbox;
@@ -23,7 +23,7 @@ const LANES: LeaseTable<'static> = LeaseTable {
 impl LaneLeases for DbOutbox {
     async fn balance(
         &self,
-        owner: &str,
+        owner: &Holder,
         now_ms: i64,
         ttl: Duration,
     ) -> Result<Vec<LaneLease>, StoreError> {
@@ -35,14 +35,14 @@ impl LaneLeases for DbOutbox {
             .into_iter()
             .map(|h| LaneLease {
                 lane: h.slot,
-                owner: owner.to_owned(),
+                owner: owner.name.clone(),
                 token: h.token,
                 expires_at_ms: h.expires_at_ms,
             })
             .collect())
     }
 
-    async fn release_all(&self, owner: &str) -> Result<(), StoreError> {
+    async fn release_all(&self, owner: &Holder) -> Result<(), StoreError> {
         let mut tx = self.db().begin().await?;
         release(&mut tx, &LANES, owner).await?;
         tx.commit().await

@@ -55,6 +55,11 @@ pub use retry::RetryStrategy;
 pub use router::{Handler, Message, Router};
 pub use stats::WorkerStats;
 
+/// Records per poll by default: on a backlog a set-based handler amortises its commit over
+/// the whole poll, and PostgreSQL's throughput levels off around this size
+/// (docs/BENCHMARKS.md, "Consumer throughput by records per poll").
+pub const DEFAULT_MAX_BATCH: usize = 500;
+
 /// Settings of one worker.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -74,7 +79,8 @@ pub struct WorkerConfig {
     /// Longest a handler call may run; past it the call is abandoned (its transaction rolls
     /// back when its future is dropped) and counts as a transient failure. `None`: no limit.
     pub handler_timeout: Option<Duration>,
-    /// Most records taken per poll.
+    /// Most records taken per poll ([`DEFAULT_MAX_BATCH`] unless set). A poll returns what
+    /// there is without waiting to fill, so a larger value costs a quiet partition nothing.
     pub max_batch: usize,
     /// Longest wait of one poll for new records.
     pub poll_wait: Duration,
@@ -100,7 +106,8 @@ pub struct WorkerConfig {
 impl WorkerConfig {
     /// Defaults for `group` on `topic`: a random member name, 3 attempts (as in the seed),
     /// backoff 1 s, 2 s, 4 s ... up to 60 s, retries in place, handler calls of at most 60 s,
-    /// polls of up to 100 records waiting up to 500 ms, default envelope limits, one-partition
+    /// polls of up to 500 records (Kafka's own
+    /// `max.poll.records`) waiting up to 500 ms, default envelope limits, one-partition
     /// dead-letter and retry topics, one key at a time.
     pub fn new(group: impl Into<String>, topic: impl Into<String>) -> Self {
         let group = group.into();
@@ -113,7 +120,7 @@ impl WorkerConfig {
             backoff: Backoff::default(),
             retry: RetryStrategy::InPlace,
             handler_timeout: Some(Duration::from_secs(60)),
-            max_batch: 100,
+            max_batch: DEFAULT_MAX_BATCH,
             poll_wait: Duration::from_millis(500),
             limits: Limits::default(),
             dlq_partitions: 1,

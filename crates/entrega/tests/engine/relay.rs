@@ -244,7 +244,11 @@ async fn run_publishes_on_wakeup_and_releases_lanes_on_shutdown() {
         let taken = env
             .outbox
             .leases()
-            .balance("r2", now_ms(), TTL)
+            .balance(
+                &entrega_core::Holder::with_incarnation("r2", 1),
+                now_ms(),
+                TTL,
+            )
             .await
             .unwrap();
         assert_eq!(taken.len(), 64, "lanes were not released on shutdown");

@@ -26,7 +26,12 @@ use uuid::Uuid;
 
 /// The foil: marks rows published, then publishes. Wrong, and here to show why.
 async fn mark_then_publish(env: &Env, publisher: &dyn Publisher, now: i64) {
-    let leases = env.outbox.leases().balance("foil", now, TTL).await.unwrap();
+    let leases = env
+        .outbox
+        .leases()
+        .balance(&entrega_core::Holder::with_incarnation("foil", 1), now, TTL)
+        .await
+        .unwrap();
     for lease in leases {
         let rows = env.outbox.reader().pending(lease.lane, 100).await.unwrap();
         if rows.is_empty() {
@@ -110,7 +115,11 @@ impl Publisher for StealDuringPublish {
         if self.armed.swap(false, Ordering::SeqCst) {
             self.clock.advance(TTL.as_millis() as i64 + 1_000);
             self.leases
-                .balance("r2", self.clock.now_ms(), TTL)
+                .balance(
+                    &entrega_core::Holder::with_incarnation("r2", 1),
+                    self.clock.now_ms(),
+                    TTL,
+                )
                 .await
                 .unwrap();
         }
@@ -147,6 +156,67 @@ async fn a_relay_that_lost_its_lane_marks_nothing_and_the_new_owner_publishes() 
         );
         assert_eq!(r2.drain_once().await.unwrap(), 2);
         assert_eq!(published(env.outbox.as_ref(), &all).await, 2);
+    }
+}
+
+/// A relay restarted under its name (the process killed, its leases still running) takes its
+/// lanes back at once instead of waiting them out, and its earlier life, were it still
+/// running, is fenced: what it publishes afterwards it cannot mark.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_restarted_under_its_name_resumes_at_once_and_fences_its_earlier_life() {
+    for backend in BACKENDS {
+        let clock = ManualClock::new(now_ms());
+        let env = env_with_topic(backend, Arc::new(clock.clone())).await;
+        let before = events("P-1", 0..2);
+        env.outbox.enqueue(&before, TxEnd::Commit).await.unwrap();
+        let first = Relay::new(
+            env.ports(),
+            env.log.publisher(),
+            Arc::new(clock.clone()),
+            config("r"),
+        );
+        assert_eq!(first.drain_once().await.unwrap(), 2, "{backend:?}");
+        assert_eq!(first.lanes().await.len(), 64, "{backend:?}");
+
+        // The restart: a tenth into the first life's leases.
+        clock.advance(TTL.as_millis() as i64 / 10);
+        let after = events("P-1", 2..4);
+        env.outbox.enqueue(&after, TxEnd::Commit).await.unwrap();
+        let second = Relay::new(
+            env.ports(),
+            env.log.publisher(),
+            Arc::new(clock.clone()),
+            config("r"),
+        );
+        assert_eq!(
+            second.drain_once().await.unwrap(),
+            2,
+            "{backend:?}: the restarted relay waited for its own leases"
+        );
+        assert_eq!(second.lanes().await.len(), 64, "{backend:?}");
+
+        // The earlier life still believes it holds every lane (not due to balance yet).
+        let late = events("P-1", 4..6);
+        env.outbox.enqueue(&late, TxEnd::Commit).await.unwrap();
+        assert_eq!(
+            first.drain_once().await.unwrap(),
+            0,
+            "{backend:?}: the earlier life marked rows"
+        );
+        assert!(first.stats().leases_lost.load(Ordering::SeqCst) >= 1);
+        assert_eq!(
+            published(env.outbox.as_ref(), &late).await,
+            0,
+            "{backend:?}"
+        );
+        assert_eq!(second.drain_once().await.unwrap(), 2, "{backend:?}");
+        let all = [before, after, late].concat();
+        assert_eq!(published(env.outbox.as_ref(), &all).await, 6, "{backend:?}");
+        // Once it balances, the earlier life holds nothing.
+        clock.advance(TTL.as_millis() as i64 / 2);
+        first.drain_once().await.unwrap();
+        assert!(first.lanes().await.is_empty(), "{backend:?}");
+        assert_eq!(second.lanes().await.len(), 64, "{backend:?}");
     }
 }
 

@@ -2,7 +2,7 @@
 //! ([`crate::store::leases`]) and fenced by tokens, and offset commits that only a
 //! partition's current holder can make.
 
-use entrega_core::StoreError;
+use entrega_core::{Holder, StoreError};
 
 use super::partition_of;
 use crate::db::{query, Db, Pool};
@@ -14,7 +14,7 @@ use crate::store::leases::{self, LeaseTable};
 pub(super) struct Member<'a> {
     pub(super) group: &'a str,
     pub(super) topic: &'a str,
-    pub(super) member: &'a str,
+    pub(super) member: &'a Holder,
 }
 
 /// A partition held after balancing.
@@ -50,7 +50,7 @@ fn lease_table<'a>(scope: &'a [(&'static str, &'a str)]) -> LeaseTable<'a> {
 /// Records that the member is alive (joining the group if new).
 pub(super) async fn join(db: &Db, m: Member<'_>, now_ms: i64) -> Result<(), StoreError> {
     let scope = m.scope();
-    db.execute(lease_table(&scope).heartbeat(m.member, now_ms))
+    db.execute(lease_table(&scope).heartbeat(&m.member.name, now_ms))
         .await
         .map(drop)
 }
@@ -154,7 +154,7 @@ pub(super) async fn commit(
             .bind(&partitions)
             .bind(&next)
             .bind(&tokens)
-            .bind(m.member)
+            .bind(m.member.name.as_str())
             .bind(now_ms)
             .fetch_one(pool)
             .await
@@ -174,7 +174,7 @@ pub(super) async fn commit(
                 .bind(m.group)
                 .bind(m.topic)
                 .bind(int4(partition))
-                .bind(m.member)
+                .bind(m.member.name.as_str())
                 .bind(token),
             )
             .await?;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use entrega_core::{Record, Subscriber, Subscription, TransportError};
+use entrega_core::{Holder, Record, Subscriber, Subscription, TransportError};
 use entrega_postgres::Listener;
 use entrega_sqlite::CommitWaiter;
 use tokio::sync::watch;
@@ -69,7 +69,9 @@ struct DbSubscription {
     log: DbLog,
     group: String,
     topic: String,
-    member: String,
+    /// The member's name and this subscription's life of it: a member that subscribes again
+    /// under its name (a restarted process) takes its earlier life's partitions at once.
+    member: Holder,
     assigned: BTreeMap<u32, Assigned>,
     /// Clock time of the last heartbeat-and-balance, if any.
     last_balance_ms: Option<i64>,
@@ -225,7 +227,7 @@ impl Subscription for DbSubscription {
             return Err(TransportError::Rejected {
                 reason: format!(
                     "subscription of `{}` to `{}` is closed",
-                    self.member, self.topic
+                    self.member.name, self.topic
                 ),
             });
         }
@@ -345,17 +347,19 @@ impl Subscriber for DbLog {
         };
         // Only announce the member here; partitions are taken on the first poll, so members
         // that start together split the topic at once instead of the first taking it all.
+        let now = self.clock.now_ms();
+        let holder = Holder::new(member, now);
         let who = Member {
             group,
             topic,
-            member,
+            member: &holder,
         };
-        group::join(&self.db, who, self.clock.now_ms()).await?;
+        group::join(&self.db, who, now).await?;
         Ok(Box::new(DbSubscription {
             log: self.clone(),
             group: group.to_owned(),
             topic: topic.to_owned(),
-            member: member.to_owned(),
+            member: holder,
             assigned: BTreeMap::new(),
             last_balance_ms: None,
             next_first: 0,

@@ -28,12 +28,14 @@ const EVERY_STEP: &[(&str, i64)] = &[
     ("inbox", 2),
     ("inbox", 3),
     ("log", 1),
+    ("log", 2),
     ("outbox", 1),
     ("outbox", 2),
     ("outbox", 3),
     ("outbox", 4),
     ("outbox", 5),
     ("outbox", 6),
+    ("outbox", 7),
     ("rpc", 1),
     ("rpc", 2),
     ("rpc", 3),
@@ -199,7 +201,7 @@ async fn a_newer_schema_is_refused_without_changes(backend: Backend) {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 6
+                supported: 7
             }
         ),
         "{err:?}"

@@ -163,12 +163,28 @@ async fn marking_published_is_fenced_by_the_lease_token(backend: Backend) {
     enqueue(db, std::slice::from_ref(&event)).await;
     let lane = lane_of_row(db, event.id).await;
 
-    let a = outbox.leases.balance("relay-a", T0, TTL).await.unwrap();
+    let a = outbox
+        .leases
+        .balance(
+            &entrega_core::Holder::with_incarnation("relay-a", 1),
+            T0,
+            TTL,
+        )
+        .await
+        .unwrap();
     assert_eq!(a.len(), 64, "a lone instance takes every lane");
     let stale = a.into_iter().find(|l| l.lane == lane).unwrap();
     // relay-a goes silent; after the TTL relay-b takes over and the token moves on.
     let later = T0 + 10_001;
-    let b = outbox.leases.balance("relay-b", later, TTL).await.unwrap();
+    let b = outbox
+        .leases
+        .balance(
+            &entrega_core::Holder::with_incarnation("relay-b", 1),
+            later,
+            TTL,
+        )
+        .await
+        .unwrap();
     assert_eq!(b.len(), 64);
     let fresh = b.into_iter().find(|l| l.lane == lane).unwrap();
     assert_eq!(fresh.token, stale.token + 1);
@@ -187,8 +203,20 @@ async fn marking_published_is_fenced_by_the_lease_token(backend: Backend) {
     );
 
     // Same owner, older token: refused as well (b left and came back in between).
-    outbox.leases.release_all("relay-b").await.unwrap();
-    let back = outbox.leases.balance("relay-b", later, TTL).await.unwrap();
+    outbox
+        .leases
+        .release_all(&entrega_core::Holder::with_incarnation("relay-b", 1))
+        .await
+        .unwrap();
+    let back = outbox
+        .leases
+        .balance(
+            &entrega_core::Holder::with_incarnation("relay-b", 1),
+            later,
+            TTL,
+        )
+        .await
+        .unwrap();
     let current = back.into_iter().find(|l| l.lane == lane).unwrap();
     assert_eq!(current.token, fresh.token + 1);
     let err = outbox
@@ -237,12 +265,29 @@ async fn marking_published_is_fenced_by_the_lease_token(backend: Backend) {
 async fn instances_split_lanes_and_take_over_after_release(backend: Backend) {
     let (fixture, outbox) = outbox_db(backend).await;
     let leases = &outbox.leases;
-    assert_eq!(leases.balance("a", T0, TTL).await.unwrap().len(), 64);
+    assert_eq!(
+        leases
+            .balance(&entrega_core::Holder::with_incarnation("a", 1), T0, TTL)
+            .await
+            .unwrap()
+            .len(),
+        64
+    );
     // b is live now, but a's leases are not expired: b gets nothing yet.
-    assert!(leases.balance("b", T0 + 1, TTL).await.unwrap().is_empty());
+    assert!(leases
+        .balance(&entrega_core::Holder::with_incarnation("b", 1), T0 + 1, TTL)
+        .await
+        .unwrap()
+        .is_empty());
     // a sees two live instances and gives back its surplus; b takes it.
-    let a = leases.balance("a", T0 + 2, TTL).await.unwrap();
-    let b = leases.balance("b", T0 + 3, TTL).await.unwrap();
+    let a = leases
+        .balance(&entrega_core::Holder::with_incarnation("a", 1), T0 + 2, TTL)
+        .await
+        .unwrap();
+    let b = leases
+        .balance(&entrega_core::Holder::with_incarnation("b", 1), T0 + 3, TTL)
+        .await
+        .unwrap();
     assert_eq!((a.len(), b.len()), (32, 32));
     assert!(
         b.iter().all(|l| l.token >= 2),
@@ -252,8 +297,14 @@ async fn instances_split_lanes_and_take_over_after_release(backend: Backend) {
     all.sort_unstable();
     assert_eq!(all, (0..64).collect::<Vec<_>>());
 
-    leases.release_all("a").await.unwrap();
-    let b = leases.balance("b", T0 + 4, TTL).await.unwrap();
+    leases
+        .release_all(&entrega_core::Holder::with_incarnation("a", 1))
+        .await
+        .unwrap();
+    let b = leases
+        .balance(&entrega_core::Holder::with_incarnation("b", 1), T0 + 4, TTL)
+        .await
+        .unwrap();
     assert_eq!(b.len(), 64, "released lanes are free at once");
     fixture.finish().await.unwrap();
 }
@@ -272,7 +323,11 @@ async fn purge_and_status_report_the_backlog(backend: Backend) {
     assert_eq!((status.pending, status.published), (4, 0));
     assert_eq!(status.oldest_pending_age_ms, 2_500);
 
-    let held = outbox.leases.balance("r", 0, TTL).await.unwrap();
+    let held = outbox
+        .leases
+        .balance(&entrega_core::Holder::with_incarnation("r", 1), 0, TTL)
+        .await
+        .unwrap();
     for e in &events[..3] {
         let lane = lane_of_row(db, e.id).await;
         let lease = held.iter().find(|l| l.lane == lane).unwrap();

@@ -93,7 +93,11 @@ async fn rows_inserted_by_the_seed_sql_are_published() -> TestResult {
     let outbox = entrega::Db::from(db.pool.clone()).outbox();
     let leases = outbox
         .leases
-        .balance("relay-1", 1_000, Duration::from_secs(10))
+        .balance(
+            &entrega_core::Holder::with_incarnation("relay-1", 1),
+            1_000,
+            Duration::from_secs(10),
+        )
         .await?;
     assert_eq!(leases.len(), 64, "a lone relay holds every lane");
     let lane = lane_of_row(&db.pool, id).await?;
@@ -188,7 +192,11 @@ async fn a_database_created_by_the_seed_sql_is_adopted() -> TestResult {
     let outbox = entrega::Db::from(db.pool.clone()).outbox();
     let leases = outbox
         .leases
-        .balance("relay-1", 1_000, Duration::from_secs(10))
+        .balance(
+            &entrega_core::Holder::with_incarnation("relay-1", 1),
+            1_000,
+            Duration::from_secs(10),
+        )
         .await?;
     let mut found = Vec::new();
     for lease in &leases {
