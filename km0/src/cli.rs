@@ -98,7 +98,7 @@ pub struct Cli {
         long,
         global = true,
         env = "KM0_MAX_BATCH",
-        default_value_t = 500,
+        default_value_t = 1_000,
         value_parser = clap::value_parser!(u16).range(1..)
     )]
     pub max_batch: u16,
@@ -806,6 +806,13 @@ fn host_name() -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use clap::CommandFactory as _;
+
+    #[test]
+    fn consumers_poll_entregas_default_batch_unless_told() {
+        use clap::Parser as _;
+        let cli = super::Cli::try_parse_from(["km0", "demo"]).unwrap();
+        assert_eq!(usize::from(cli.max_batch), entrega::DEFAULT_MAX_BATCH);
+    }
 
     #[test]
     fn every_command_line_definition_is_consistent() {

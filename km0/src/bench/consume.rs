@@ -34,8 +34,9 @@ pub struct ConsumeArgs {
     /// event takes its stock; a later one finds its reservation and only records its key.
     #[arg(long, default_value_t = 50_000)]
     pub aggregates: usize,
-    /// Records per poll, which is also the consumer's transaction size.
-    #[arg(long, default_value_t = 100)]
+    /// Records per poll, which is also the consumer's transaction size; default every
+    /// consumer's (`entrega::DEFAULT_MAX_BATCH`).
+    #[arg(long, default_value_t = entrega::DEFAULT_MAX_BATCH)]
     pub batch: usize,
     /// Apply each batch event by event (one statement per event) instead of set-based (a
     /// constant number of statements per batch); the ceiling runs the same statements.

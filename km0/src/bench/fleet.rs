@@ -25,6 +25,8 @@ pub(crate) struct Fleet {
     logs: PathBuf,
     labels: Labels,
     children: Vec<Child>,
+    /// Whether pedidos runs every order through the order saga.
+    saga: bool,
 }
 
 impl Fleet {
@@ -55,7 +57,16 @@ impl Fleet {
             logs,
             labels,
             children: Vec::new(),
+            saga: false,
         })
+    }
+
+    /// The same processes with every order run through the order saga (they need the same
+    /// choice), and `args` added to each process's global options.
+    pub(crate) fn with_saga(mut self, args: &[String]) -> Self {
+        self.saga = true;
+        self.args.extend_from_slice(args);
+        self
     }
 
     /// Starts `km0 run <component> --instance <instance>` and waits for its ready line; the
@@ -65,14 +76,30 @@ impl Fleet {
         component: &str,
         instance: &str,
     ) -> anyhow::Result<Option<SocketAddr>> {
+        self.start_with(component, instance, &[]).await
+    }
+
+    /// [`Fleet::start`] with `extra` options after `run <component>`.
+    pub(crate) async fn start_with(
+        &mut self,
+        component: &str,
+        instance: &str,
+        extra: &[String],
+    ) -> anyhow::Result<Option<SocketAddr>> {
         let log = std::fs::File::create(self.logs.join(format!("{instance}.log")))
             .context("a process log")?;
-        let mut child = Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        if self.saga {
+            command.env_remove("KM0_NO_SAGA");
+        } else {
+            command.env("KM0_NO_SAGA", "true");
+        }
+        let mut child = command
             .env("KM0_MIGRATE", "true")
-            .env("KM0_NO_SAGA", "true")
             .args(&self.args)
             .args(["run", component, "--instance", instance])
             .args(["--http", "127.0.0.1:0"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))

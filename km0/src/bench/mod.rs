@@ -23,6 +23,7 @@ mod relay_wal;
 mod relay_wal_ceiling;
 mod report;
 mod rpc;
+mod saga;
 mod scale;
 mod seed;
 mod timed_publisher;
@@ -39,6 +40,7 @@ pub use e2e::E2eArgs;
 pub use poison::PoisonArgs;
 pub use relay::RelayArgs;
 pub use report::{BenchReport, Measurement, Target};
+pub use saga::SagaArgs;
 pub use seed::SeedArgs;
 
 use crate::services::inventario::GROUP;
@@ -99,6 +101,9 @@ pub enum BenchCommand {
     /// Scaling with processes: each stage as 1, 2, 3 `km0 run` processes, with the CPU of
     /// each.
     Scale(scale::ScaleArgs),
+    /// The whole order saga (reserve, charge at the gateway simulator, courier) with each
+    /// service a process: sagas/s at saturation, durations at fixed rates, where the time goes.
+    Saga(SagaArgs),
 }
 
 /// Where a bench run keeps its data: the place named by `--database`, under fresh names, and
@@ -220,7 +225,21 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         DataPlace::parse(&format!("sqlite://{dir}"))?
     };
     let parsed = BrokerUrl::parse(broker)?;
-    let report = if let BenchCommand::Rpc(a) = &args.command {
+    let report = if let BenchCommand::Saga(a) = &args.command {
+        let backend = match (&place, &parsed) {
+            (DataPlace::SqliteDir(_), BrokerUrl::SqliteLog(_)) => "sqlite".to_owned(),
+            (DataPlace::PostgresServer(_), BrokerUrl::PostgresLog(_)) => "postgres".to_owned(),
+            (_, BrokerUrl::Kafka(..)) => format!("{} + kafka", place_name(&place)),
+            (_, BrokerUrl::Amqp(..)) => format!("{} + rabbitmq", place_name(&place)),
+            _ => format!("{} + a log database", place_name(&place)),
+        };
+        let databases = Databases {
+            place,
+            prefix: Some("km0bench_".to_owned()),
+        };
+        let base = System::new(databases, broker.to_owned());
+        saga::run(&base, &backend, args.runs.max(1), args.keep, a).await?
+    } else if let BenchCommand::Rpc(a) = &args.command {
         let BrokerUrl::Amqp(url, _) = &parsed else {
             anyhow::bail!("km0 bench rpc runs on RabbitMQ: --broker amqp://...");
         };
@@ -260,6 +279,7 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
             BenchCommand::Curve(a) => curves::run(&common, a).await?,
             BenchCommand::Scale(a) => scale::run(&common, a).await?,
             BenchCommand::Rpc(_) => anyhow::bail!("the rpc bench runs on RabbitMQ only"),
+            BenchCommand::Saga(_) => anyhow::bail!("the saga bench is run above"),
         }
     };
     let json = serde_json::to_string_pretty(&report)?;
@@ -273,6 +293,14 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
         print!("{}", report.render());
     }
     Ok(report)
+}
+
+/// `sqlite` or `postgres`.
+fn place_name(place: &DataPlace) -> &'static str {
+    match place {
+        DataPlace::SqliteDir(_) => "sqlite",
+        DataPlace::PostgresServer(_) => "postgres",
+    }
 }
 
 /// Progress on stderr, so `--json` output stays clean.

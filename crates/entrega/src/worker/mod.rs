@@ -55,10 +55,12 @@ pub use retry::RetryStrategy;
 pub use router::{Handler, Message, Router};
 pub use stats::WorkerStats;
 
-/// Records per poll by default: on a backlog a set-based handler amortises its commit over
-/// the whole poll, and PostgreSQL's throughput levels off around this size
-/// (docs/BENCHMARKS.md, "Consumer throughput by records per poll").
-pub const DEFAULT_MAX_BATCH: usize = 500;
+/// Records per poll by default. On a backlog a set-based handler amortises its transaction's
+/// commit, and the broker's offset commit, over the whole poll: inventario's throughput
+/// levels off from about this size on PostgreSQL's log and on Kafka (docs/BENCHMARKS.md,
+/// "The defaults on a backlog"). A poll returns what there is without waiting to fill, so a
+/// quiet partition's latency does not depend on it.
+pub const DEFAULT_MAX_BATCH: usize = 1_000;
 
 /// Settings of one worker.
 #[derive(Debug, Clone)]
@@ -106,9 +108,8 @@ pub struct WorkerConfig {
 impl WorkerConfig {
     /// Defaults for `group` on `topic`: a random member name, 3 attempts (as in the seed),
     /// backoff 1 s, 2 s, 4 s ... up to 60 s, retries in place, handler calls of at most 60 s,
-    /// polls of up to 500 records (Kafka's own
-    /// `max.poll.records`) waiting up to 500 ms, default envelope limits, one-partition
-    /// dead-letter and retry topics, one key at a time.
+    /// polls of up to [`DEFAULT_MAX_BATCH`] records waiting up to 500 ms, default envelope
+    /// limits, one-partition dead-letter and retry topics, one key at a time.
     pub fn new(group: impl Into<String>, topic: impl Into<String>) -> Self {
         let group = group.into();
         let member = format!("{group}-{}", uuid::Uuid::new_v4().simple());
