@@ -86,6 +86,39 @@ impl Fleet {
         instance: &str,
         extra: &[String],
     ) -> anyhow::Result<Option<SocketAddr>> {
+        let mut args: Vec<String> = ["run", component, "--instance", instance]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend(["--http".to_owned(), "127.0.0.1:0".to_owned()]);
+        args.extend_from_slice(extra);
+        self.spawn(component, instance, &args).await
+    }
+
+    /// Starts `km0 up` (every service in one process, the gateway simulator beside them), its
+    /// CPU counted as `instance`; the address of pedidos' HTTP API.
+    pub(crate) async fn start_up(&mut self, instance: &str) -> anyhow::Result<Option<SocketAddr>> {
+        let args = [
+            "up",
+            "--http",
+            "127.0.0.1:0",
+            "--pasarela",
+            "127.0.0.1:0",
+            "--ops",
+            "127.0.0.1:0",
+            "--no-console",
+        ]
+        .map(str::to_owned);
+        self.spawn("pedidos", instance, &args).await
+    }
+
+    /// Starts this binary with `args` after the deployment's options, waits for its ready line
+    /// and returns the address it names for `component`.
+    async fn spawn(
+        &mut self,
+        component: &str,
+        instance: &str,
+        args: &[String],
+    ) -> anyhow::Result<Option<SocketAddr>> {
         let log = std::fs::File::create(self.logs.join(format!("{instance}.log")))
             .context("a process log")?;
         let mut command = Command::new(&self.exe);
@@ -97,9 +130,7 @@ impl Fleet {
         let mut child = command
             .env("KM0_MIGRATE", "true")
             .args(&self.args)
-            .args(["run", component, "--instance", instance])
-            .args(["--http", "127.0.0.1:0"])
-            .args(extra)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log))
@@ -148,6 +179,11 @@ impl Fleet {
             addresses.push(self.start(component, &format!("{component}-{i}")).await?);
         }
         Ok(addresses)
+    }
+
+    /// Where the processes' logs are.
+    pub(crate) fn logs(&self) -> &std::path::Path {
+        &self.logs
     }
 
     /// Whether every process still runs.

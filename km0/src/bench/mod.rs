@@ -233,11 +233,22 @@ pub async fn run(database: &str, broker: &str, args: &BenchArgs) -> anyhow::Resu
             (_, BrokerUrl::Amqp(..)) => format!("{} + rabbitmq", place_name(&place)),
             _ => format!("{} + a log database", place_name(&place)),
         };
+        // A log broker lives beside the run's databases, as in the other benches.
+        let broker = match (&parsed, &place) {
+            (BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_), DataPlace::SqliteDir(dir)) => {
+                format!("sqlite://{}", dir.join("broker.db").display())
+            }
+            (
+                BrokerUrl::SqliteLog(_) | BrokerUrl::PostgresLog(_),
+                DataPlace::PostgresServer(server),
+            ) => with_database(server, "km0bench_broker"),
+            _ => broker.to_owned(),
+        };
         let databases = Databases {
             place,
             prefix: Some("km0bench_".to_owned()),
         };
-        let base = System::new(databases, broker.to_owned());
+        let base = System::new(databases, broker);
         saga::run(&base, &backend, args.runs.max(1), args.keep, a).await?
     } else if let BenchCommand::Rpc(a) = &args.command {
         let BrokerUrl::Amqp(url, _) = &parsed else {

@@ -11,7 +11,7 @@
 //! step from its command written to its reply applied, and pedidos' turns between them; and
 //! each process's CPU from `/proc`.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +20,7 @@ use clap::Args;
 use entrega::db::{query, Db};
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -33,12 +34,14 @@ use crate::wiring::System;
 
 /// Where every order goes: a city reparto serves.
 const CITY: &str = "Madrid";
-/// The services of the saga, each a process of its own, in the order they start.
-const SERVICES: [&str; 4] = ["pedidos", "inventario", "pagos", "reparto"];
+/// The services of the saga, each a process of its own, in the order they start: pedidos'
+/// API and orchestrator, its outbox's relay, and the three services the steps go to (each
+/// relays its own outbox).
+const SERVICES: [&str; 5] = ["pedidos", "relay", "inventario", "pagos", "reparto"];
 /// The target's rate and its p99 bound (PostgreSQL + Kafka).
 const TARGET_RATE: u32 = 100;
 const TARGET_P99_MS: f64 = 100.0;
-/// Saturation is counted from this long after the clients start (connections, first polls).
+/// Saturation is counted from this long after its orders start (the pipeline fills up).
 const SATURATION_WARMUP: Duration = Duration::from_secs(3);
 /// How long consumers on a broker server are given to join their groups.
 const GROUP_SETTLE: Duration = Duration::from_secs(10);
@@ -46,12 +49,13 @@ const GROUP_SETTLE: Duration = Duration::from_secs(10);
 /// `km0 bench saga`.
 #[derive(Debug, Clone, Args)]
 pub struct SagaArgs {
-    /// Seconds the HTTP clients post orders as fast as they are answered (the saturation).
+    /// Seconds the saturation is measured for.
     #[arg(long, default_value_t = 20)]
     pub saturation_seconds: u64,
-    /// HTTP clients posting at once while the saturation is measured.
-    #[arg(long, default_value_t = 32)]
-    pub clients: usize,
+    /// Sagas kept under way while the saturation is measured: a new order is posted as soon
+    /// as one ends.
+    #[arg(long, default_value_t = 64)]
+    pub in_flight: usize,
     /// Fixed-rate phases, in percent of the saturation measured in the same run.
     #[arg(long, value_delimiter = ',', default_value = "50,80,100")]
     pub loads: Vec<u32>,
@@ -64,6 +68,10 @@ pub struct SagaArgs {
     /// Couriers in the orders' city; each delivers in a second and is free again.
     #[arg(long, default_value_t = 3_000)]
     pub couriers: usize,
+    /// Every service in one `km0 up` process (as the embedded default runs) instead of a
+    /// process each. On SQLite, processes apart see each other's commits only by polling.
+    #[arg(long)]
+    pub together: bool,
     /// Longest wait for a phase's sagas to end, in seconds.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
@@ -147,24 +155,11 @@ async fn one_run(system: &System, id: &str, args: &SagaArgs) -> anyhow::Result<R
     let mut fleet = Fleet::new(system, labels.clone())?
         .with_saga(&["--delivery-time-s".to_owned(), "1".to_owned()]);
     let result = async {
-        let gateway = fleet
-            .start_with("pasarela", "pasarela-1", &[])
-            .await?
-            .context("the gateway simulator named no HTTP address")?;
-        let mut pedidos = None;
-        for service in SERVICES {
-            let extra = if service == "pagos" {
-                vec!["--pasarela-url".to_owned(), format!("http://{gateway}")]
-            } else {
-                Vec::new()
-            };
-            let addr = fleet
-                .start_with(service, &format!("{service}-1"), &extra)
-                .await?;
-            if service == "pedidos" {
-                pedidos = addr;
-            }
-        }
+        let pedidos = if args.together {
+            fleet.start_up(TOGETHER).await?
+        } else {
+            apart(&mut fleet).await?
+        };
         let pedidos = pedidos.context("pedidos named no HTTP address")?;
         if system.broker_kind()?.is_server() {
             tokio::time::sleep(GROUP_SETTLE).await;
@@ -173,7 +168,7 @@ async fn one_run(system: &System, id: &str, args: &SagaArgs) -> anyhow::Result<R
         let db = watch.db().clone();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(args.clients.max(64))
+            .pool_max_idle_per_host(args.in_flight.max(64))
             .build()?;
         let target = Orders {
             http,
@@ -184,11 +179,24 @@ async fn one_run(system: &System, id: &str, args: &SagaArgs) -> anyhow::Result<R
         // Warm-up: connections, caches, the first polls; not measured.
         let warm = target.at_rate(&format!("W{id}-"), 20.0, 5).await;
         ended(&db, &warm.prefix, warm.accepted, limit, &mut fleet).await?;
+        let (_, failed) = durations(&db, &warm.prefix).await?;
+        if warm.accepted == 0 || failed > 0 {
+            bail!(
+                "of {} warm-up orders, {failed} sagas did not complete; the processes' logs: {}",
+                warm.accepted,
+                fleet.logs().display()
+            );
+        }
 
         let sampler = CpuSampler::start_labelled(labels.clone());
         let (placed, window) = target
-            .flat_out(&format!("S{id}-"), args.clients, args.saturation_seconds)
-            .await;
+            .saturate(
+                &db,
+                &format!("S{id}-"),
+                args.in_flight,
+                args.saturation_seconds,
+            )
+            .await?;
         let saturation_cpu = sampler.stop().await;
         ended(&db, &placed.prefix, placed.accepted, limit, &mut fleet).await?;
         let saturation = completed_within(&db, &placed.prefix, window).await?;
@@ -235,6 +243,32 @@ async fn one_run(system: &System, id: &str, args: &SagaArgs) -> anyhow::Result<R
     .await;
     fleet.stop().await;
     result
+}
+
+/// The name `km0 up` runs under, and its CPU is counted as.
+const TOGETHER: &str = "km0-up";
+
+/// The gateway simulator, then each of [`SERVICES`] as a process; pedidos' address.
+async fn apart(fleet: &mut Fleet) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let gateway = fleet
+        .start_with("pasarela", "pasarela-1", &[])
+        .await?
+        .context("the gateway simulator named no HTTP address")?;
+    let mut pedidos = None;
+    for service in SERVICES {
+        let extra = if service == "pagos" {
+            vec!["--pasarela-url".to_owned(), format!("http://{gateway}")]
+        } else {
+            Vec::new()
+        };
+        let addr = fleet
+            .start_with(service, &format!("{service}-1"), &extra)
+            .await?;
+        if service == "pedidos" {
+            pedidos = addr;
+        }
+    }
+    Ok(pedidos)
 }
 
 /// Stock enough for every order and couriers in the orders' city, before the processes start.
@@ -319,49 +353,78 @@ impl Orders {
         }
     }
 
-    /// `clients` clients posting one order after another for `seconds`; the window (epoch ms)
-    /// the saturation is counted in.
-    async fn flat_out(&self, prefix: &str, clients: usize, seconds: u64) -> (Placed, (i64, i64)) {
+    /// Orders for `seconds`, keeping `in_flight` sagas under way: a new order is posted as soon
+    /// as one ends (or is refused). The saturation is the sagas completed per second within the
+    /// returned window (epoch ms), which leaves out the first seconds.
+    async fn saturate(
+        &self,
+        db: &Db,
+        prefix: &str,
+        in_flight: usize,
+        seconds: u64,
+    ) -> anyhow::Result<(Placed, (i64, i64))> {
+        let started_ms = entrega_core::now_ms();
         let until = Instant::now() + Duration::from_secs(seconds);
+        let slots = Arc::new(Semaphore::new(in_flight.max(1)));
         let accepted = Arc::new(AtomicU64::new(0));
         let refused = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let started_ms = entrega_core::now_ms();
-        let mut tasks = JoinSet::new();
-        for c in 0..clients.max(1) {
-            let (http, url) = (self.http.clone(), self.url.clone());
-            let (accepted, refused, stop) = (
-                Arc::clone(&accepted),
-                Arc::clone(&refused),
-                Arc::clone(&stop),
-            );
-            let prefix = format!("{prefix}{c}-");
-            tasks.spawn(async move {
-                let target = Orders { http, url };
-                let mut n = 0;
-                while Instant::now() < until && !stop.load(Ordering::Relaxed) {
-                    let tally = if target.post(&prefix, n).await {
-                        &accepted
+        let mut posts = JoinSet::new();
+        let mut seen = 0u64;
+        let mut n = 0usize;
+        while Instant::now() < until {
+            // Sagas that ended since the last look free their slots.
+            let done = u64::try_from(ended_count(db, prefix).await?).unwrap_or(0);
+            if done > seen {
+                slots.add_permits(usize::try_from(done - seen).unwrap_or(0));
+                seen = done;
+            }
+            while let Ok(slot) = Arc::clone(&slots).try_acquire_owned() {
+                slot.forget();
+                let (http, url, prefix) = (self.http.clone(), self.url.clone(), prefix.to_owned());
+                let (accepted, refused, slots) = (
+                    Arc::clone(&accepted),
+                    Arc::clone(&refused),
+                    Arc::clone(&slots),
+                );
+                posts.spawn(async move {
+                    if (Orders { http, url }).post(&prefix, n).await {
+                        accepted.fetch_add(1, Ordering::Relaxed);
                     } else {
-                        &refused
-                    };
-                    tally.fetch_add(1, Ordering::Relaxed);
-                    n += 1;
-                }
-            });
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        slots.add_permits(1);
+                    }
+                });
+                n += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        while tasks.join_next().await.is_some() {}
+        while posts.join_next().await.is_some() {}
         let ended_ms = entrega_core::now_ms();
         let window_start = started_ms + i64::try_from(SATURATION_WARMUP.as_millis()).unwrap_or(0);
-        (
+        Ok((
             Placed {
                 prefix: prefix.to_owned(),
                 accepted: accepted.load(Ordering::Relaxed),
                 refused: refused.load(Ordering::Relaxed),
             },
             (window_start.min(ended_ms - 1), ended_ms),
-        )
+        ))
     }
+}
+
+/// Sagas under `prefix` that have ended, however.
+async fn ended_count(db: &Db, prefix: &str) -> anyhow::Result<i64> {
+    Ok(db
+        .scalar(
+            query(
+                "SELECT COUNT(*) FROM entrega_sagas WHERE kind = $1 AND saga_id LIKE $2 \
+                 AND state IN ('completed', 'compensated', 'needs_operator')",
+            )
+            .bind(SAGA_KIND)
+            .bind(format!("{prefix}%")),
+        )
+        .await?
+        .unwrap_or(0))
 }
 
 /// Waits until `expected` sagas under `prefix` have ended, failing when a process stopped or
@@ -375,17 +438,7 @@ async fn ended(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
     loop {
-        let done: i64 = db
-            .scalar(
-                query(
-                    "SELECT COUNT(*) FROM entrega_sagas WHERE kind = $1 AND saga_id LIKE $2 \
-                     AND state IN ('completed', 'compensated', 'needs_operator')",
-                )
-                .bind(SAGA_KIND)
-                .bind(format!("{prefix}%")),
-            )
-            .await?
-            .unwrap_or(0);
+        let done = ended_count(db, prefix).await?;
         if u64::try_from(done).unwrap_or(0) >= expected {
             return Ok(());
         }
@@ -444,7 +497,7 @@ async fn durations(db: &Db, prefix: &str) -> anyhow::Result<(Histogram<u64>, u64
 /// A completed saga's segments, from its history: pedidos' turn before each step's command,
 /// each step from its command written to its reply applied, and the turn after the last.
 const SEGMENTS: [&str; 7] = [
-    "pedidos, to the reservation's command",
+    "pedidos, order stored to the reservation's command",
     "reserva (inventario), command to reply",
     "pedidos, to the charge's command",
     "cobro (pagos and the gateway), command to reply",
@@ -583,10 +636,15 @@ fn report(backend: &str, args: &SagaArgs, results: &[RunResult]) -> BenchReport 
         bench: "saga".to_owned(),
         backend: backend.to_owned(),
         setup: format!(
-            "pedidos, inventario, pagos, reparto and the gateway simulator as km0 processes; \
-             {} clients posting for {} s (saturation), then {} s at each of {} of it and {} \
+            "pedidos, its relay, inventario, pagos, reparto and the gateway simulator {}; {} \
+             sagas under way for {} s (saturation), then {} s at each of {} of it and {} \
              sagas/s",
-            args.clients,
+            if args.together {
+                "in one km0 up"
+            } else {
+                "as km0 processes"
+            },
+            args.in_flight,
             args.saturation_seconds,
             args.seconds,
             args.loads
@@ -602,7 +660,8 @@ fn report(backend: &str, args: &SagaArgs, results: &[RunResult]) -> BenchReport 
         ),
         settings: json!({
             "saturation_seconds": args.saturation_seconds,
-            "clients": args.clients,
+            "in_flight": args.in_flight,
+            "together": args.together,
             "loads": args.loads,
             "rates": args.rates,
             "seconds": args.seconds,
@@ -620,6 +679,7 @@ fn cpu_rows(phase: &str, cpus: &[CpuUse]) -> Vec<Measurement> {
         .chain(&["pasarela"])
         .map(|s| (*s, format!("{s}-1")))
         .collect();
+    labels.push(("km0 up", TOGETHER.to_owned()));
     labels.extend([
         ("PostgreSQL", "postgres".to_owned()),
         ("Kafka (Java)", "java".to_owned()),
