@@ -6,6 +6,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod bench_saga;
 mod bench_scale;
 mod chaos;
 mod cli_processes;
