@@ -34,6 +34,10 @@ use km0::services::inventario::GROUP;
 use km0::services::pedidos::TOPIC;
 use sqlx::{PgPool, Postgres, Transaction};
 
+/// Records per poll of the test's consumers: the backlog must be many batches, so every
+/// consumer that joins finds work (with km0's default of 1000, three polls take it all).
+const MAX_BATCH: (&str, &str) = ("KM0_MAX_BATCH", "100");
+
 /// Orders in the backlog (two events each), and how fast they are placed.
 const BACKLOG: usize = 1500;
 const PER_SECOND: u32 = 300;
@@ -143,7 +147,9 @@ async fn partitions_move_with_batches_in_flight_without_loss_or_double_effect() 
 
     // 1. One consumer works through the backlog, until the brake stops it mid-batch.
     let mut brake = Brake::new(&state.inventario);
-    let first = deployment.start("inventario", "inventario-a").await;
+    let first = deployment
+        .start_with_env("inventario", "inventario-a", &[MAX_BATCH])
+        .await;
     eventually(WITHIN, "the first consumer at work", || async {
         (committed_total(&view).await >= events / 10).then_some(())
     })
@@ -159,8 +165,12 @@ async fn partitions_move_with_batches_in_flight_without_loss_or_double_effect() 
     );
 
     // 2. Two more consumers join while that batch is in flight.
-    let second = deployment.start("inventario", "inventario-b").await;
-    let third = deployment.start("inventario", "inventario-c").await;
+    let second = deployment
+        .start_with_env("inventario", "inventario-b", &[MAX_BATCH])
+        .await;
+    let third = deployment
+        .start_with_env("inventario", "inventario-c", &[MAX_BATCH])
+        .await;
     tokio::time::sleep(JOINING).await;
     assert_eq!(
         committed_total(&view).await,

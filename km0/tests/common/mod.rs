@@ -208,3 +208,15 @@ pub fn write_measurements(name: &str, report: &serde_json::Value) {
     )
     .expect("write measurements");
 }
+
+/// The median of the row named `name` in a `km0 bench --json` report.
+pub fn report_median(report: &serde_json::Value, name: &str) -> f64 {
+    report["rows"]
+        .as_array()
+        .expect("the report's rows")
+        .iter()
+        .find(|row| row["name"] == name)
+        .unwrap_or_else(|| panic!("no row `{name}` in {report}"))["median"]
+        .as_f64()
+        .expect("a median")
+}

@@ -11,7 +11,7 @@ use std::path::Path;
 use entrega::db::{query, Db};
 use serde_json::Value;
 
-use crate::common::embedded_km0;
+use crate::common::{embedded_km0, report_median};
 
 async fn count(file: &Path, sql: &'static str) -> i64 {
     let db = Db::connect(&format!("sqlite://{}", file.display()))
@@ -20,17 +20,6 @@ async fn count(file: &Path, sql: &'static str) -> i64 {
     let n = db.scalar::<i64>(query(sql)).await.unwrap().unwrap_or(0);
     db.close().await;
     n
-}
-
-fn median_of(report: &Value, name: &str) -> f64 {
-    report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|row| row["name"] == name)
-        .unwrap_or_else(|| panic!("no row `{name}` in {report}"))["median"]
-        .as_f64()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,22 +41,22 @@ async fn the_whole_saga_is_measured_and_every_order_goes_through_it_once() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
 
-    let saturation = median_of(&report, "saturation, sagas completed");
+    let saturation = report_median(&report, "saturation, sagas completed");
     assert!(saturation > 0.0, "saturation {saturation}");
     for phase in ["50%", "5/s"] {
-        let rate = median_of(&report, &format!("at {phase}: rate"));
+        let rate = report_median(&report, &format!("at {phase}: rate"));
         assert!(rate > 0.0, "{phase}: rate {rate}");
         let (p50, p99, max) = (
-            median_of(&report, &format!("at {phase}: duration p50")),
-            median_of(&report, &format!("at {phase}: duration p99")),
-            median_of(&report, &format!("at {phase}: duration max")),
+            report_median(&report, &format!("at {phase}: duration p50")),
+            report_median(&report, &format!("at {phase}: duration p99")),
+            report_median(&report, &format!("at {phase}: duration max")),
         );
         assert!(
             0.0 < p50 && p50 <= p99 && p99 <= max,
             "{phase}: {p50} {p99} {max}"
         );
         assert_eq!(
-            median_of(&report, &format!("at {phase}: sagas not completed")),
+            report_median(&report, &format!("at {phase}: sagas not completed")),
             0.0
         );
         // The three steps take time (a broker round trip each way); their means add up to
@@ -78,7 +67,7 @@ async fn the_whole_saga_is_measured_and_every_order_goes_through_it_once() {
             "reparto, command to reply",
         ]
         .iter()
-        .map(|s| median_of(&report, &format!("at {phase}: {s}")))
+        .map(|s| report_median(&report, &format!("at {phase}: {s}")))
         .inspect(|ms| assert!(*ms > 0.0, "{phase}: a step took no time"))
         .sum();
         assert!(
@@ -86,7 +75,7 @@ async fn the_whole_saga_is_measured_and_every_order_goes_through_it_once() {
             "{phase}: steps {steps} ms beyond the max {max} ms"
         );
         for process in ["pedidos", "relay", "inventario", "pagos", "reparto"] {
-            let cpu = median_of(&report, &format!("at {phase}: CPU of {process}"));
+            let cpu = report_median(&report, &format!("at {phase}: CPU of {process}"));
             assert!((0.0..=200.0).contains(&cpu), "{process}: {cpu}%");
         }
     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use entrega::db::{query, Db};
 use serde_json::Value;
 
-use crate::common::embedded_km0;
+use crate::common::{embedded_km0, report_median};
 
 const EVENTS: i64 = 600;
 
@@ -62,17 +62,6 @@ async fn read_run(dir: &Path) -> Run {
     }
 }
 
-fn median_of(report: &Value, name: &str) -> f64 {
-    report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|row| row["name"] == name)
-        .unwrap_or_else(|| panic!("no row `{name}` in {report}"))["median"]
-        .as_f64()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_stage_scales_out_to_processes_that_do_the_work() {
     let dir =
@@ -94,15 +83,15 @@ async fn each_stage_scales_out_to_processes_that_do_the_work() {
 
     for stage in ["relay", "inventario", "pedidos"] {
         for k in 1..=2 {
-            let rate = median_of(&report, &format!("{stage} x{k}"));
+            let rate = report_median(&report, &format!("{stage} x{k}"));
             assert!(rate > 0.0, "{stage} x{k}: rate {rate}");
             for i in 1..=k {
-                let cpu = median_of(&report, &format!("{stage} x{k}: CPU of {stage}-{i}"));
+                let cpu = report_median(&report, &format!("{stage} x{k}: CPU of {stage}-{i}"));
                 assert!((0.0..=200.0).contains(&cpu), "{stage}-{i} of {k}: {cpu}%");
             }
         }
         // One process alone did all the work: it used the CPU.
-        let alone = median_of(&report, &format!("{stage} x1: CPU of {stage}-1"));
+        let alone = report_median(&report, &format!("{stage} x1: CPU of {stage}-1"));
         assert!(alone > 0.0, "{stage} x1 used no CPU");
     }
 
