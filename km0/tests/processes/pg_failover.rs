@@ -137,8 +137,17 @@ async fn failover(source: &str, seed: u64) {
     posting
         .answered_at_least(150, Duration::from_secs(90))
         .await;
+    // The kill lands with work in hand: an order still in the outbox or not yet applied.
+    // Orders keep coming, so this is a matter of a few milliseconds at most.
+    let mut in_hand = false;
+    for _ in 0..400 {
+        if state.pending().await > 0 || !state.consumer_caught_up().await {
+            in_hand = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let (stored_before, applied_before) = progress(&state).await.expect("progress");
-    let in_hand = state.pending().await > 0 || !state.consumer_caught_up().await;
     if source == "wal" {
         assert_eq!(
             slot_streaming(&state).await,
