@@ -165,11 +165,7 @@ async fn marking_published_is_fenced_by_the_lease_token(backend: Backend) {
 
     let a = outbox
         .leases
-        .balance(
-            &entrega_core::Holder::with_incarnation("relay-a", 1),
-            T0,
-            TTL,
-        )
+        .balance(&first_life("relay-a"), T0, TTL)
         .await
         .unwrap();
     assert_eq!(a.len(), 64, "a lone instance takes every lane");
@@ -178,11 +174,7 @@ async fn marking_published_is_fenced_by_the_lease_token(backend: Backend) {
     let later = T0 + 10_001;
     let b = outbox
         .leases
-        .balance(
-            &entrega_core::Holder::with_incarnation("relay-b", 1),
-            later,
-            TTL,
-        )
+        .balance(&first_life("relay-b"), later, TTL)
         .await
         .unwrap();
     assert_eq!(b.len(), 64);
@@ -205,16 +197,12 @@ async fn marking_published_is_fenced_by_the_lease_token(backend: Backend) {
     // Same owner, older token: refused as well (b left and came back in between).
     outbox
         .leases
-        .release_all(&entrega_core::Holder::with_incarnation("relay-b", 1))
+        .release_all(&first_life("relay-b"))
         .await
         .unwrap();
     let back = outbox
         .leases
-        .balance(
-            &entrega_core::Holder::with_incarnation("relay-b", 1),
-            later,
-            TTL,
-        )
+        .balance(&first_life("relay-b"), later, TTL)
         .await
         .unwrap();
     let current = back.into_iter().find(|l| l.lane == lane).unwrap();
@@ -267,7 +255,7 @@ async fn instances_split_lanes_and_take_over_after_release(backend: Backend) {
     let leases = &outbox.leases;
     assert_eq!(
         leases
-            .balance(&entrega_core::Holder::with_incarnation("a", 1), T0, TTL)
+            .balance(&first_life("a"), T0, TTL)
             .await
             .unwrap()
             .len(),
@@ -275,19 +263,13 @@ async fn instances_split_lanes_and_take_over_after_release(backend: Backend) {
     );
     // b is live now, but a's leases are not expired: b gets nothing yet.
     assert!(leases
-        .balance(&entrega_core::Holder::with_incarnation("b", 1), T0 + 1, TTL)
+        .balance(&first_life("b"), T0 + 1, TTL)
         .await
         .unwrap()
         .is_empty());
     // a sees two live instances and gives back its surplus; b takes it.
-    let a = leases
-        .balance(&entrega_core::Holder::with_incarnation("a", 1), T0 + 2, TTL)
-        .await
-        .unwrap();
-    let b = leases
-        .balance(&entrega_core::Holder::with_incarnation("b", 1), T0 + 3, TTL)
-        .await
-        .unwrap();
+    let a = leases.balance(&first_life("a"), T0 + 2, TTL).await.unwrap();
+    let b = leases.balance(&first_life("b"), T0 + 3, TTL).await.unwrap();
     assert_eq!((a.len(), b.len()), (32, 32));
     assert!(
         b.iter().all(|l| l.token >= 2),
@@ -297,14 +279,8 @@ async fn instances_split_lanes_and_take_over_after_release(backend: Backend) {
     all.sort_unstable();
     assert_eq!(all, (0..64).collect::<Vec<_>>());
 
-    leases
-        .release_all(&entrega_core::Holder::with_incarnation("a", 1))
-        .await
-        .unwrap();
-    let b = leases
-        .balance(&entrega_core::Holder::with_incarnation("b", 1), T0 + 4, TTL)
-        .await
-        .unwrap();
+    leases.release_all(&first_life("a")).await.unwrap();
+    let b = leases.balance(&first_life("b"), T0 + 4, TTL).await.unwrap();
     assert_eq!(b.len(), 64, "released lanes are free at once");
     fixture.finish().await.unwrap();
 }
@@ -325,7 +301,7 @@ async fn purge_and_status_report_the_backlog(backend: Backend) {
 
     let held = outbox
         .leases
-        .balance(&entrega_core::Holder::with_incarnation("r", 1), 0, TTL)
+        .balance(&first_life("r"), 0, TTL)
         .await
         .unwrap();
     for e in &events[..3] {
@@ -442,3 +418,8 @@ on_both_databases!(
     a_commit_before_the_wait_is_not_missed,
     a_duplicate_event_id_is_rejected_as_permanent,
 );
+
+/// `name` in its first life: the lease tests here balance one life of each instance.
+fn first_life(name: &str) -> entrega_core::Holder {
+    entrega_core::Holder::with_incarnation(name, 1)
+}
