@@ -40,6 +40,7 @@ pub mod db;
 pub mod dlq;
 mod idempotent;
 pub mod metrics;
+mod once_all;
 mod relay;
 mod relay_config;
 pub mod rpc;
@@ -57,13 +58,14 @@ pub use db::{Db, Tx};
 /// code can pass them).
 pub use entrega_core::failpoint;
 pub use idempotent::{Apply, Idempotent, IdempotentStats};
+pub use once_all::{apply_all_or_each, ApplyAll, ClaimedBatch};
 pub use relay::{Relay, RelayError};
 pub use relay_config::{OutboxPorts, RelayConfig, RelayStats, TopicRouting};
 pub use shutdown::{shutdown_token, signal};
 pub use wal_relay::{SlotGauges, WalConfig, WalError, WalRelay};
 pub use worker::{
-    Handler, Message, RetryStrategy, Router, Worker, WorkerConfig, WorkerError, WorkerStats,
-    DEFAULT_MAX_BATCH,
+    handle_each, Handler, Message, RetryStrategy, Router, Worker, WorkerConfig, WorkerError,
+    WorkerStats, DEFAULT_MAX_BATCH,
 };
 
 pub use tokio_util::sync::CancellationToken;

@@ -8,10 +8,11 @@
 use crate::common;
 
 use entrega::db::query_each;
-use entrega_core::{Envelope, Processed};
+use entrega::{Handler, Message};
+use entrega_core::{Envelope, Headers, NewEvent, Processed};
 use km0::services::inventario::{
-    reservation_id, ReleaseCommand, Released, ReservationState, ReserveCommand, Reserved,
-    StockConsumer, StockLine, StockStore,
+    reservation_id, CommandConsumer, ReleaseCommand, Released, ReservationState, ReserveCommand,
+    Reserved, StockConsumer, StockLine, StockStore,
 };
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -117,6 +118,79 @@ async fn a_reservation_takes_stock_once_and_a_repeat_gets_the_same_answer(backen
         (json!(5), json!(2), json!("reserva"))
     );
     assert_eq!(cheese["pedido_id"], json!("P-1"));
+    t.remove().await;
+}
+
+/// A saga's command as delivered.
+fn delivered(event: NewEvent) -> Message {
+    Message {
+        envelope: Envelope {
+            id: event.id,
+            kind: event.kind,
+            version: event.version,
+            timestamp_ms: entrega_core::now_ms(),
+            source: "pedidos".into(),
+            data: event.payload,
+        },
+        topic: "inventario.comandos".into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        headers: Headers::default(),
+        attempt: 1,
+        trace: entrega_core::TraceContext::root(),
+    }
+}
+
+async fn a_poll_of_commands_is_applied_in_order_in_one_transaction(backend: &str) {
+    let (s, t) = store(backend).await;
+    let consumer = CommandConsumer::new(s.clone());
+    let first = delivered(reserve("P-10", &[("queso-curado", 3)]).event().unwrap());
+    let poll = [
+        first.clone(),
+        // Two units left: refused.
+        delivered(reserve("P-11", &[("queso-curado", 3)]).event().unwrap()),
+        delivered(release("P-10").event().unwrap()),
+        // Five again: it fits.
+        delivered(reserve("P-12", &[("queso-curado", 4)]).event().unwrap()),
+        first,
+    ];
+    let results = consumer.handle_batch(&poll).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(results.len(), poll.len());
+    assert_eq!(units(&s, "queso-curado").await, 1);
+    assert_eq!(state(&s, "P-10").await, Some(ReservationState::Released));
+    assert_eq!(state(&s, "P-11").await, Some(ReservationState::Refused));
+    assert_eq!(state(&s, "P-12").await, Some(ReservationState::Held));
+    let confirmed = outbox(&t, "reserva.confirmada").await;
+    let keys: Vec<&Value> = confirmed.iter().map(|a| &a["clave"]).collect();
+    assert_eq!(keys, [&json!("reserva-P-10"), &json!("reserva-P-12")]);
+    assert_eq!(outbox(&t, "reserva.rechazada").await.len(), 1);
+    assert_eq!(outbox(&t, "reserva.liberada").await.len(), 1);
+    if backend == "postgres" {
+        let writers: Option<i64> =
+            t.db.scalar(entrega::db::query(
+                "SELECT COUNT(DISTINCT xmin::text) FROM outbox WHERE tipo LIKE 'reserva.%'",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(writers, Some(1), "the answers committed together");
+    }
+
+    // An unreadable command is refused alone; the others are applied.
+    let mut unreadable = delivered(reserve("P-13", &[("tomate-rosa", 1)]).event().unwrap());
+    unreadable.envelope.data = json!({"pedido_id": "P-13"});
+    let poll = [
+        delivered(reserve("P-14", &[("tomate-rosa", 1)]).event().unwrap()),
+        unreadable,
+        delivered(reserve("P-15", &[("tomate-rosa", 2)]).event().unwrap()),
+    ];
+    let results = consumer.handle_batch(&poll).await;
+    let refused: Vec<bool> = results.iter().map(Result::is_err).collect();
+    assert_eq!(refused, [false, true, false], "{results:?}");
+    assert!(!results[1].as_ref().unwrap_err().is_transient());
+    assert_eq!(units(&s, "tomate-rosa").await, 117);
+    assert_eq!(state(&s, "P-13").await, None);
     t.remove().await;
 }
 
@@ -311,6 +385,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    a_poll_of_commands_is_applied_in_order_in_one_transaction,
     a_reservation_takes_stock_once_and_a_repeat_gets_the_same_answer,
     a_refusal_is_recorded_and_repeated_without_touching_stock,
     a_release_gives_stock_back_once,

@@ -57,28 +57,15 @@ impl Fixture {
     }
 
     async fn handle(&self, kind: &str, data: Value) -> Result<(), entrega_core::HandlerError> {
-        let message = Message {
-            envelope: Envelope::new(kind, "pedidos", data),
-            topic: "pagos.comandos".into(),
-            partition: 0,
-            offset: 0,
-            key: None,
-            headers: Headers::default(),
-            attempt: 1,
-            trace: entrega_core::TraceContext::root(),
-        };
-        self.consumer.handle(&message).await
+        self.consumer.handle(&message(kind, data)).await
     }
 
     async fn charge(&self, order: &str, card: &str) -> Result<(), entrega_core::HandlerError> {
-        let data = json!({"pedido_id": order, "clave": format!("cobro-{order}"),
-                          "importe_centimos": 1250, "tarjeta": card});
-        self.handle(CHARGE, data).await
+        self.handle(CHARGE, charge_data(order, card)).await
     }
 
     async fn refund(&self, order: &str) -> Result<(), entrega_core::HandlerError> {
-        let data = json!({"pedido_id": order, "clave": format!("reembolso-{order}")});
-        self.handle(REFUND, data).await
+        self.handle(REFUND, refund_data(order)).await
     }
 
     async fn state(&self, order: &str) -> Option<PaymentState> {
@@ -111,6 +98,94 @@ impl Fixture {
         self.gateway.destroy().await.unwrap();
         self.db.remove().await;
     }
+}
+
+fn message(kind: &str, data: Value) -> Message {
+    Message {
+        envelope: Envelope::new(kind, "pedidos", data),
+        topic: "pagos.comandos".into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        headers: Headers::default(),
+        attempt: 1,
+        trace: entrega_core::TraceContext::root(),
+    }
+}
+
+fn charge_data(order: &str, card: &str) -> Value {
+    json!({"pedido_id": order, "clave": format!("cobro-{order}"),
+           "importe_centimos": 1250, "tarjeta": card})
+}
+
+fn refund_data(order: &str) -> Value {
+    json!({"pedido_id": order, "clave": format!("reembolso-{order}")})
+}
+
+async fn a_poll_of_charges_is_charged_together_once_each(backend: &str) {
+    let f = Fixture::new(backend, Faults::default()).await;
+    let orders = ["P-b1", "P-b2", "P-b3", "P-b4", "P-b5"];
+    let poll: Vec<Message> = orders
+        .iter()
+        .map(|o| message(CHARGE, charge_data(o, "tok_visa")))
+        .collect();
+    let results = f.consumer.handle_batch(&poll).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(results.len(), poll.len());
+    for order in orders {
+        assert_eq!(f.state(order).await, Some(PaymentState::Confirmed));
+        assert_eq!(f.net(order).await, 1250, "{order} charged once");
+        assert_eq!(f.answers("pago.confirmado", order).await.len(), 1);
+    }
+    // Delivered again: every key is known, nothing is charged or answered again.
+    let results = f.consumer.handle_batch(&poll).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    for order in orders {
+        assert_eq!(f.net(order).await, 1250);
+        assert_eq!(f.answers("pago.confirmado", order).await.len(), 1);
+    }
+    if backend == "postgres" {
+        let writers: Option<i64> =
+            f.db.db
+                .scalar(entrega::db::query(
+                    "SELECT COUNT(DISTINCT xmin::text) FROM outbox WHERE tipo = 'pago.confirmado'",
+                ))
+                .await
+                .unwrap();
+        assert_eq!(writers, Some(1), "the answers committed together");
+    }
+    f.finish().await;
+}
+
+async fn a_poll_mixing_refunds_and_repeats_is_applied_in_order(backend: &str) {
+    let f = Fixture::new(backend, Faults::default()).await;
+    let again = message(CHARGE, charge_data("P-m2", "tok_visa"));
+    let poll = [
+        message(CHARGE, charge_data("P-m1", "tok_visa")),
+        again.clone(),
+        message(REFUND, refund_data("P-m1")),
+        message(CHARGE, charge_data("P-m3", "tok_visa")),
+        again,
+        message(CHARGE, json!({"pedido_id": "P-m4"})),
+        message(CHARGE, charge_data("P-m5", "tok_visa")),
+    ];
+    let results = f.consumer.handle_batch(&poll).await;
+    let refused: Vec<bool> = results.iter().map(Result::is_err).collect();
+    assert_eq!(
+        refused,
+        [false, false, false, false, false, true, false],
+        "{results:?}"
+    );
+    assert!(!results[5].as_ref().unwrap_err().is_transient());
+    assert_eq!(f.state("P-m1").await, Some(PaymentState::Refunded));
+    assert_eq!(f.net("P-m1").await, 0);
+    for order in ["P-m2", "P-m3", "P-m5"] {
+        assert_eq!(f.state(order).await, Some(PaymentState::Confirmed));
+        assert_eq!(f.net(order).await, 1250, "{order} charged once");
+        assert_eq!(f.answers("pago.confirmado", order).await.len(), 1);
+    }
+    assert_eq!(f.state("P-m4").await, None);
+    f.finish().await;
 }
 
 async fn a_charge_is_made_once_and_answered_again(backend: &str) {
@@ -259,6 +334,8 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    a_poll_of_charges_is_charged_together_once_each,
+    a_poll_mixing_refunds_and_repeats_is_applied_in_order,
     a_charge_is_made_once_and_answered_again,
     a_refund_gives_the_money_back_once,
     a_refund_before_its_charge_refuses_the_charge,

@@ -38,23 +38,10 @@ impl Fixture {
     }
 
     async fn assign(&self, order: &str, city: &str) {
-        let command = AssignCommand {
-            order_id: order.into(),
-            key: format!("reparto-{order}"),
-            city: city.into(),
-            street: "Rambla Nova 1".into(),
-        };
-        let message = Message {
-            envelope: Envelope::new(ASSIGN, "pedidos", command.event().unwrap().payload),
-            topic: "reparto.comandos".into(),
-            partition: 0,
-            offset: 0,
-            key: None,
-            headers: Headers::default(),
-            attempt: 1,
-            trace: entrega_core::TraceContext::root(),
-        };
-        self.consumer.handle(&message).await.unwrap();
+        self.consumer
+            .handle(&assignment(order, city))
+            .await
+            .unwrap();
     }
 
     async fn state(&self, order: &str) -> Option<DeliveryState> {
@@ -73,6 +60,68 @@ impl Fixture {
             .map(|(c,)| serde_json::from_str(&c).unwrap())
             .collect()
     }
+}
+
+fn assignment(order: &str, city: &str) -> Message {
+    let command = AssignCommand {
+        order_id: order.into(),
+        key: format!("reparto-{order}"),
+        city: city.into(),
+        street: "Rambla Nova 1".into(),
+    };
+    Message {
+        envelope: Envelope::new(ASSIGN, "pedidos", command.event().unwrap().payload),
+        topic: "reparto.comandos".into(),
+        partition: 0,
+        offset: 0,
+        key: None,
+        headers: Headers::default(),
+        attempt: 1,
+        trace: entrega_core::TraceContext::root(),
+    }
+}
+
+async fn a_poll_is_assigned_in_order_in_one_transaction(backend: &str) {
+    let f = Fixture::new(backend).await;
+    let first = assignment("P-a", "Madrid");
+    let poll = [
+        first.clone(),
+        assignment("P-b", "Madrid"),
+        assignment("P-c", "Madrid"),
+        first,
+        assignment("P-d", "Lleida"),
+        assignment("P-e", "Tarragona"),
+    ];
+    let results = f.consumer.handle_batch(&poll).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(results.len(), poll.len());
+    // Madrid has two couriers: the third order waits for one.
+    for (order, state) in [
+        ("P-a", DeliveryState::Assigned),
+        ("P-b", DeliveryState::Assigned),
+        ("P-c", DeliveryState::Pending),
+        ("P-d", DeliveryState::Refused),
+        ("P-e", DeliveryState::Assigned),
+    ] {
+        assert_eq!(f.state(order).await, Some(state), "{order}");
+    }
+    assert_eq!(
+        f.answers("reparto.asignado", "P-a").await.len(),
+        1,
+        "the repeated message is a duplicate"
+    );
+    assert_eq!(f.answers("reparto.rechazado", "P-d").await.len(), 1);
+    if backend == "postgres" {
+        let writers: Option<i64> =
+            f.db.db
+                .scalar(entrega::db::query(
+                    "SELECT COUNT(DISTINCT xmin::text) FROM outbox",
+                ))
+                .await
+                .unwrap();
+        assert_eq!(writers, Some(1), "the answers committed together");
+    }
+    f.db.remove().await;
 }
 
 async fn a_courier_is_assigned_once_and_answered_again(backend: &str) {
@@ -180,6 +229,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    a_poll_is_assigned_in_order_in_one_transaction,
     a_courier_is_assigned_once_and_answered_again,
     a_city_without_couriers_is_refused_with_its_reason,
     a_pending_delivery_is_answered_when_a_courier_frees_up,

@@ -7,7 +7,7 @@ use entrega_core::{Clock, Envelope, NewEvent, StoreError, TRACEPARENT};
 use serde_json::Value;
 
 use super::error::SagaError;
-use super::flow::{Reply, SagaFlow};
+use super::flow::{Ending, Reply, SagaFlow};
 use super::machine::{self, Effect, Input, Transition};
 use super::record::{EventKind, HistoryEntry, Phase, SagaRecord, SagaStatus};
 use super::stats::SagaStats;
@@ -51,6 +51,16 @@ pub enum CancelOutcome {
     /// The step in flight has no compensation: its effect could not be undone, so the saga
     /// goes forward and nothing changed (its point of no return).
     PastPointOfNoReturn,
+}
+
+/// What a written transition leaves to count once its transaction commits.
+#[derive(Debug)]
+pub(crate) struct Written {
+    kind: String,
+    id: String,
+    ending: Option<Ending>,
+    /// Why, when the saga now waits for an operator.
+    needs_operator: Option<String>,
 }
 
 /// The sagas of one [`SagaFlow`] in one database.
@@ -102,6 +112,21 @@ impl Sagas {
         self.clock.now_ms()
     }
 
+    /// The flow.
+    pub(crate) fn flow(&self) -> &dyn SagaFlow {
+        self.flow.as_ref()
+    }
+
+    /// Who claims replies in `mensajes_procesados` (`saga.<kind>`).
+    pub(crate) fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// Counts a reply seen before.
+    pub(crate) fn stats_duplicate(&self) {
+        self.stats.duplicate();
+    }
+
     /// The database.
     pub fn db(&self) -> &Db {
         &self.db
@@ -127,7 +152,9 @@ impl Sagas {
         if !store::insert(tx, &t.record).await? {
             return Ok(Started::Existing);
         }
-        self.write(tx, t, None).await?;
+        // The caller commits: counted now.
+        let written = self.write(tx, t, None).await?;
+        self.count(&written);
         self.stats.started();
         Ok(Started::New)
     }
@@ -149,11 +176,9 @@ impl Sagas {
             self.stats.duplicate();
             return Ok(ReplyOutcome::Duplicate);
         }
-        let outcome = self.apply_reply(&mut tx, &reply).await?;
+        let (outcome, written) = self.apply_reply(&mut tx, &reply).await?;
         tx.commit().await?;
-        if let ReplyOutcome::Ignored(_) = outcome {
-            self.stats.ignored();
-        }
+        self.count_reply(&outcome, written.as_ref());
         if outcome == ReplyOutcome::Applied {
             crate::failpoint::hit(crate::failpoint::SAGA_AFTER_COMMIT)
                 .map_err(StoreError::unavailable)?;
@@ -161,10 +186,15 @@ impl Sagas {
         Ok(outcome)
     }
 
-    async fn apply_reply(&self, tx: &mut Tx, reply: &Reply) -> Result<ReplyOutcome, SagaError> {
+    /// Applies `reply` to its saga in `tx`: what it did, and what to count once `tx` commits.
+    pub(crate) async fn apply_reply(
+        &self,
+        tx: &mut Tx,
+        reply: &Reply,
+    ) -> Result<(ReplyOutcome, Option<Written>), SagaError> {
         let kind = self.flow.kind();
         let Some(record) = store::load(tx, kind, &reply.saga_id, Lock::Wait).await? else {
-            return Ok(ReplyOutcome::UnknownSaga(reply.saga_id.clone()));
+            return Ok((ReplyOutcome::UnknownSaga(reply.saga_id.clone()), None));
         };
         let version = record.version;
         let t = machine::apply(
@@ -174,18 +204,32 @@ impl Sagas {
             self.clock.now_ms(),
         );
         let effect = t.effect;
-        self.write(tx, t, Some(version)).await?;
-        Ok(match effect {
+        let written = self.write(tx, t, Some(version)).await?;
+        let outcome = match effect {
             Effect::Ignored(why) => ReplyOutcome::Ignored(why),
             Effect::Changed | Effect::Refused => ReplyOutcome::Applied,
-        })
+        };
+        Ok((outcome, Some(written)))
+    }
+
+    /// Counts a reply whose transaction committed.
+    pub(crate) fn count_reply(&self, outcome: &ReplyOutcome, written: Option<&Written>) {
+        if let ReplyOutcome::Ignored(_) = outcome {
+            self.stats.ignored();
+        }
+        if let Some(written) = written {
+            self.count(written);
+        }
     }
 
     /// Cancels saga `id` for `reason` in its own transaction (see [`Sagas::cancel_in`]).
     pub async fn cancel(&self, id: &str, reason: &str) -> Result<CancelOutcome, SagaError> {
         let mut tx = self.db.begin().await?;
-        let outcome = self.cancel_in(&mut tx, id, reason).await?;
+        let (outcome, written) = self.cancel_written(&mut tx, id, reason).await?;
         tx.commit().await?;
+        if let Some(written) = written {
+            self.count(&written);
+        }
         Ok(outcome)
     }
 
@@ -198,6 +242,20 @@ impl Sagas {
         id: &str,
         reason: &str,
     ) -> Result<CancelOutcome, SagaError> {
+        // The caller commits: counted now.
+        let (outcome, written) = self.cancel_written(tx, id, reason).await?;
+        if let Some(written) = written {
+            self.count(&written);
+        }
+        Ok(outcome)
+    }
+
+    async fn cancel_written(
+        &self,
+        tx: &mut Tx,
+        id: &str,
+        reason: &str,
+    ) -> Result<(CancelOutcome, Option<Written>), SagaError> {
         let kind = self.flow.kind();
         let record = store::load(tx, kind, id, Lock::Wait)
             .await?
@@ -214,14 +272,15 @@ impl Sagas {
             self.clock.now_ms(),
         );
         if t.effect == Effect::Refused {
-            return Ok(match status {
+            let outcome = match status {
                 SagaStatus::Completed => CancelOutcome::Completed,
                 SagaStatus::Running => CancelOutcome::PastPointOfNoReturn,
                 _ => CancelOutcome::AlreadyCancelled,
-            });
+            };
+            return Ok((outcome, None));
         }
-        self.write(tx, t, Some(version)).await?;
-        Ok(CancelOutcome::Cancelling)
+        let written = self.write(tx, t, Some(version)).await?;
+        Ok((CancelOutcome::Cancelling, Some(written)))
     }
 
     /// Sends again the compensation a saga waits on for an operator, with its attempts
@@ -249,8 +308,9 @@ impl Sagas {
                 status,
             });
         }
-        self.write(&mut tx, t, Some(version)).await?;
+        let written = self.write(&mut tx, t, Some(version)).await?;
         tx.commit().await?;
+        self.count(&written);
         Ok(())
     }
 
@@ -280,8 +340,9 @@ impl Sagas {
                 tx.rollback().await?;
                 continue;
             }
-            self.write(&mut tx, t, Some(version)).await?;
+            let written = self.write(&mut tx, t, Some(version)).await?;
             tx.commit().await?;
+            self.count(&written);
             moved += 1;
         }
         Ok(moved)
@@ -293,13 +354,14 @@ impl Sagas {
     }
 
     /// Writes a transition: commands to the outbox, the row over `read` (a new row when
-    /// `None`, inserted by the caller), the history, and the flow's ending.
+    /// `None`, inserted by the caller), the history, and the flow's ending. What it returns
+    /// is counted ([`Sagas::count`]) once the transaction commits.
     async fn write(
         &self,
         tx: &mut Tx,
         mut t: Transition,
         read: Option<i64>,
-    ) -> Result<(), SagaError> {
+    ) -> Result<Written, SagaError> {
         for send in &t.sends {
             let event = match send.phase {
                 Phase::Action => self.flow.command(&t.record, send.step, &send.key),
@@ -321,18 +383,30 @@ impl Sagas {
         store::append(tx, &t.record.kind, &t.record.id, &t.history).await?;
         if let Some(ending) = &t.ending {
             self.flow.finished(tx, &t.record, ending).await?;
-            self.stats.ended(ending, &t.record);
         }
-        if t.history.iter().any(|e| e.what == EventKind::NeedsOperator) {
+        let needs_operator = t.history.iter().any(|e| e.what == EventKind::NeedsOperator);
+        Ok(Written {
+            needs_operator: needs_operator.then(|| t.record.reason.clone().unwrap_or_default()),
+            ending: t.ending,
+            kind: t.record.kind,
+            id: t.record.id,
+        })
+    }
+
+    /// Counts a transition whose transaction committed (or will, in the caller's hands).
+    pub(crate) fn count(&self, written: &Written) {
+        if let Some(ending) = &written.ending {
+            self.stats.ended(ending, &written.kind, &written.id);
+        }
+        if let Some(reason) = &written.needs_operator {
             tracing::warn!(
-                saga = %t.record.id,
-                kind = %t.record.kind,
-                reason = t.record.reason.as_deref().unwrap_or_default(),
+                saga = %written.id,
+                kind = %written.kind,
+                %reason,
                 "a saga waits for an operator"
             );
             self.stats.needs_operator();
         }
-        Ok(())
     }
 
     /// Sagas newest first, in `status` if given, at most `limit`.

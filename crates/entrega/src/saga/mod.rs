@@ -97,6 +97,7 @@
 //! # Ok(()) }
 //! ```
 
+mod batch;
 mod engine;
 mod error;
 mod flow;

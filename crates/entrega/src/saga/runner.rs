@@ -23,6 +23,10 @@ impl Handler for Sagas {
             Err(e) => Err(HandlerError::permanent(e)),
         }
     }
+
+    async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+        self.handle_all(msgs).await
+    }
 }
 
 impl Sagas {

@@ -4,7 +4,6 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::flow::Ending;
-use super::record::SagaRecord;
 
 /// What the sagas of one [`Sagas`](super::Sagas) value did since it was made.
 #[derive(Debug, Default)]
@@ -52,11 +51,11 @@ impl SagaStats {
         self.started.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn ended(&self, ending: &Ending, saga: &SagaRecord) {
+    pub(crate) fn ended(&self, ending: &Ending, kind: &str, id: &str) {
         let counter = match ending {
             Ending::Completed => &self.completed,
             Ending::Compensated { reason } => {
-                tracing::info!(saga = %saga.id, kind = %saga.kind, %reason, "saga compensated");
+                tracing::info!(saga = %id, %kind, %reason, "saga compensated");
                 &self.compensated
             }
         };

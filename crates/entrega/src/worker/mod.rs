@@ -52,7 +52,7 @@ use retry::Role;
 use session::Session;
 
 pub use retry::RetryStrategy;
-pub use router::{Handler, Message, Router};
+pub use router::{handle_each, Handler, Message, Router};
 pub use stats::WorkerStats;
 
 /// Records per poll by default. On a backlog a set-based handler amortises its transaction's

@@ -61,17 +61,27 @@ pub trait Handler: Send + Sync {
     /// partition do not overtake it. The default calls [`Handler::handle`] one by one and
     /// stops right after the first transient error.
     async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
-        let mut results = Vec::with_capacity(msgs.len());
-        for msg in msgs {
-            let result = crate::trace::scope(msg.trace, self.handle(msg)).await;
-            let stop = matches!(&result, Err(e) if e.is_transient());
-            results.push(result);
-            if stop {
-                break;
-            }
-        }
-        results
+        handle_each(self, msgs).await
     }
+}
+
+/// What [`Handler::handle_batch`] does unless a handler says otherwise: [`Handler::handle`]
+/// for each message in order, each in its own trace scope, stopping right after the first
+/// transient error (the messages after it are left out, to be delivered again in order).
+pub async fn handle_each<H: Handler + ?Sized>(
+    handler: &H,
+    msgs: &[Message],
+) -> Vec<Result<(), HandlerError>> {
+    let mut results = Vec::with_capacity(msgs.len());
+    for msg in msgs {
+        let result = crate::trace::scope(msg.trace, handler.handle(msg)).await;
+        let stop = matches!(&result, Err(e) if e.is_transient());
+        results.push(result);
+        if stop {
+            break;
+        }
+    }
+    results
 }
 
 /// Where a `tipo` goes.

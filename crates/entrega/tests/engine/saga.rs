@@ -34,9 +34,9 @@ const APP: &[Migration] = &[Migration::same(
 
 /// Reserve, charge, ship: commands `<step>.pedir` / `<step>.deshacer` on aggregate `orden`;
 /// replies `<step>.hecho`, `<step>.fallido` (`transitorio` says which kind), `<step>.deshecho`.
-struct OrderFlow {
+pub(super) struct OrderFlow {
     steps: Vec<StepSpec>,
-    fail_finish: AtomicBool,
+    pub(super) fail_finish: AtomicBool,
 }
 
 impl OrderFlow {
@@ -157,16 +157,16 @@ impl SagaFlow for OrderFlow {
     }
 }
 
-struct Fixture {
+pub(super) struct Fixture {
     fresh: FreshDb,
-    sagas: Sagas,
-    flow: Arc<OrderFlow>,
+    pub(super) sagas: Sagas,
+    pub(super) flow: Arc<OrderFlow>,
     clock: ManualClock,
     _dir: TempDir,
 }
 
 impl Fixture {
-    async fn new(backend: Backend) -> Self {
+    pub(super) async fn new(backend: Backend) -> Self {
         let dir = TempDir::new();
         let fresh = FreshDb::new(backend, &dir, "orquestador.db").await;
         fresh
@@ -192,11 +192,11 @@ impl Fixture {
         }
     }
 
-    fn db(&self) -> &Db {
+    pub(super) fn db(&self) -> &Db {
         &self.fresh.db
     }
 
-    async fn start(&self, id: &str) -> Started {
+    pub(super) async fn start(&self, id: &str) -> Started {
         let mut tx = self.db().begin().await.unwrap();
         let started = self
             .sagas
@@ -208,7 +208,7 @@ impl Fixture {
     }
 
     /// Commands in the outbox, oldest first: `(tipo, clave)`.
-    async fn commands(&self) -> Vec<(String, String)> {
+    pub(super) async fn commands(&self) -> Vec<(String, String)> {
         let rows: Vec<(String, String)> = self
             .db()
             .fetch_all(query_each(
@@ -228,24 +228,24 @@ impl Fixture {
         out
     }
 
-    async fn count(&self, sql: &'static str) -> i64 {
+    pub(super) async fn count(&self, sql: &'static str) -> i64 {
         self.db().scalar(query(sql)).await.unwrap().unwrap()
     }
 
-    async fn saga(&self, id: &str) -> SagaRecord {
+    pub(super) async fn saga(&self, id: &str) -> SagaRecord {
         self.sagas.show(id).await.unwrap().expect("saga").0
     }
 
-    async fn finish(self) {
+    pub(super) async fn finish(self) {
         self.fresh.finish().await;
     }
 }
 
-fn event(kind: &str, data: Value) -> Envelope {
+pub(super) fn event(kind: &str, data: Value) -> Envelope {
     Envelope::new(kind, "servicio", data)
 }
 
-fn done(step: &str, id: &str) -> Envelope {
+pub(super) fn done(step: &str, id: &str) -> Envelope {
     event(
         &format!("{step}.hecho"),
         json!({"pedido": id, "clave": format!("{step}-{id}")}),

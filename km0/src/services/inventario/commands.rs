@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use entrega::{Handler, Message, Router};
+use entrega::{apply_all_or_each, ApplyAll, Handler, Message, Router, Tx};
 use entrega_core::{now_ms, HandlerError, Processed};
 
 use super::db::{before_commit, ApplyError, StockStore};
@@ -32,33 +32,7 @@ impl StockStore {
     ) -> Result<Processed<Reserved>, ApplyError> {
         self.db()
             .once(COMMANDS_CONSUMER, message_id, async |tx| {
-                let outcome = stock_moves::reserve(
-                    tx,
-                    &command.reservation_id,
-                    &command.order_id,
-                    &command.lines,
-                    Motive::Reservation,
-                    true,
-                    now_ms(),
-                )
-                .await?;
-                let refused = match &outcome {
-                    Reserved::Taken => None,
-                    Reserved::Refused(reason) => Some(reason.clone()),
-                    Reserved::Existing(r) => match r.state {
-                        ReservationState::Held => None,
-                        ReservationState::Refused => {
-                            Some(r.reason.clone().unwrap_or_else(|| "rechazada".into()))
-                        }
-                        ReservationState::Released => {
-                            Some("reserva liberada antes de hacerse".into())
-                        }
-                    },
-                };
-                tx.enqueue(&reservation_answer(command, refused.as_deref())?)
-                    .await?;
-                before_commit()?;
-                Ok(outcome)
+                reserve_in(tx, command).await
             })
             .await
     }
@@ -72,12 +46,7 @@ impl StockStore {
     ) -> Result<Processed<Released>, ApplyError> {
         self.db()
             .once(COMMANDS_CONSUMER, message_id, async |tx| {
-                let outcome =
-                    stock_moves::release(tx, &command.reservation_id, &command.order_id, now_ms())
-                        .await?;
-                tx.enqueue(&release_answer(command)?).await?;
-                before_commit()?;
-                Ok(outcome)
+                release_in(tx, command).await
             })
             .await
     }
@@ -88,6 +57,72 @@ impl StockStore {
         id: &str,
     ) -> Result<Option<stock_moves::StoredReservation>, ApplyError> {
         Ok(stock_moves::read(self.db(), id).await?)
+    }
+}
+
+/// A reservation and its answer, in `tx` (whose caller claimed the command's key).
+async fn reserve_in(tx: &mut Tx, command: &ReserveCommand) -> Result<Reserved, ApplyError> {
+    let outcome = stock_moves::reserve(
+        tx,
+        &command.reservation_id,
+        &command.order_id,
+        &command.lines,
+        Motive::Reservation,
+        true,
+        now_ms(),
+    )
+    .await?;
+    let refused = match &outcome {
+        Reserved::Taken => None,
+        Reserved::Refused(reason) => Some(reason.clone()),
+        Reserved::Existing(r) => match r.state {
+            ReservationState::Held => None,
+            ReservationState::Refused => {
+                Some(r.reason.clone().unwrap_or_else(|| "rechazada".into()))
+            }
+            ReservationState::Released => Some("reserva liberada antes de hacerse".into()),
+        },
+    };
+    tx.enqueue(&reservation_answer(command, refused.as_deref())?)
+        .await?;
+    before_commit()?;
+    Ok(outcome)
+}
+
+/// A release and its answer, in `tx` (whose caller claimed the command's key).
+async fn release_in(tx: &mut Tx, command: &ReleaseCommand) -> Result<Released, ApplyError> {
+    let outcome =
+        stock_moves::release(tx, &command.reservation_id, &command.order_id, now_ms()).await?;
+    tx.enqueue(&release_answer(command)?).await?;
+    before_commit()?;
+    Ok(outcome)
+}
+
+/// Commands applied in one transaction at most. A reservation opens a savepoint, and
+/// PostgreSQL keeps the subtransactions of one transaction in a shared cache of 64: past it,
+/// every other session's snapshot grows costly while the transaction is open.
+const COMMANDS_PER_TX: usize = 50;
+
+/// A command read from its event.
+enum Command {
+    Reserve(ReserveCommand),
+    Release(ReleaseCommand),
+}
+
+impl Command {
+    fn of(msg: &Message) -> Result<Self, HandlerError> {
+        let command = if msg.envelope.kind == RELEASE {
+            Self::Release(
+                ReleaseCommand::from_envelope(&msg.envelope)
+                    .map_err(StockError::into_handler_error)?,
+            )
+        } else {
+            Self::Reserve(
+                ReserveCommand::from_envelope(&msg.envelope)
+                    .map_err(StockError::into_handler_error)?,
+            )
+        };
+        Ok(command)
     }
 }
 
@@ -120,7 +155,50 @@ fn classify(e: ApplyError) -> HandlerError {
 }
 
 #[async_trait]
+impl ApplyAll for CommandConsumer {
+    fn per_tx(&self) -> usize {
+        COMMANDS_PER_TX
+    }
+
+    /// Applies `run` in one transaction, all or nothing (an unreadable one fails the lot).
+    async fn apply_all(&self, run: &[Message]) -> Result<(), HandlerError> {
+        let commands = run
+            .iter()
+            .map(|m| Ok((m.id(), m.trace, Command::of(m)?)))
+            .collect::<Result<Vec<_>, HandlerError>>()?;
+        let keys: Vec<&str> = commands.iter().map(|(id, _, _)| id.as_str()).collect();
+        let mut batch = self
+            .store
+            .db()
+            .claim_batch(COMMANDS_CONSUMER, &keys)
+            .await?;
+        for (id, trace, command) in &commands {
+            if !batch.is_new(id) {
+                continue;
+            }
+            let tx = batch.tx();
+            let apply = async {
+                match command {
+                    Command::Reserve(c) => reserve_in(tx, c).await.map(drop),
+                    Command::Release(c) => release_in(tx, c).await.map(drop),
+                }
+            };
+            // On an error the batch is dropped, and rolled back, with every claim.
+            entrega::trace::scope(*trace, apply)
+                .await
+                .map_err(classify)?;
+        }
+        batch.commit().await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
 impl Handler for CommandConsumer {
+    async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+        apply_all_or_each(self, msgs).await
+    }
+
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
         if msg.envelope.kind == RELEASE {
             let command = ReleaseCommand::from_envelope(&msg.envelope)

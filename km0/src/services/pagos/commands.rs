@@ -9,15 +9,20 @@
 //! gateway; a charge already at the gateway that lands after the refund is given back at
 //! once under `reembolso-tardio-<pedido>`.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use entrega::{ContractError, Event, Handler, Message, Router};
+use entrega::{apply_all_or_each, ApplyAll, ContractError, Event, Handler, Message, Router};
 use entrega_core::{now_ms, Envelope, HandlerError, NewEvent};
+use futures::future::try_join_all;
 
 use crate::contracts::{self, payments};
 
-use super::db::{enqueue_result, ChargeOutcome, ChargeStart, PaymentState, PaymentStore};
+use super::db::{
+    begin_in, enqueue_result, failpoint_before_commit, finish_in, ChargeOutcome, ChargeStart,
+    PaymentState, PaymentStore,
+};
 use super::domain::{NotChargeable, OrderToCharge};
 use super::gateway::{Gateway, GatewayError};
 use super::refunds::{RefundOutcome, RefundRequest, RefundStart};
@@ -203,8 +208,86 @@ impl CommandConsumer {
     }
 }
 
+/// Charges taken together, at most: as many gateway calls in flight at once.
+const CHARGES_PER_BATCH: usize = 64;
+
+/// Why a poll's charges are not taken together (they are then handled one by one).
+#[derive(Debug, thiserror::Error)]
+#[error("charges not taken together: {0}")]
+struct NotPlain(&'static str);
+
+fn not_plain(why: &'static str) -> HandlerError {
+    HandlerError::transient(NotPlain(why))
+}
+
+#[async_trait]
+impl ApplyAll for CommandConsumer {
+    fn per_tx(&self) -> usize {
+        CHARGES_PER_BATCH
+    }
+
+    /// The charges of one poll together: their intents in one transaction, the gateway
+    /// called for all of them at once (no transaction open), their answers in one
+    /// transaction with their keys. Only the plain case goes this way: every message a charge
+    /// of a different order, each still to be sent to the gateway and settled by its answer.
+    /// Anything else fails the batch, whose messages are then handled one by one; what it
+    /// wrote before (intents, calls under each charge's idempotency key) is what those
+    /// would write again.
+    async fn apply_all(&self, run: &[Message]) -> Result<(), HandlerError> {
+        let mut charges = Vec::with_capacity(run.len());
+        let mut orders = HashSet::new();
+        for msg in run {
+            if msg.envelope.kind != CHARGE {
+                return Err(not_plain("a refund among them"));
+            }
+            let order = charge_of(&msg.envelope)?;
+            if !orders.insert(order.order_id.clone()) {
+                return Err(not_plain("one order twice"));
+            }
+            charges.push((msg.id(), msg.trace, order));
+        }
+        let mut tx = self.store.db().begin().await?;
+        let now = now_ms();
+        for (_, _, order) in &charges {
+            // On an error the transaction is dropped, and rolled back.
+            if begin_in(&mut tx, order, now).await? != ChargeStart::Call {
+                return Err(not_plain("a payment settled already"));
+            }
+        }
+        tx.commit().await?;
+        let calls = charges
+            .iter()
+            .map(|(_, trace, order)| entrega::trace::scope(*trace, self.gateway.charge(order)));
+        let outcomes = try_join_all(calls).await.map_err(gateway_error)?;
+        let keys: Vec<&str> = charges.iter().map(|(id, _, _)| id.as_str()).collect();
+        let mut batch = self
+            .store
+            .db()
+            .claim_batch(COMMANDS_CONSUMER, &keys)
+            .await?;
+        let now = now_ms();
+        for ((id, trace, order), outcome) in charges.iter().zip(&outcomes) {
+            if !batch.is_new(id) {
+                continue;
+            }
+            let finish = finish_in(batch.tx(), order, outcome, now);
+            // On an error or a refusal the batch is dropped, and rolled back, with every claim.
+            if !entrega::trace::scope(*trace, finish).await? {
+                return Err(not_plain("a payment settled meanwhile"));
+            }
+            failpoint_before_commit()?;
+        }
+        batch.commit().await?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Handler for CommandConsumer {
+    async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+        apply_all_or_each(self, msgs).await
+    }
+
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
         if msg.envelope.kind == REFUND {
             let request = refund_of(&msg.envelope)?;

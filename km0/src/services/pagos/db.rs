@@ -154,29 +154,9 @@ impl PaymentStore {
         now_ms: i64,
     ) -> Result<ChargeStart, StoreError> {
         let mut tx = self.db.begin().await?;
-        tx.execute(
-            query(
-                "INSERT INTO pagos (pedido_id, importe_centimos, tarjeta, clave_idempotencia, \
-                 estado, actualizado_ms) VALUES ($1, $2, $3, $4, 'iniciado', $5) \
-                 ON CONFLICT (pedido_id) DO NOTHING",
-            )
-            .bind(order.order_id.clone())
-            .bind(order.amount_cents)
-            .bind(order.card.clone())
-            .bind(order.charge_key())
-            .bind(now_ms),
-        )
-        .await?;
-        let state: Option<String> = tx
-            .scalar(
-                query("SELECT estado FROM pagos WHERE pedido_id = $1").bind(order.order_id.clone()),
-            )
-            .await?;
+        let start = begin_in(&mut tx, order, now_ms).await?;
         tx.commit().await?;
-        Ok(match state.as_deref().and_then(PaymentState::parse) {
-            Some(PaymentState::Started) | None => ChargeStart::Call,
-            Some(_) => ChargeStart::Settled,
-        })
+        Ok(start)
     }
 
     /// Step 3: the gateway's answer, the outbox event and `event_id`'s processed key, in one
@@ -204,29 +184,10 @@ impl PaymentStore {
     ) -> Result<bool, StoreError> {
         let mut tx = self.db.begin().await?;
         tx.claim(consumer, event_id).await?;
-        let (state, gateway_ref, reason) = match outcome {
-            ChargeOutcome::Approved(r) => (PaymentState::Confirmed, Some(r.clone()), None),
-            ChargeOutcome::Declined(m) => (PaymentState::Declined, None, Some(m.clone())),
-        };
-        let updated = tx
-            .execute(
-                query(
-                    "UPDATE pagos SET estado = $1, ref_pasarela = $2, motivo = $3, \
-                     actualizado_ms = $4 WHERE pedido_id = $5 AND estado = 'iniciado'",
-                )
-                .bind(state.as_str())
-                .bind(gateway_ref.clone())
-                .bind(reason.clone())
-                .bind(now_ms)
-                .bind(order.order_id.clone()),
-            )
-            .await?;
-        if updated == 1 {
-            enqueue_result(&mut tx, order, outcome).await?;
-        }
+        let updated = finish_in(&mut tx, order, outcome, now_ms).await?;
         failpoint_before_commit()?;
         tx.commit().await?;
-        Ok(updated == 1)
+        Ok(updated)
     }
 
     /// Records `event_id` as processed, and nothing else (its payment was settled under
@@ -371,4 +332,63 @@ pub const BEFORE_COMMIT: &str = "pagos.before_commit";
 
 pub(super) fn failpoint_before_commit() -> Result<(), StoreError> {
     entrega::failpoint::hit(BEFORE_COMMIT).map_err(StoreError::unavailable)
+}
+
+/// Step 1 in `tx`: the intent to charge `order`, once; whether to call the gateway.
+pub(super) async fn begin_in(
+    tx: &mut Tx,
+    order: &OrderToCharge,
+    now_ms: i64,
+) -> Result<ChargeStart, StoreError> {
+    tx.execute(
+        query(
+            "INSERT INTO pagos (pedido_id, importe_centimos, tarjeta, clave_idempotencia, \
+                 estado, actualizado_ms) VALUES ($1, $2, $3, $4, 'iniciado', $5) \
+                 ON CONFLICT (pedido_id) DO NOTHING",
+        )
+        .bind(order.order_id.clone())
+        .bind(order.amount_cents)
+        .bind(order.card.clone())
+        .bind(order.charge_key())
+        .bind(now_ms),
+    )
+    .await?;
+    let state: Option<String> = tx
+        .scalar(query("SELECT estado FROM pagos WHERE pedido_id = $1").bind(order.order_id.clone()))
+        .await?;
+    Ok(match state.as_deref().and_then(PaymentState::parse) {
+        Some(PaymentState::Started) | None => ChargeStart::Call,
+        Some(_) => ChargeStart::Settled,
+    })
+}
+
+/// Step 3 in `tx`: the gateway's answer over the intent and its event in the outbox;
+/// `false` when the payment was settled already (nothing written).
+pub(super) async fn finish_in(
+    tx: &mut Tx,
+    order: &OrderToCharge,
+    outcome: &ChargeOutcome,
+    now_ms: i64,
+) -> Result<bool, StoreError> {
+    let (state, gateway_ref, reason) = match outcome {
+        ChargeOutcome::Approved(r) => (PaymentState::Confirmed, Some(r.clone()), None),
+        ChargeOutcome::Declined(m) => (PaymentState::Declined, None, Some(m.clone())),
+    };
+    let updated = tx
+        .execute(
+            query(
+                "UPDATE pagos SET estado = $1, ref_pasarela = $2, motivo = $3, \
+                     actualizado_ms = $4 WHERE pedido_id = $5 AND estado = 'iniciado'",
+            )
+            .bind(state.as_str())
+            .bind(gateway_ref.clone())
+            .bind(reason.clone())
+            .bind(now_ms)
+            .bind(order.order_id.clone()),
+        )
+        .await?;
+    if updated == 1 {
+        enqueue_result(tx, order, outcome).await?;
+    }
+    Ok(updated == 1)
 }

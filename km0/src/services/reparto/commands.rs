@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use entrega::db::query;
-use entrega::{ContractError, Event, Handler, Message, Router};
+use entrega::{apply_all_or_each, ApplyAll, ContractError, Event, Handler, Message, Router, Tx};
 use entrega_core::{now_ms, Envelope, HandlerError, NewEvent, Processed, StoreError};
+use futures::future::try_join_all;
 
 use crate::contracts::orders::StreetAddress;
 use crate::contracts::{self, delivery};
@@ -119,90 +120,102 @@ impl DeliveryStore {
     ) -> Result<Processed<DeliveryState>, StoreError> {
         self.db()
             .once(COMMANDS_CONSUMER, message_id, async |tx| {
-                let known: Option<(String, Option<String>, Option<String>)> = tx
-                    .fetch_optional(
-                        query("SELECT estado, repartidor_id, motivo FROM entregas WHERE pedido_id = $1")
-                            .bind(&command.order_id),
-                    )
-                    .await?;
-                let (order, key) = (&command.order_id, &command.key);
-                let state = match known {
-                    Some((state, courier, reason)) => {
-                        let state = state_of(&state)?;
-                        let answer = match state {
-                            DeliveryState::Assigned | DeliveryState::Delivered => {
-                                Some(assigned_event(order, key, &courier.unwrap_or_default())?)
-                            }
-                            DeliveryState::Refused => {
-                                Some(refused_event(order, key, &reason.unwrap_or_default())?)
-                            }
-                            DeliveryState::Cancelled => {
-                                Some(refused_event(order, key, "entrega_cancelada")?)
-                            }
-                            DeliveryState::Pending => None,
-                        };
-                        if state == DeliveryState::Pending {
-                            tx.execute(
-                                query("UPDATE entregas SET clave = $1 WHERE pedido_id = $2")
-                                    .bind(key)
-                                    .bind(order),
-                            )
-                            .await?;
-                        }
-                        if let Some(answer) = answer {
-                            tx.enqueue(&answer).await?;
-                        }
-                        state
-                    }
-                    None => {
-                        let (state, courier, reason) = match km {
-                            None => {
-                                let reason = DeliveryError::CityNotServed {
-                                    city: command.city.clone(),
-                                    covered: covered_cities(tx).await?,
-                                }
-                                .to_string();
-                                (DeliveryState::Refused, None, Some(reason))
-                            }
-                            Some(_) => match take_courier(tx, &command.city).await? {
-                                Some(courier) => (DeliveryState::Assigned, Some(courier), None),
-                                None => (DeliveryState::Pending, None, None),
-                            },
-                        };
-                        tx.execute(
-                            query(
-                                "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
-                                                       actualizado_ms, clave, motivo)
-                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                            )
-                            .bind(order)
-                            .bind(&command.city)
-                            .bind(&command.street)
-                            .bind(km)
-                            .bind(courier.clone())
-                            .bind(state.as_str())
-                            .bind(now_ms)
-                            .bind(key)
-                            .bind(reason.clone()),
-                        )
-                        .await?;
-                        match (state, courier, reason) {
-                            (DeliveryState::Assigned, Some(courier), _) => {
-                                tx.enqueue(&assigned_event(order, key, &courier)?).await?;
-                            }
-                            (DeliveryState::Refused, _, Some(reason)) => {
-                                tx.enqueue(&refused_event(order, key, &reason)?).await?;
-                            }
-                            _ => {}
-                        }
-                        state
-                    }
-                };
-                Ok(state)
+                assign_in(tx, command, km, now_ms).await
             })
             .await
     }
 }
+
+/// An assignment and its answer, in `tx` (whose caller claimed the command's key); see
+/// [`DeliveryStore::assign`].
+async fn assign_in(
+    tx: &mut Tx,
+    command: &AssignCommand,
+    km: Option<f64>,
+    now_ms: i64,
+) -> Result<DeliveryState, StoreError> {
+    let known: Option<(String, Option<String>, Option<String>)> = tx
+        .fetch_optional(
+            query("SELECT estado, repartidor_id, motivo FROM entregas WHERE pedido_id = $1")
+                .bind(&command.order_id),
+        )
+        .await?;
+    let (order, key) = (&command.order_id, &command.key);
+    let state = match known {
+        Some((state, courier, reason)) => {
+            let state = state_of(&state)?;
+            let answer = match state {
+                DeliveryState::Assigned | DeliveryState::Delivered => {
+                    Some(assigned_event(order, key, &courier.unwrap_or_default())?)
+                }
+                DeliveryState::Refused => {
+                    Some(refused_event(order, key, &reason.unwrap_or_default())?)
+                }
+                DeliveryState::Cancelled => Some(refused_event(order, key, "entrega_cancelada")?),
+                DeliveryState::Pending => None,
+            };
+            if state == DeliveryState::Pending {
+                tx.execute(
+                    query("UPDATE entregas SET clave = $1 WHERE pedido_id = $2")
+                        .bind(key)
+                        .bind(order),
+                )
+                .await?;
+            }
+            if let Some(answer) = answer {
+                tx.enqueue(&answer).await?;
+            }
+            state
+        }
+        None => {
+            let (state, courier, reason) = match km {
+                None => {
+                    let reason = DeliveryError::CityNotServed {
+                        city: command.city.clone(),
+                        covered: covered_cities(tx).await?,
+                    }
+                    .to_string();
+                    (DeliveryState::Refused, None, Some(reason))
+                }
+                Some(_) => match take_courier(tx, &command.city).await? {
+                    Some(courier) => (DeliveryState::Assigned, Some(courier), None),
+                    None => (DeliveryState::Pending, None, None),
+                },
+            };
+            tx.execute(
+                query(
+                    "INSERT INTO entregas (pedido_id, ciudad, calle, km, repartidor_id, estado,
+                                                       actualizado_ms, clave, motivo)
+                                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .bind(order)
+                .bind(&command.city)
+                .bind(&command.street)
+                .bind(km)
+                .bind(courier.clone())
+                .bind(state.as_str())
+                .bind(now_ms)
+                .bind(key)
+                .bind(reason.clone()),
+            )
+            .await?;
+            match (state, courier, reason) {
+                (DeliveryState::Assigned, Some(courier), _) => {
+                    tx.enqueue(&assigned_event(order, key, &courier)?).await?;
+                }
+                (DeliveryState::Refused, _, Some(reason)) => {
+                    tx.enqueue(&refused_event(order, key, &reason)?).await?;
+                }
+                _ => {}
+            }
+            state
+        }
+    };
+    Ok(state)
+}
+
+/// Assignments applied in one transaction at most: as many routes asked for at once.
+const ASSIGNMENTS_PER_TX: usize = 64;
 
 /// Applies the saga's `reparto.asignar`.
 pub struct CommandConsumer {
@@ -231,29 +244,76 @@ impl CommandConsumer {
     }
 }
 
+impl CommandConsumer {
+    /// The route's length for a new delivery in a city served; `None` otherwise (the route
+    /// is asked for only then).
+    async fn km_for(&self, command: &AssignCommand) -> Result<Option<f64>, HandlerError> {
+        let known = self.store.delivery(&command.order_id).await?.is_some();
+        if known || !self.store.serves(&command.city).await? {
+            return Ok(None);
+        }
+        let km = self
+            .maps
+            .route_km(&command.city, &command.street)
+            .await
+            .map_err(|e| {
+                if e.is_transient() {
+                    HandlerError::transient(e)
+                } else {
+                    HandlerError::permanent(e)
+                }
+            })?;
+        Ok(Some(km))
+    }
+}
+
+#[async_trait]
+impl ApplyAll for CommandConsumer {
+    fn per_tx(&self) -> usize {
+        ASSIGNMENTS_PER_TX
+    }
+
+    /// Applies `run` in one transaction, all or nothing (an unreadable one fails the lot).
+    /// Routes are asked for first, together, with no transaction open.
+    async fn apply_all(&self, run: &[Message]) -> Result<(), HandlerError> {
+        let commands = run
+            .iter()
+            .map(|m| {
+                let command = AssignCommand::from_envelope(&m.envelope)
+                    .map_err(DeliveryError::into_handler_error)?;
+                Ok((m.id(), m.trace, command))
+            })
+            .collect::<Result<Vec<_>, HandlerError>>()?;
+        let kms = try_join_all(commands.iter().map(|(_, _, c)| self.km_for(c))).await?;
+        let keys: Vec<&str> = commands.iter().map(|(id, _, _)| id.as_str()).collect();
+        let mut batch = self
+            .store
+            .db()
+            .claim_batch(COMMANDS_CONSUMER, &keys)
+            .await?;
+        let now = now_ms();
+        for ((id, trace, command), km) in commands.iter().zip(kms) {
+            if !batch.is_new(id) {
+                continue;
+            }
+            // On an error the batch is dropped, and rolled back, with every claim.
+            entrega::trace::scope(*trace, assign_in(batch.tx(), command, km, now)).await?;
+        }
+        batch.commit().await?;
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Handler for CommandConsumer {
+    async fn handle_batch(&self, msgs: &[Message]) -> Vec<Result<(), HandlerError>> {
+        apply_all_or_each(self, msgs).await
+    }
+
     async fn handle(&self, msg: &Message) -> Result<(), HandlerError> {
         let command = AssignCommand::from_envelope(&msg.envelope)
             .map_err(DeliveryError::into_handler_error)?;
-        let known = self.store.delivery(&command.order_id).await?.is_some();
-        // The route is asked for only for a new delivery in a city served.
-        let km = if !known && self.store.serves(&command.city).await? {
-            let km = self
-                .maps
-                .route_km(&command.city, &command.street)
-                .await
-                .map_err(|e| {
-                    if e.is_transient() {
-                        HandlerError::transient(e)
-                    } else {
-                        HandlerError::permanent(e)
-                    }
-                })?;
-            Some(km)
-        } else {
-            None
-        };
+        let km = self.km_for(&command).await?;
         self.store.assign(&msg.id(), &command, km, now_ms()).await?;
         Ok(())
     }
