@@ -24,6 +24,12 @@ pub const SESSION_LIMITS: [(&str, &str); 5] = [
     ("tcp_keepalives_count", "3"),
 ];
 
+/// The session setting that tells the outbox's trigger not to `NOTIFY` in the transaction:
+/// entrega's sessions notify the relays once the transaction has committed (see `Tx::commit`
+/// in `entrega`), so commits that write to the outbox do not wait for each other's disk write
+/// on the server's one notification lock.
+pub const NOTIFY_AFTER_COMMIT: (&str, &str) = ("entrega.notify", "after_commit");
+
 /// Opens a pool on a full database URL (`postgres://user@host:port/db`), checking that the
 /// server answers.
 ///
@@ -106,7 +112,8 @@ fn pool_options() -> PgPoolOptions {
 /// `options` with `jit = off` and [`SESSION_LIMITS`], except what its `options` set.
 pub(crate) fn with_session_defaults(options: PgConnectOptions) -> PgConnectOptions {
     let given = options.get_options().unwrap_or("").to_owned();
-    let defaults = std::iter::once(("jit", "off"))
+    let defaults = [("jit", "off"), NOTIFY_AFTER_COMMIT]
+        .into_iter()
         .chain(SESSION_LIMITS.iter().copied())
         .filter(|(name, _)| !given.contains(name));
     options.options(defaults)

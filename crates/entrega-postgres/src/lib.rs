@@ -22,7 +22,7 @@ mod roles;
 mod wakeup;
 pub mod wal;
 
-pub use connect::{connect, ensure_database, SESSION_LIMITS};
+pub use connect::{connect, ensure_database, NOTIFY_AFTER_COMMIT, SESSION_LIMITS};
 pub use errors::classify;
 pub use hosts::{current_server_url, first_server_url, SessionAttrs};
 pub use roles::{grant_service_role, APPEND_ONLY, READ_ONLY};

@@ -164,7 +164,8 @@ impl Db {
         let tx = match &self.pool {
             Pool::Sqlite(pool) => Tx::sqlite_tx(entrega_sqlite::begin_immediate(pool).await?),
             Pool::Postgres(pool) => {
-                Tx::postgres_tx(pool.begin().await.map_err(entrega_postgres::classify)?)
+                let tx = pool.begin().await.map_err(entrega_postgres::classify)?;
+                Tx::postgres_tx(tx, pool.clone())
             }
         };
         Ok(tx.with_contracts(self.contracts.clone()))

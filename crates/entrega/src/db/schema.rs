@@ -154,6 +154,12 @@ const OUTBOX: &[Version] = &[
         "relay lanes: the incarnation of the instance holding each",
         both("0007_lane_incarnations")
     ),
+    Version {
+        version: 8,
+        description: "outbox: entrega's sessions notify the relays after their commit",
+        sqlite: &[],
+        postgres: &[script!("outbox", "0008_notify_after_commit.postgres.sql")],
+    },
 ];
 
 const INBOX: &[Version] = &[

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use entrega_contracts::{Catalog, Event};
 use entrega_core::{NewEvent, StoreError};
-use sqlx::{PgConnection, Postgres, Sqlite, SqliteConnection, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Sqlite, SqliteConnection, Transaction};
 
 use super::exec;
 use super::rows::{Column, FromRow};
@@ -20,6 +20,10 @@ use super::{query, query_each, Backend, Query, TextList};
 pub struct Tx {
     inner: Inner,
     contracts: Option<Arc<Catalog>>,
+    /// On PostgreSQL, the pool to notify the relays through once this transaction commits,
+    /// when it wrote to the outbox.
+    notify: Option<PgPool>,
+    notify_pending: bool,
 }
 
 #[derive(Debug)]
@@ -33,13 +37,17 @@ impl Tx {
         Self {
             inner: Inner::Sqlite(tx),
             contracts: None,
+            notify: None,
+            notify_pending: false,
         }
     }
 
-    pub(super) fn postgres_tx(tx: Transaction<'static, Postgres>) -> Self {
+    pub(super) fn postgres_tx(tx: Transaction<'static, Postgres>, pool: PgPool) -> Self {
         Self {
             inner: Inner::Postgres(tx),
             contracts: None,
+            notify: Some(pool),
+            notify_pending: false,
         }
     }
 
@@ -107,7 +115,21 @@ impl Tx {
             }
         }
         let events = crate::trace::stamped(events);
-        crate::store::outbox::enqueue_all(self, &events).await
+        crate::store::outbox::enqueue_all(self, &events).await?;
+        self.notify_relays();
+        Ok(())
+    }
+
+    /// Has the relays look at the outbox once this transaction commits. [`Tx::enqueue`] and
+    /// [`Tx::enqueue_all`] do it; call it after writing outbox rows some other way (a
+    /// statement of your own), or the relays find them only on their next poll.
+    ///
+    /// On PostgreSQL entrega's sessions notify in a statement of their own after the commit,
+    /// not in the transaction (whose `NOTIFY` would hold the server's one notification lock
+    /// until the commit is on disk, making every such commit wait for the others). On SQLite
+    /// the relays poll, and this does nothing.
+    pub fn notify_relays(&mut self) {
+        self.notify_pending = self.notify.is_some();
     }
 
     /// Writes `event` of `aggregate` `aggregate_id` to the outbox, as [`Tx::enqueue`] does,
@@ -256,10 +278,20 @@ impl Tx {
     }
 
     /// Commits everything written in this transaction.
+    ///
+    /// On PostgreSQL, a transaction that wrote to the outbox then notifies the relays
+    /// ([`Tx::notify_relays`]); if that fails the commit still stands, and the relays find
+    /// the rows on their next poll.
     pub async fn commit(self) -> Result<(), StoreError> {
         match self.inner {
             Inner::Sqlite(tx) => tx.commit().await.map_err(entrega_sqlite::classify),
-            Inner::Postgres(tx) => tx.commit().await.map_err(entrega_postgres::classify),
+            Inner::Postgres(tx) => {
+                tx.commit().await.map_err(entrega_postgres::classify)?;
+                if let (true, Some(pool)) = (self.notify_pending, &self.notify) {
+                    notify_outbox(pool).await;
+                }
+                Ok(())
+            }
         }
     }
 
@@ -288,5 +320,16 @@ impl Tx {
             Inner::Sqlite(tx) => Some(&mut **tx),
             Inner::Postgres(_) => None,
         }
+    }
+}
+
+/// Wakes the relays listening on the outbox's channel, in a statement of its own.
+async fn notify_outbox(pool: &PgPool) {
+    let notify = sqlx::query("SELECT pg_notify($1, '')")
+        .bind(entrega_postgres::OUTBOX_CHANNEL)
+        .execute(pool)
+        .await;
+    if let Err(e) = notify {
+        tracing::debug!(error = %e, "notifying the relays after a commit failed: they will poll");
     }
 }

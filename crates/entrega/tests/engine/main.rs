@@ -16,6 +16,7 @@ mod dlq;
 mod dlq_replay;
 mod idempotent;
 mod once_all;
+mod outbox_notify;
 mod relay;
 mod relay_clock_skew;
 mod relay_crash;

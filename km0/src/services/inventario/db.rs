@@ -180,6 +180,8 @@ impl StockStore {
             tx.commit().await?;
             return Ok(results);
         }
+        // The PostgreSQL path writes its outbox rows in its own statements.
+        tx.notify_relays();
         let results = match tx.postgres() {
             Some(conn) => {
                 let mut results = super::pg_batch::apply_items(conn, consumer, items).await;

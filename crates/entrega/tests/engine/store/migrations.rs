@@ -36,6 +36,7 @@ const EVERY_STEP: &[(&str, i64)] = &[
     ("outbox", 5),
     ("outbox", 6),
     ("outbox", 7),
+    ("outbox", 8),
     ("rpc", 1),
     ("rpc", 2),
     ("rpc", 3),
@@ -201,7 +202,7 @@ async fn a_newer_schema_is_refused_without_changes(backend: Backend) {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 7
+                supported: 8
             }
         ),
         "{err:?}"
