@@ -16,13 +16,15 @@ use crate::store::int4;
 
 /// PostgreSQL: a run of messages appended to one partition by one statement. The `UPDATE`
 /// reserves the offsets and keeps the partition row locked until the transaction ends, so a
-/// concurrent append waits and takes the offsets after these; the notification is queued in
-/// the same transaction and delivered at commit.
+/// concurrent append waits and takes the offsets after these. Subscribers are notified once
+/// the append has committed, in a statement of its own ([`notify_topics`]): a `NOTIFY` in the
+/// append's transaction would hold the server's one notification lock until its commit is on
+/// disk, and every publisher would wait for the others' disk writes.
 const POSTGRES_APPEND: &str = "
 WITH p AS (
     UPDATE entrega_partitions SET next_offset = next_offset + $3
     WHERE topic = $1 AND partition_no = $2
-    RETURNING next_offset - $3 AS base, pg_notify($8, $1) AS notified
+    RETURNING next_offset - $3 AS base
 ), ins AS (
     INSERT INTO entrega_log (topic, partition_no, log_offset, msg_key, headers, payload, appended_at_ms)
     SELECT $1, $2, p.base + m.ord - 1, m.k, m.h, m.b, $7
@@ -169,7 +171,6 @@ async fn append_postgres(
         .bind(&headers)
         .bind(&payloads)
         .bind(now_ms)
-        .bind(LOG_CHANNEL)
         .fetch_one(conn)
         .await
         .map_err(entrega_postgres::classify)?;
@@ -208,6 +209,7 @@ impl Publisher for DbLog {
                     if append_postgres(&mut conn, *place, messages, now).await? != messages.len() {
                         return Err(self.unknown(place.0));
                     }
+                    notify_topics(&mut conn, &[place.0]).await;
                     return Ok(());
                 }
                 let mut tx = self.db.begin().await?;
@@ -218,8 +220,27 @@ impl Publisher for DbLog {
                     }
                 }
                 // Commit is the durable confirmation the Publisher contract promises.
-                Ok(tx.commit().await?)
+                tx.commit().await?;
+                let mut topics: Vec<&str> = groups.keys().map(|(topic, _)| *topic).collect();
+                topics.dedup();
+                let mut conn = pool.acquire().await.map_err(entrega_postgres::classify)?;
+                notify_topics(&mut conn, &topics).await;
+                Ok(())
             }
         }
+    }
+}
+
+/// Wakes the subscribers of `topics` (the notification's payload is the topic), after the
+/// append committed. If it fails the append still stands, and subscribers find the records
+/// on their next poll.
+async fn notify_topics(conn: &mut PgConnection, topics: &[&str]) {
+    let notify = sqlx::query("SELECT pg_notify($1, t) FROM UNNEST($2::text[]) AS t")
+        .bind(LOG_CHANNEL)
+        .bind(topics)
+        .execute(conn)
+        .await;
+    if let Err(e) = notify {
+        tracing::debug!(error = %e, "notifying the log's subscribers failed: they will poll");
     }
 }
