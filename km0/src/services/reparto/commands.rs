@@ -17,7 +17,7 @@ use crate::contracts::{self, delivery};
 
 use super::db::{covered_cities, state_of, take_courier, DeliveryState, DeliveryStore};
 use super::domain::{blank, DeliveryError};
-use super::maps::Maps;
+use super::maps::{Maps, MapsError};
 
 /// The topic of reparto's commands.
 pub const COMMANDS_TOPIC: &str = "reparto.comandos";
@@ -256,13 +256,7 @@ impl CommandConsumer {
             .maps
             .route_km(&command.city, &command.street)
             .await
-            .map_err(|e| {
-                if e.is_transient() {
-                    HandlerError::transient(e)
-                } else {
-                    HandlerError::permanent(e)
-                }
-            })?;
+            .map_err(MapsError::into_handler_error)?;
         Ok(Some(km))
     }
 }

@@ -26,6 +26,15 @@ impl MapsError {
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Unavailable(_))
     }
+
+    /// The error a handler returns for it: retried if transient, dead-lettered otherwise.
+    pub fn into_handler_error(self) -> entrega::HandlerError {
+        if self.is_transient() {
+            entrega::HandlerError::transient(self)
+        } else {
+            entrega::HandlerError::permanent(self)
+        }
+    }
 }
 
 /// Route lengths for deliveries.

@@ -15,7 +15,7 @@ use entrega_core::{now_ms, HandlerError, Processed};
 
 use super::db::{DeliveryState, DeliveryStore};
 use super::domain::{cancelled_order_id, DeliveryError, PaidOrder};
-use super::maps::Maps;
+use super::maps::{Maps, MapsError};
 use crate::services::pedidos::{ORDER_CANCELLED, ORDER_CREATED, ORDER_PAID};
 
 /// The consumer's name in `mensajes_procesados.consumidor`.
@@ -101,13 +101,7 @@ impl DeliveryConsumer {
             .maps
             .route_km(&order.city, &order.street)
             .await
-            .map_err(|e| {
-                if e.is_transient() {
-                    HandlerError::transient(e)
-                } else {
-                    HandlerError::permanent(e)
-                }
-            })?;
+            .map_err(MapsError::into_handler_error)?;
         match self
             .store
             .apply_paid(CONSUMER, &id, &order, km, now_ms())
